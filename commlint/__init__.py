@@ -1,0 +1,42 @@
+"""commlint: catch communication deadlocks and hangs in distributed PyTorch programs.
+
+Python API for plan gates::
+
+    import commlint
+    trace = commlint.load("plan.yaml")            # or build a commlint.Trace in code
+    result = commlint.check(trace, model="nccl")   # -> TraceCheck(findings, outcomes)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from commlint.findings import CommlintInputError, Finding, Report
+from commlint.graph.check import TraceCheck, check_trace
+from commlint.plans.io import load_trace
+from commlint.trace import Action, Trace
+
+__version__ = "0.1.0"
+
+
+def load(path: str | Path) -> Trace:
+    """Read and validate a trace / plan file (raises CommlintInputError, located)."""
+    return load_trace(path).trace
+
+
+def check(trace: Trace, model: str | list[str] | None = "gloo", max_cycles: int = 32) -> TraceCheck:
+    """Check a trace; `model` is gloo, nccl, single-queue, all, a list, or None (backend's)."""
+    return check_trace(trace, model, max_cycles=max_cycles)
+
+
+__all__ = [
+    "Action",
+    "CommlintInputError",
+    "Finding",
+    "Report",
+    "Trace",
+    "TraceCheck",
+    "__version__",
+    "check",
+    "load",
+]

@@ -1,0 +1,3 @@
+from commlint.cli import entry
+
+entry()

@@ -1,0 +1,1 @@
+"""Subcommands of the `commlint` CLI, one module each (see commlint.cli.COMMANDS)."""

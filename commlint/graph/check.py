@@ -1,0 +1,74 @@
+"""Check a trace under one or more queue models and merge the findings."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from commlint.findings import Finding
+from commlint.graph.compile import MODELS, compile_trace
+from commlint.graph.simulate import simulate
+from commlint.graph.verdict import RankOutcome, verdict
+from commlint.trace import Trace
+
+
+@dataclass
+class TraceCheck:
+    """Findings of one trace, and what every rank does under each model checked."""
+
+    findings: list[Finding] = field(default_factory=list)
+    outcomes: dict[str, dict[int, RankOutcome]] = field(default_factory=dict)
+
+    def blocked(self, model: str = "gloo") -> list[int]:
+        return [r for r, o in self.outcomes[model].items() if o.status == "blocked"]
+
+
+def resolve_models(model: str | Iterable[str] | None, trace: Trace | None = None) -> list[str]:
+    """`all` → every model; None → the model of the trace's backend (gloo by default)."""
+    if model is None:
+        backend = (trace.backend or "") if trace is not None else ""
+        return ["nccl"] if "nccl" in backend else ["gloo"]
+    names = [model] if isinstance(model, str) else list(model)
+    out: list[str] = []
+    for name in names:
+        for m in MODELS if name == "all" else [name]:
+            if m not in MODELS:
+                raise ValueError(
+                    f"unknown queue model {m!r}; expected gloo, nccl, single-queue or all"
+                )
+            if m not in out:
+                out.append(m)
+    return out
+
+
+def _identity(f: Finding) -> tuple:
+    return (f.code, f.message, tuple((a.rank, a.action) for a in f.actions))
+
+
+def check_trace(
+    trace: Trace,
+    model: str | Iterable[str] | None = "gloo",
+    path: str | None = None,
+    lines=None,
+    max_cycles: int = 32,
+) -> TraceCheck:
+    """Run the checker on a validated trace. `model` may be a name, a list, `all` or None."""
+    result = TraceCheck()
+    merged: dict[tuple, Finding] = {}
+    models = resolve_models(model, trace)
+    for m in models:
+        g = compile_trace(trace, m)
+        v = verdict(g, simulate(g), path, lines, max_cycles)
+        result.outcomes[m] = v.outcomes
+        for f in v.findings:
+            key = _identity(f)
+            if key in merged:
+                merged[key].models.append(m)
+            else:
+                f.models = [m]
+                merged[key] = f
+    for f in merged.values():
+        if len(models) > 1 and len(f.models) < len(models):
+            f.message += f" [only under: {', '.join(f.models)}]"
+        result.findings.append(f)
+    return result

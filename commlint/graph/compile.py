@@ -1,0 +1,400 @@
+"""Execution graph: a trace lowered to flat arrays, with every communication matched.
+
+Matching is static — it depends on issue order only, never on timing:
+- point-to-point: the k-th send on channel (group, src, dst, tag) meets the k-th receive on it
+  (non-overtaking, as in MPI);
+- collectives: the i-th collective a rank issues on group G meets the i-th collective every
+  other member issues on G (the per-group sequence number Flight Recorder uses).
+
+Each match is an *instance*: the set of ops that complete together, and how many ops it needs.
+The simulator in `commlint.graph.simulate` only decides which instances complete.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from commlint.trace import (
+    ASYNC_P2P_OPS,
+    COLLECTIVE_OPS,
+    P2P_OPS,
+    ROOTED_OPS,
+    SEND_OPS,
+    WORLD,
+    Action,
+    Trace,
+    normalize_dtype,
+)
+
+# Step kinds of a rank's program.
+ISSUE = 0  # issue an op and go on (async)
+BLOCK = 1  # issue an op and wait for it (blocking)
+WAIT = 2  # wait for earlier async ops
+SYNC = 3  # device synchronisation: wait for every outstanding op (nccl, single-queue)
+SKIP = 4  # no communication (a call torch ignores, e.g. by a non-member)
+FAIL = 5  # the call raises at once (e.g. a root outside the group)
+
+MODELS = ("gloo", "nccl", "single-queue")
+
+NEVER = 1 << 60  # the `need` of an instance that can never complete
+
+
+@dataclass
+class Problem:
+    """A finding known from matching alone, before any simulation."""
+
+    code: str
+    message: str
+    refs: list[tuple[int, int]]  # (rank, action index)
+    fix: str = ""
+    severity: str = "error"
+
+
+@dataclass
+class Graph:
+    """A compiled trace: ops, instances, and per-rank step programs."""
+
+    trace: Trace
+    model: str
+    # per op (index = op id)
+    op_rank: list[int] = field(default_factory=list)
+    op_action: list[int] = field(default_factory=list)
+    op_inst: list[int] = field(default_factory=list)
+    op_async: list[bool] = field(default_factory=list)
+    op_prev: list[int] = field(default_factory=list)  # previous op on the same queue, or -1
+    op_next: list[int] = field(default_factory=list)
+    op_next_extra: dict[int, list[int]] = field(default_factory=dict)  # batch members
+    op_fails: list[bool] = field(default_factory=list)  # completes, but its rank raises
+    op_waited: list[bool] = field(default_factory=list)
+    # per instance
+    inst_need: list[int] = field(default_factory=list)
+    inst_members: list[list[int]] = field(default_factory=list)
+    inst_key: list[tuple] = field(default_factory=list)  # ("coll", group, seq) / ("p2p", …)
+    # per rank: steps (kind, op id or tuple of op ids)
+    steps: dict[int, list[tuple[int, object]]] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+    # instances whose members disagree on op/root: they never complete
+    mismatched: set[int] = field(default_factory=set)
+    hung_groups: set[str] = field(default_factory=set)
+
+
+def _stream_key(model: str, a: Action, rank: int) -> object | None:
+    if model == "gloo":
+        return None  # every op progresses on its own
+    if model == "single-queue":
+        return "q"
+    if a.op in P2P_OPS:  # NCCL: one communicator per peer pair of a group
+        lo, hi = sorted((rank, a.peer))
+        return ("p2p", a.group, lo, hi)
+    return ("coll", a.group)
+
+
+def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
+    """Lower a validated trace to a `Graph` under a queue model."""
+    if model not in MODELS:
+        raise ValueError(f"unknown queue model {model!r} (expected one of {', '.join(MODELS)})")
+    g = Graph(trace, model)
+    members = {name: set(r) for name, r in trace.groups.items()}
+    members[WORLD] = set(range(trace.world_size))
+    sizes = {name: len(m) for name, m in members.items()}
+    coll_seq: dict[tuple[str, int], int] = {}
+    coll_inst: dict[tuple[str, int], int] = {}
+    chan_count: dict[tuple, int] = {}
+    p2p_inst: dict[tuple, int] = {}
+    op_rank, op_action, op_inst = g.op_rank, g.op_action, g.op_inst
+    op_async, op_prev, op_next, op_waited = g.op_async, g.op_prev, g.op_next, g.op_waited
+    inst_need, inst_members, inst_key = g.inst_need, g.inst_members, g.inst_key
+    nccl_like = model != "gloo"
+    for rank in sorted(trace.ranks):
+        actions = trace.ranks[rank]
+        steps: list[tuple[int, object]] = []
+        handles: dict[str, int] = {}
+        last_on_queue: dict[object, int] = {}
+        batch: tuple | None = None  # (name, queue key, op before the batch)
+        for i, a in enumerate(actions):
+            op = a.op
+            if op == "wait":
+                steps.append((WAIT, tuple(handles[h] for h in a.handles)))
+                for h in a.handles:
+                    op_waited[handles[h]] = True
+                continue
+            if op == "sync":
+                steps.append((SYNC, None) if nccl_like else (SKIP, None))
+                continue
+            group = a.group
+            mem = members[group]
+            if op in COLLECTIVE_OPS:
+                if rank not in mem:
+                    g.problems.append(_non_member(trace, rank, i, a))
+                    steps.append((SKIP, None))
+                    continue
+                if op in ROOTED_OPS and a.root not in mem:
+                    g.problems.append(_root_outside(trace, rank, i, a))
+                    steps.append((FAIL, None))
+                    continue
+                key = (group, rank)
+                seq = coll_seq.get(key, 0)
+                coll_seq[key] = seq + 1
+                ikey = (group, seq)
+                inst = coll_inst.get(ikey)
+                if inst is None:
+                    inst = coll_inst[ikey] = len(inst_need)
+                    inst_need.append(sizes[group])
+                    inst_members.append([])
+                    inst_key.append(("coll", group, seq))
+                is_async = bool(a.is_async) or (a.handle is not None and a.is_async is None)
+            else:  # p2p
+                if rank not in mem or a.peer not in mem:
+                    g.problems.append(_non_member(trace, rank, i, a))
+                    steps.append((SKIP, None))
+                    continue
+                is_send = op in SEND_OPS
+                src, dst = (rank, a.peer) if is_send else (a.peer, rank)
+                chan = (group, src, dst, a.tag, is_send)
+                k = chan_count.get(chan, 0)
+                chan_count[chan] = k + 1
+                pkey = (group, src, dst, a.tag, k)
+                inst = p2p_inst.get(pkey)
+                if inst is None:
+                    inst = p2p_inst[pkey] = len(inst_need)
+                    inst_need.append(2)
+                    inst_members.append([])
+                    inst_key.append(("p2p", group, src, dst, a.tag, k))
+                is_async = op in ASYNC_P2P_OPS
+            op_id = len(op_rank)
+            op_rank.append(rank)
+            op_action.append(i)
+            op_inst.append(inst)
+            op_async.append(is_async)
+            op_next.append(-1)
+            op_waited.append(False)
+            g.op_fails.append(False)
+            inst_members[inst].append(op_id)
+            qkey = _stream_key(model, a, rank)
+            prev = -1
+            if qkey is not None:
+                if a.batch is not None and batch is not None and batch[0] == a.batch:
+                    qkey, prev = batch[1], batch[2]  # one queue element for the whole batch
+                else:
+                    prev = last_on_queue.get(qkey, -1)
+                    batch = (a.batch, qkey, prev) if a.batch is not None else None
+                if prev != -1:
+                    if op_next[prev] == -1:
+                        op_next[prev] = op_id
+                    else:
+                        g.op_next_extra.setdefault(prev, []).append(op_id)
+                last_on_queue[qkey] = op_id
+            op_prev.append(prev)
+            if a.handle is not None and is_async:
+                handles[a.handle] = op_id
+            steps.append((ISSUE if is_async else BLOCK, op_id))
+        g.steps[rank] = steps
+    _check_instances(g)
+    return g
+
+
+def _ref(trace: Trace, rank: int, i: int) -> str:
+    a = trace.ranks[rank][i]
+    site = f" @{a.site}" if a.site else ""
+    return f"rank {rank} {a.describe()}{site}"
+
+
+def _non_member(trace: Trace, rank: int, i: int, a: Action) -> Problem:
+    members = trace.group_ranks(a.group)
+    if a.op in P2P_OPS and rank in members:
+        what = f"peer {a.peer} is not in group '{a.group}' {members}"
+    else:
+        what = f"rank {rank} is not in group '{a.group}' {members}"
+    return Problem(
+        "CL205",
+        f"{_ref(trace, rank, i)}: {what}; torch skips the call on a non-member without an "
+        f"error, so the ranks that expect this communication wait for it forever.",
+        [(rank, i)],
+        fix=f"Call it only on members of '{a.group}' (guard with the group's membership), "
+        "or pass the group this rank belongs to.",
+    )
+
+
+def _root_outside(trace: Trace, rank: int, i: int, a: Action) -> Problem:
+    members = trace.group_ranks(a.group)
+    return Problem(
+        "CL208",
+        f"{_ref(trace, rank, i)}: root {a.root} is not a member of group '{a.group}' "
+        f"{members}; the call raises at once on this rank.",
+        [(rank, i)],
+        fix="Give the root as a global rank that belongs to the group "
+        "(e.g. `dist.get_global_rank(group, 0)`), not a rank of another group.",
+    )
+
+
+def _coll_signature(a: Action) -> tuple:
+    return (a.op, a.root)
+
+
+def _check_instances(g: Graph) -> None:
+    for inst, mem_ops in enumerate(g.inst_members):
+        kind = g.inst_key[inst][0]
+        refs = [(g.op_rank[o], g.op_action[o]) for o in mem_ops]
+        acts = [g.trace.ranks[r][i] for r, i in refs]
+        if kind == "coll":
+            _check_collective(g, inst, refs, acts)
+        elif len(acts) == 2:
+            _check_p2p(g, mem_ops, refs, acts)
+
+
+def _nccl_barrier_pairs(acts: list[Action]) -> bool:
+    """Under NCCL a barrier is a one-element all_reduce and pairs with one silently."""
+    ops = {a.op for a in acts}
+    if ops != {"barrier", "all_reduce"}:
+        return False
+    return all(a.op == "barrier" or a.numel() == 1 for a in acts)
+
+
+def _check_collective(g: Graph, inst: int, refs: list, acts: list[Action]) -> None:
+    _, group, seq = g.inst_key[inst]
+    sigs = {_coll_signature(a) for a in acts}
+    if len(sigs) > 1 and not (g.model == "nccl" and _nccl_barrier_pairs(acts)):
+        g.mismatched.add(inst)
+        g.inst_need[inst] = NEVER
+        if group in g.hung_groups:
+            return  # the group already hangs at an earlier mismatch; this one is never reached
+        g.hung_groups.add(group)
+        parts = _group_by(refs, acts, lambda a: a.describe())
+        g.problems.append(
+            Problem(
+                "CL203",
+                f"collective #{seq} on group '{group}' does not match across ranks: {parts}. "
+                "The ranks never meet in one collective: all of them hang.",
+                refs,
+                fix="Make every member of the group issue the same collective (same op and "
+                "root) at this point; look for a collective skipped or added under a rank "
+                "condition just before it.",
+            )
+        )
+        return
+    red = {
+        (a.reduce_op or "sum").lower()
+        for a in acts
+        if a.op in ("all_reduce", "reduce", "reduce_scatter")
+    }
+    if len(red) > 1:
+        parts = _group_by(refs, acts, lambda a: (a.reduce_op or "sum").lower())
+        g.problems.append(
+            Problem(
+                "CL203",
+                f"{acts[0].op} #{seq} on group '{group}' reduces with different ops: {parts}. "
+                "The call completes with a meaningless result.",
+                refs,
+                fix="Use the same reduce op on every rank.",
+            )
+        )
+    dtypes = {normalize_dtype(a.dtype) for a in acts if a.dtype}
+    if len(dtypes) > 1:
+        parts = _group_by(refs, acts, lambda a: normalize_dtype(a.dtype) or "?")
+        g.problems.append(
+            Problem(
+                "CL204",
+                f"{acts[0].op} #{seq} on group '{group}' mixes dtypes: {parts}. NCCL reads the "
+                "bytes as the wrong type or hangs on the size difference; gloo fails.",
+                refs,
+                fix="Cast to one dtype on every rank before the collective.",
+            )
+        )
+    if acts[0].op == "all_to_all":
+        _check_splits(g, group, seq, refs, acts)
+    elif acts[0].op != "barrier":
+        sizes = {a.payload_bytes() if a.payload_bytes() is not None else a.numel() for a in acts}
+        sizes.discard(None)
+        if len(sizes) > 1 and len(dtypes) <= 1:
+            parts = _group_by(refs, acts, _size_text)
+            g.problems.append(
+                Problem(
+                    "CL204",
+                    f"{acts[0].op} #{seq} on group '{group}' has different sizes: {parts}. "
+                    "NCCL hangs or reads past the buffer; gloo fails or corrupts data.",
+                    refs,
+                    fix="Give every rank a tensor of the same shape (pad the last batch, or "
+                    "exchange sizes first).",
+                )
+            )
+
+
+def _size_text(a: Action) -> str:
+    if a.shape is not None:
+        return f"shape {a.shape}"
+    return f"{a.payload_bytes()} bytes"
+
+
+def _check_splits(g: Graph, group: str, seq: int, refs: list, acts: list[Action]) -> None:
+    members = g.trace.group_ranks(group)
+    by_rank = {r: a for (r, _), a in zip(refs, acts, strict=True)}
+    if len(by_rank) != len(members):
+        return
+    bad = []
+    for i, ri in enumerate(members):
+        for j, rj in enumerate(members):
+            sent = by_rank[ri].in_splits
+            got = by_rank[rj].out_splits
+            if sent is None or got is None:
+                continue
+            if sent[j] != got[i]:
+                bad.append(f"rank {ri} sends {sent[j]} to rank {rj}, which expects {got[i]}")
+    if bad:
+        more = f" (and {len(bad) - 3} more)" if len(bad) > 3 else ""
+        g.problems.append(
+            Problem(
+                "CL204",
+                f"all_to_all #{seq} on group '{group}' has inconsistent splits: "
+                + "; ".join(bad[:3])
+                + more
+                + ". NCCL hangs waiting for bytes never sent; gloo fails or corrupts data.",
+                refs,
+                fix="Exchange the split sizes first (an all_to_all of the counts) and derive "
+                "out_splits from what the peers will send.",
+            )
+        )
+
+
+def _check_p2p(g: Graph, mem_ops: list[int], refs: list, acts: list[Action]) -> None:
+    send_i = 0 if acts[0].op in SEND_OPS else 1
+    recv_i = 1 - send_i
+    s, r = acts[send_i], acts[recv_i]
+    sb, rb = s.payload_bytes(), r.payload_bytes()
+    if sb is None or rb is None:
+        sb, rb = s.numel(), r.numel()
+    size_differs = sb is not None and rb is not None and sb != rb
+    dtype_differs = bool(s.dtype and r.dtype) and normalize_dtype(s.dtype) != normalize_dtype(
+        r.dtype
+    )
+    if not (size_differs or dtype_differs):
+        return
+    (sr, si), (rr, ri) = refs[send_i], refs[recv_i]
+    trace = g.trace
+    if size_differs and sb > rb:
+        g.op_fails[mem_ops[recv_i]] = True
+        effect = (
+            f"the receiver gets more than it posted: gloo aborts rank {rr}, NCCL truncates or hangs"
+        )
+    else:
+        effect = "the receiver expects a different payload: NCCL hangs, gloo corrupts data"
+    g.problems.append(
+        Problem(
+            "CL204",
+            f"{_ref(trace, sr, si)} sends {_size_text(s)}{' ' + s.dtype if s.dtype else ''} "
+            f"but {_ref(trace, rr, ri)} receives {_size_text(r)}"
+            f"{' ' + r.dtype if r.dtype else ''}: {effect}.",
+            [refs[send_i], refs[recv_i]],
+            fix="Send and receive tensors of the same shape and dtype; exchange the shape "
+            "first when it varies.",
+        )
+    )
+
+
+def _group_by(refs: list, acts: list[Action], key) -> str:
+    groups: dict[str, list[str]] = {}
+    for (rank, _), a in zip(refs, acts, strict=True):
+        site = f" @{a.site}" if a.site else ""
+        groups.setdefault(key(a), []).append(f"{rank}{site}" if len(refs) <= 4 else str(rank))
+    return "; ".join(
+        f"{k} on rank{'s' if len(v) > 1 else ''} {', '.join(v)}" for k, v in groups.items()
+    )

@@ -1,0 +1,341 @@
+"""Reading and writing trace / plan files (YAML or JSON), with located errors.
+
+Every problem with the input becomes a `CommlintInputError` whose one-line message names the
+file, the line when known, and the rank and action index — never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from commlint.findings import CommlintInputError
+from commlint.trace import (
+    ASYNC_P2P_OPS,
+    COLLECTIVE_OPS,
+    P2P_OPS,
+    ROOTED_OPS,
+    WORLD,
+    Trace,
+)
+
+PLAN_SUFFIXES = (".yaml", ".yml", ".json")
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@dataclass
+class LineMap:
+    """Line numbers of a plan file's parts, for locating errors and findings."""
+
+    actions: dict[tuple[int, int], int] = field(default_factory=dict)
+    ranks: dict[int, int] = field(default_factory=dict)
+    keys: dict[str, int] = field(default_factory=dict)
+
+    def action_line(self, rank: int, index: int) -> int | None:
+        return self.actions.get((rank, index), self.ranks.get(rank))
+
+
+@dataclass
+class LoadedTrace:
+    """A validated trace and where it came from."""
+
+    trace: Trace
+    path: str | None = None
+    lines: LineMap = field(default_factory=LineMap)
+
+
+# A reader for the `generate:` block; commlint.plans.generate registers itself here.
+GENERATORS: dict[str, Callable[[dict[str, Any]], Trace]] = {}
+
+
+def _scalar_key(node: yaml.Node) -> Any:
+    try:
+        return int(node.value)
+    except (TypeError, ValueError):
+        return node.value
+
+
+def _line_map(root: yaml.Node | None) -> LineMap:
+    lines = LineMap()
+    if not isinstance(root, yaml.MappingNode):
+        return lines
+    for key, value in root.value:
+        lines.keys[str(key.value)] = key.start_mark.line + 1
+        if key.value == "ranks" and isinstance(value, yaml.MappingNode):
+            for rank_key, seq in value.value:
+                rank = _scalar_key(rank_key)
+                if not isinstance(rank, int):
+                    continue
+                lines.ranks[rank] = rank_key.start_mark.line + 1
+                if isinstance(seq, yaml.SequenceNode):
+                    for i, item in enumerate(seq.value):
+                        lines.actions[(rank, i)] = item.start_mark.line + 1
+    return lines
+
+
+def _parse(text: str, path: str | None, is_json: bool) -> tuple[Any, LineMap]:
+    if is_json:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise CommlintInputError(f"invalid JSON: {exc.msg}", path, exc.lineno) from None
+        try:
+            lines = _line_map(yaml.compose(text, Loader=_Loader))
+        except yaml.YAMLError:
+            lines = LineMap()
+        return data, lines
+    try:
+        loader = _Loader(text)
+        try:
+            node = loader.get_single_node()
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else None
+        raise CommlintInputError(f"invalid YAML: {exc.problem or exc}", path, line) from None
+    except yaml.YAMLError as exc:
+        raise CommlintInputError(f"invalid YAML: {exc}", path) from None
+    return data, _line_map(node)
+
+
+def _where(loc: tuple[Any, ...]) -> tuple[str, int | None, int | None]:
+    """Turn a pydantic error location into 'rank R, action I, field F'."""
+    parts: list[str] = []
+    rank = index = None
+    rest = list(loc)
+    if rest[:1] == ["ranks"] and len(rest) >= 2:
+        rank = rest[1] if isinstance(rest[1], int) else None
+        parts.append(f"rank {rest[1]}")
+        rest = rest[2:]
+        if rest and isinstance(rest[0], int):
+            index = rest[0]
+            parts.append(f"action {index}")
+            rest = rest[1:]
+        rest = [r for r in rest if r not in ("[key]",)]
+    if rest:
+        parts.append("field " + ".".join(str(r) for r in rest))
+    return ", ".join(parts), rank, index
+
+
+def _validation_errors(exc: ValidationError, path: str | None, lines: LineMap) -> list:
+    out = []
+    for err in exc.errors():
+        where, rank, index = _where(tuple(err["loc"]))
+        kind = err["type"]
+        field_name = err["loc"][-1] if err["loc"] else ""
+        if kind == "extra_forbidden":
+            msg = f"unknown field '{field_name}'"
+            where = where.rsplit(", field", 1)[0]
+        elif kind == "literal_error" and field_name == "op":
+            msg = f"unknown op {err['input']!r} (expected {err['ctx']['expected']})"
+            where = where.rsplit(", field", 1)[0]
+        else:
+            msg = err["msg"].lower()
+        line = None
+        if rank is not None:
+            line = lines.action_line(rank, index) if index is not None else lines.ranks.get(rank)
+        elif err["loc"]:
+            line = lines.keys.get(str(err["loc"][0]))
+        text = f"{where}: {msg}" if where else msg
+        out.append(CommlintInputError(text, path, line))
+    return out
+
+
+def semantic_errors(trace: Trace) -> Iterable[tuple[int | None, int | None, str]]:
+    """Structural problems the schema cannot express: (rank, action index, message)."""
+    w = trace.world_size
+    for name, members in trace.groups.items():
+        if name == WORLD and sorted(members) != list(range(w)):
+            yield None, None, f"group WORLD is reserved for all {w} ranks"
+        if not members:
+            yield None, None, f"group '{name}' has no ranks"
+        bad = [m for m in members if not 0 <= m < w]
+        if bad:
+            yield None, None, f"group '{name}' has ranks {bad} outside 0..{w - 1}"
+        if len(set(members)) != len(members):
+            yield None, None, f"group '{name}' lists a rank twice"
+    for rank in list(trace.ranks) + list(trace.ends):
+        if not 0 <= rank < w:
+            yield rank, None, f"rank {rank} is outside 0..{w - 1} (world_size {w})"
+    for rank, actions in trace.ranks.items():
+        defined: set[str] = set()
+        for i, a in enumerate(actions):
+            for msg in _action_errors(trace, rank, a, defined):
+                yield rank, i, msg
+
+
+def _action_errors(trace: Trace, rank: int, a, defined: set[str]) -> Iterable[str]:
+    w = trace.world_size
+    op = a.op
+    if a.group != WORLD and a.group not in trace.groups:
+        yield f"undefined group '{a.group}'"
+    if op in P2P_OPS:
+        if a.peer is None:
+            yield f"{op} needs 'peer'"
+        elif not 0 <= a.peer < w:
+            yield f"peer {a.peer} is outside 0..{w - 1}"
+        elif a.peer == rank:
+            yield f"{op} to itself (peer {rank})"
+    elif a.peer is not None:
+        yield f"'peer' is only for send/recv/isend/irecv, not {op}"
+    if op in ROOTED_OPS:
+        if a.root is None:
+            yield f"{op} needs 'root'"
+        elif not 0 <= a.root < w:
+            yield f"root {a.root} is outside 0..{w - 1}"
+    elif a.root is not None:
+        yield f"'root' is only for broadcast/reduce/gather/scatter, not {op}"
+    if a.is_async is not None and op not in COLLECTIVE_OPS and op not in ASYNC_P2P_OPS:
+        yield f"'async' is only for collectives, not {op}"
+    if op in ASYNC_P2P_OPS and a.is_async is False:
+        yield f"{op} is always async"
+    if a.handle is not None:
+        if op in ASYNC_P2P_OPS or (op in COLLECTIVE_OPS and a.is_async is not False):
+            defined.add(a.handle)
+        else:
+            yield f"'handle' is only for isend/irecv and async collectives, not {op}"
+    if op == "wait":
+        if not a.handles:
+            yield "wait needs 'handles'"
+        for h in a.handles or []:
+            if h not in defined:
+                yield f"wait on undefined handle '{h}' (no earlier async op of rank {rank})"
+    elif a.handles is not None:
+        yield "'handles' is only for wait"
+    if (a.in_splits is not None or a.out_splits is not None) and op != "all_to_all":
+        yield f"'in_splits'/'out_splits' are only for all_to_all, not {op}"
+    if a.group == WORLD or a.group in trace.groups:
+        size = len(trace.group_ranks(a.group))
+        for name in ("in_splits", "out_splits"):
+            splits = getattr(a, name)
+            if splits is not None and len(splits) != size:
+                yield f"{name} has {len(splits)} entries; group '{a.group}' has {size} ranks"
+
+
+def trace_from_data(data: Any, path: str | None = None, lines: LineMap | None = None) -> Trace:
+    """Validate parsed plan data (a trace, or a `generate:` block) into a `Trace`."""
+    lines = lines or LineMap()
+    if not isinstance(data, dict):
+        raise CommlintInputError("a plan file must be a mapping with 'version' and 'ranks'", path)
+    if "generate" in data:
+        return _generate(data, path, lines)
+    try:
+        trace = Trace.model_validate(data)
+    except ValidationError as exc:
+        errors = _validation_errors(exc, path, lines)
+        raise errors[0] from None
+    for rank, index, msg in semantic_errors(trace):
+        where = []
+        if rank is not None:
+            where.append(f"rank {rank}")
+        if index is not None:
+            where.append(f"action {index}")
+        prefix = ", ".join(where)
+        line = None
+        if rank is not None:
+            line = lines.action_line(rank, index) if index is not None else lines.ranks.get(rank)
+        else:
+            line = lines.keys.get("groups")
+        raise CommlintInputError(f"{prefix}: {msg}" if prefix else msg, path, line)
+    return trace
+
+
+def _generate(data: dict[str, Any], path: str | None, lines: LineMap) -> Trace:
+    if not GENERATORS:
+        import commlint.plans.generate  # noqa: F401  (registers the generator)
+    spec = data["generate"]
+    version = data.get("version", 1)
+    if version != 1:
+        raise CommlintInputError(f"unsupported plan version {version!r}", path, 1)
+    if not isinstance(spec, dict):
+        raise CommlintInputError("'generate' must be a mapping", path, lines.keys.get("generate"))
+    try:
+        return GENERATORS["default"](spec)
+    except CommlintInputError as exc:
+        exc.error.path = exc.error.path or path
+        exc.error.line = exc.error.line or lines.keys.get("generate")
+        raise
+    except (ValueError, TypeError, KeyError) as exc:
+        raise CommlintInputError(f"generate: {exc}", path, lines.keys.get("generate")) from None
+
+
+def load_trace(path: str | Path) -> LoadedTrace:
+    """Read and validate one plan file. Raises `CommlintInputError` with a located message."""
+    name = str(path)
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise CommlintInputError(f"cannot read: {exc.strerror}", name) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CommlintInputError(
+            f"not UTF-8 (byte {exc.start}: {raw[exc.start : exc.start + 1]!r})", name
+        ) from None
+    data, lines = _parse(text, name, name.endswith(".json"))
+    return LoadedTrace(trace_from_data(data, name, lines), name, lines)
+
+
+def loads_trace(text: str, is_json: bool = False, path: str | None = None) -> Trace:
+    """Parse a plan from a string."""
+    data, lines = _parse(text, path, is_json)
+    return trace_from_data(data, path, lines)
+
+
+def iter_plan_files(paths: Iterable[str]) -> Iterable[tuple[str, str | None]]:
+    """Expand folders to their plan files; yields (path, error) pairs."""
+    for p in paths:
+        path = Path(p)
+        if path.is_dir():
+            found = sorted(f for f in path.rglob("*") if f.is_file() and f.suffix in PLAN_SUFFIXES)
+            if not found:
+                yield str(path), "no *.yaml, *.yml or *.json plan files in this folder"
+            for f in found:
+                yield str(f), None
+        elif path.exists():
+            yield str(path), None
+        else:
+            yield str(path), "no such file or directory"
+
+
+def dump_trace(trace: Trace, path: str | Path | None = None) -> str:
+    """The YAML form of a trace, one action per line (flow style)."""
+    lines = [f"version: {trace.version}", f"world_size: {trace.world_size}"]
+    if trace.backend:
+        lines.append(f"backend: {trace.backend}")
+    if trace.source:
+        lines.append(f"source: {json.dumps(trace.source)}")
+    if trace.groups:
+        lines.append("groups:")
+        for name, members in trace.groups.items():
+            lines.append(f"  {json.dumps(name)}: {json.dumps(members)}")
+    lines.append("ranks:")
+    for rank in sorted(trace.ranks):
+        actions = trace.ranks[rank]
+        if not actions:
+            lines.append(f"  {rank}: []")
+            continue
+        lines.append(f"  {rank}:")
+        for a in actions:
+            d = a.model_dump(by_alias=True, exclude_none=True, exclude_defaults=True)
+            d = {"op": a.op, **{k: v for k, v in d.items() if k != "op"}}
+            lines.append("    - " + json.dumps(d, separators=(", ", ": ")))
+    if trace.ends:
+        lines.append("ends:")
+        for rank, end in sorted(trace.ends.items()):
+            lines.append(f"  {rank}: {json.dumps(end.model_dump(exclude_none=True))}")
+    if trace.meta:
+        lines.append("meta: " + json.dumps(trace.meta, default=str))
+    text = "\n".join(lines) + "\n"
+    if path is not None:
+        Path(path).write_text(text, encoding="utf-8")
+    return text

@@ -1,0 +1,58 @@
+"""`--format text`: one block per finding, the wait-for cycle drawn, and a fix hint."""
+
+from __future__ import annotations
+
+from typing import IO, Any
+
+from commlint.findings import CycleEdge, Finding, Report
+
+
+def draw_cycle(cycle: list[CycleEdge]) -> str:
+    """`rank 0 ─all_reduce(tp0) @train.py:41─▶ rank 1 ─barrier(WORLD) @train.py:57─▶ rank 0`"""
+    parts = []
+    for e in cycle:
+        site = f" @{e.site}" if e.site else ""
+        parts.append(f"rank {e.rank} ─{e.op}{site}─▶ ")
+    return "".join(parts) + f"rank {cycle[0].rank}"
+
+
+def header(f: Finding) -> str:
+    where = f.path or "<trace>"
+    if f.line is not None:
+        where += f":{f.line}"
+        if f.col is not None:
+            where += f":{f.col}"
+    return f"{where}: {f.code} [{f.severity}] {f.name}"
+
+
+def block(f: Finding) -> list[str]:
+    lines = [header(f), f"  {f.message}"]
+    if f.cycle:
+        lines.append(f"  {draw_cycle(f.cycle)}")
+    for rel in f.related:
+        if rel.path and rel.line:
+            lines.append(f"  note: {rel.path}:{rel.line}: {rel.message or ''}".rstrip())
+    if f.models:
+        lines.append(f"  model: {', '.join(f.models)}")
+    if f.fix:
+        lines.append(f"  fix: {f.fix}")
+    return lines
+
+
+def summary_line(report: Report) -> str:
+    s = report.summary()
+    n = s["findings"]
+    if not n:
+        return f"All checks passed ({report.checked} checked)."
+    return (
+        f"Found {n} finding{'s' if n != 1 else ''} "
+        f"({s['errors']} error{'s' if s['errors'] != 1 else ''}, "
+        f"{s['warnings']} warning{'s' if s['warnings'] != 1 else ''}) "
+        f"in {report.checked} checked."
+    )
+
+
+def write(report: Report, stream: IO[str], options: dict[str, Any]) -> None:
+    for f in report.findings:
+        stream.write("\n".join(block(f)) + "\n\n")
+    stream.write(summary_line(report) + "\n")
