@@ -9,13 +9,18 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from commlint.findings import Report
-from commlint.report import json_format, text
+from commlint.report import concise, full, github, json_format, rdjson, sarif, text
 
 Writer = Callable[[Report, IO[str], dict[str, Any]], None]
 
 FORMATS: dict[str, Writer] = {
     "text": text.write,
     "json": json_format.write,
+    "concise": concise.write,
+    "full": full.write,
+    "github": github.write,
+    "sarif": sarif.write,
+    "rdjson": rdjson.write,
 }
 
 

@@ -1,0 +1,29 @@
+"""`--format concise`: one line per finding, `path:line:col: CODE message`, as ruff and grep."""
+
+from __future__ import annotations
+
+from typing import IO, Any
+
+from commlint.findings import Finding, Report
+from commlint.report.text import summary_line
+
+
+def where(finding: Finding) -> str:
+    """`path:line:col`, as much of it as is known; `<trace>` when there is no file."""
+    text = finding.path or "<trace>"
+    if finding.line is not None:
+        text += f":{finding.line}"
+        if finding.col is not None:
+            text += f":{finding.col}"
+    return text
+
+
+def one_line(finding: Finding) -> str:
+    message = " ".join(finding.message.split())
+    return f"{where(finding)}: {finding.code} {message}"
+
+
+def write(report: Report, stream: IO[str], options: dict[str, Any]) -> None:
+    for finding in report.findings:
+        stream.write(one_line(finding) + "\n")
+    stream.write(summary_line(report) + "\n")

@@ -1,0 +1,72 @@
+"""`--format github`: GitHub Actions workflow commands, one annotation per finding.
+
+`::error file=…,line=…,col=…,endLine=…,endColumn=…,title=…::message`, escaped as the
+Actions toolkit does: in the message `%`, CR and LF; in property values also `:` and `,`.
+"""
+
+from __future__ import annotations
+
+from typing import IO, Any
+
+from commlint.findings import Finding, InputError, Report
+from commlint.report.common import posix_path
+
+
+def escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def command(kind: str, properties: dict[str, object], message: str) -> str:
+    props = ",".join(
+        f"{key}={escape_property(str(value))}"
+        for key, value in properties.items()
+        if value is not None
+    )
+    return f"::{kind}{' ' + props if props else ''}::{escape_data(message)}"
+
+
+def _message(finding: Finding) -> str:
+    lines = [finding.message]
+    for rel in finding.related:
+        if rel.path and rel.line is not None:
+            lines.append(f"note: {posix_path(rel.path)}:{rel.line}: {rel.message or ''}".rstrip())
+    if finding.fix:
+        lines.append(f"fix: {finding.fix}")
+    return "\n".join(lines)
+
+
+def annotation(finding: Finding) -> str:
+    has_line = finding.path is not None and finding.line is not None
+    one_line = has_line and finding.end_line in (None, finding.line)
+    properties: dict[str, object] = {
+        "file": posix_path(finding.path) if finding.path else None,
+        "line": finding.line if has_line else None,
+        # GitHub honours columns only for an annotation on a single line.
+        "col": finding.col if one_line else None,
+        "endLine": finding.end_line if has_line else None,
+        "endColumn": finding.end_col if one_line and finding.end_line is not None else None,
+        "title": f"commlint {finding.code} ({finding.name})" if finding.name else finding.code,
+    }
+    kind = "error" if finding.severity == "error" else "warning"
+    return command(kind, properties, _message(finding))
+
+
+def input_error(error: InputError) -> str:
+    properties: dict[str, object] = {
+        "file": posix_path(error.path) if error.path else None,
+        "line": error.line,
+        "col": error.col if error.line is not None else None,
+        "title": "commlint input error",
+    }
+    return command("error", properties, error.message)
+
+
+def write(report: Report, stream: IO[str], options: dict[str, Any]) -> None:
+    for error in report.errors:
+        stream.write(input_error(error) + "\n")
+    for finding in report.findings:
+        stream.write(annotation(finding) + "\n")

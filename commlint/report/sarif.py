@@ -1,0 +1,203 @@
+"""`--format sarif`: SARIF 2.1.0 for GitHub code scanning and other SARIF viewers.
+
+One run; `tool.driver.rules` carries every rule's metadata (so `ruleIndex` is stable), each
+result its primary location, the related ones (the rank-dependent condition, the other
+actions of a deadlock) with ids and messages, and a partial fingerprint that survives lines
+moving. Input errors become tool execution notifications.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import IO, Any
+
+from commlint.findings import Finding, InputError, Report
+from commlint.report.common import (
+    PROJECT_URL,
+    artifact_uri,
+    fingerprint,
+    rule_url,
+    secondary_locations,
+)
+from commlint.report.text import draw_cycle
+from commlint.rules import Rule, all_rules
+
+SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
+FINGERPRINT_KEY = "commlintFingerprint/v1"
+
+
+def _text(text: str) -> dict[str, str]:
+    """Hard-wrapped prose as SARIF text: paragraphs kept, lines within them joined."""
+    paragraphs = [" ".join(p.split()) for p in text.strip().split("\n\n")]
+    return {"text": "\n\n".join(p for p in paragraphs if p)}
+
+
+def rule_descriptor(rule: Rule) -> dict[str, Any]:
+    from commlint.rules.docs import render
+
+    help_text = _text(rule.explanation)["text"]
+    if rule.fix:
+        help_text += "\n\nHow to fix: " + _text(rule.fix)["text"]
+    return {
+        "id": rule.code,
+        "name": rule.name,
+        "shortDescription": _text(rule.summary),
+        "fullDescription": _text(rule.explanation),
+        "help": {"text": help_text, "markdown": render(rule)},
+        "helpUri": rule_url(rule.code),
+        "defaultConfiguration": {"level": rule.severity},
+        "properties": {"tags": ["commlint", f"{rule.kind}-rule"]},
+    }
+
+
+def _unknown_descriptor(finding: Finding) -> dict[str, Any]:
+    # A finding whose code is not in the catalog (a front end's own code): still describe it.
+    return {
+        "id": finding.code,
+        "name": finding.name or finding.code,
+        "shortDescription": _text(finding.name or finding.code),
+        "helpUri": rule_url(finding.code),
+        "defaultConfiguration": {"level": finding.severity},
+    }
+
+
+def _region(line: int | None, col: int | None, end_line: int | None, end_col: int | None):
+    if line is None or line < 1:
+        return None
+    region: dict[str, int] = {"startLine": line}
+    has_col = col is not None and col >= 1
+    if has_col:
+        region["startColumn"] = col  # type: ignore[assignment]
+    if end_line is not None and end_line >= line:
+        region["endLine"] = end_line
+        ordered = end_line > line or (has_col and end_col is not None and end_col >= col)  # type: ignore[operator]
+        if has_col and end_col is not None and end_col >= 1 and ordered:
+            region["endColumn"] = end_col
+    return region
+
+
+def physical_location(
+    path: str, line: int | None, col: int | None, end_line: int | None, end_col: int | None
+) -> dict[str, Any]:
+    uri, relative = artifact_uri(path)
+    artifact: dict[str, Any] = {"uri": uri}
+    if relative:
+        artifact["uriBaseId"] = "%SRCROOT%"
+    physical: dict[str, Any] = {"artifactLocation": artifact}
+    region = _region(line, col, end_line, end_col)
+    if region:
+        physical["region"] = region
+    return physical
+
+
+def related_locations(finding: Finding) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for loc, label in secondary_locations(finding):
+        if not loc.path:
+            continue
+        physical = physical_location(loc.path, loc.line, loc.col, loc.end_line, loc.end_col)
+        out.append({"id": len(out) + 1, "physicalLocation": physical, "message": {"text": label}})
+    return out
+
+
+def _message(finding: Finding) -> str:
+    text = finding.message
+    if finding.cycle:
+        text += "\nCycle: " + draw_cycle(finding.cycle)
+    if finding.fix:
+        text += "\nFix: " + finding.fix
+    return text
+
+
+def result(finding: Finding, rule_index: int, occurrence: int) -> dict[str, Any]:
+    res: dict[str, Any] = {
+        "ruleId": finding.code,
+        "ruleIndex": rule_index,
+        "level": "error" if finding.severity == "error" else "warning",
+        "message": {"text": _message(finding)},
+        "locations": [],
+        "partialFingerprints": {FINGERPRINT_KEY: f"{fingerprint(finding)}:{occurrence}"},
+    }
+    if finding.path:
+        res["locations"].append(
+            {
+                "physicalLocation": physical_location(
+                    finding.path, finding.line, finding.col, finding.end_line, finding.end_col
+                )
+            }
+        )
+    related = related_locations(finding)
+    if related:
+        res["relatedLocations"] = related
+    properties: dict[str, Any] = {}
+    if finding.ranks:
+        properties["ranks"] = finding.ranks
+    if finding.models:
+        properties["models"] = finding.models
+    if finding.cycle:
+        properties["cycle"] = [edge.model_dump(mode="json") for edge in finding.cycle]
+    if properties:
+        res["properties"] = properties
+    return res
+
+
+def notification(error: InputError) -> dict[str, Any]:
+    note: dict[str, Any] = {"level": "error", "message": {"text": error.message}}
+    if error.path:
+        note["locations"] = [
+            {"physicalLocation": physical_location(error.path, error.line, error.col, None, None)}
+        ]
+    return note
+
+
+def as_dict(report: Report) -> dict[str, Any]:
+    from commlint import __version__
+
+    rules = [rule_descriptor(rule) for rule in all_rules().values()]
+    index = {descriptor["id"]: k for k, descriptor in enumerate(rules)}
+    seen: Counter[str] = Counter()
+    results = []
+    for finding in report.findings:
+        if finding.code not in index:
+            index[finding.code] = len(rules)
+            rules.append(_unknown_descriptor(finding))
+        key = fingerprint(finding)
+        results.append(result(finding, index[finding.code], seen[key]))
+        seen[key] += 1
+    invocation: dict[str, Any] = {"executionSuccessful": not report.errors}
+    if report.errors:
+        invocation["toolExecutionNotifications"] = [notification(e) for e in report.errors]
+    return {
+        "$schema": SCHEMA_URI,
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "commlint",
+                        "version": __version__,
+                        "semanticVersion": __version__,
+                        "informationUri": PROJECT_URL,
+                        "rules": rules,
+                    }
+                },
+                "invocations": [invocation],
+                "originalUriBaseIds": {"%SRCROOT%": {"uri": _cwd_uri()}},
+                "columnKind": "unicodeCodePoints",
+                "results": results,
+            }
+        ],
+    }
+
+
+def _cwd_uri() -> str:
+    from pathlib import Path
+
+    uri = Path.cwd().as_uri()
+    return uri if uri.endswith("/") else uri + "/"
+
+
+def write(report: Report, stream: IO[str], options: dict[str, Any]) -> None:
+    json.dump(as_dict(report), stream, indent=2, ensure_ascii=False)
+    stream.write("\n")
