@@ -139,6 +139,21 @@ class Action(BaseModel):
     label: str | None = Field(
         default=None, description="Free text shown in reports (`F3 send_forward`, `grad bucket 2`)."
     )
+    # Nondeterminism (docs/nondeterminism.md): where the issue order is decided at run time.
+    thread: str | None = Field(
+        default=None,
+        description="Host thread that issued the op (name or id); None is the main thread. "
+        "Ops of different threads may interleave in any order between fences.",
+    )
+    stream: str | None = Field(
+        default=None, description="Device stream the op was enqueued on, when known."
+    )
+    bucket: int | None = Field(
+        default=None,
+        description="DDP gradient bucket: the fused all_reduce of bucket k, or an op issued "
+        "from the gradient hook of a parameter in bucket k. Issued when gradients become "
+        "ready, so its position among other bucket ops of its window varies between runs.",
+    )
 
     def numel(self) -> int | None:
         """Element count from `shape`, if known."""
