@@ -46,9 +46,9 @@ def emit(report: Report, args: argparse.Namespace) -> int:
         print(f"commlint: error: {err.one_line()}", file=sys.stderr)
     if args.output_file:
         with open(args.output_file, "w", encoding="utf-8") as fh:
-            write_report(report, args.format, fh)
+            write_report(report, args.format, fh, **getattr(args, "report_options", {}))
     else:
-        write_report(report, args.format, sys.stdout)
+        write_report(report, args.format, sys.stdout, **getattr(args, "report_options", {}))
     code = report.exit_code()
     if code == 1 and args.exit_zero:
         return 0

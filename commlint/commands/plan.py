@@ -9,6 +9,8 @@ from commlint.findings import CommlintInputError, InputError, Report
 from commlint.graph.check import check_trace
 from commlint.plans.io import iter_plan_files, load_trace
 
+INPUT_FORMATS = ("auto", "trace", "fr", "nnscaler", "pipelining-csv", "sketchdlc")
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -27,22 +29,56 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--max-cycles", type=int, default=32, help="elementary cycles to report per trace"
     )
+    p.add_argument(
+        "--input-format",
+        default="auto",
+        choices=INPUT_FORMATS,
+        help="what PATH holds (default auto: by content and name): a plan file or folder of "
+        "them (trace), Flight Recorder dumps (fr), nnScaler gencode{rank}.py files "
+        "(nnscaler), a torch.distributed.pipelining schedule .csv (pipelining-csv), "
+        "SketchDLC trace files (sketchdlc)",
+    )
     add_output_options(p)
     p.set_defaults(func=run)
 
 
+def _inputs(args: argparse.Namespace):
+    """(path, problem, format) for every input; plan folders expand to their files."""
+    from pathlib import Path
+
+    from commlint.plans.importers.detect import detect_format
+
+    fmt = getattr(args, "input_format", "auto")
+    for given in args.paths:
+        if not Path(given).exists():
+            yield given, "no such file or directory", fmt
+            continue
+        kind = detect_format(given) if fmt == "auto" else fmt
+        if kind == "trace":
+            for path, problem in iter_plan_files([given]):
+                yield path, problem, kind
+        else:
+            yield given, None, kind
+
+
 def run(args: argparse.Namespace) -> int:
+    from commlint.plans.importers.detect import load_any
+
     report = Report()
-    for path, problem in iter_plan_files(args.paths):
+    traces = {}  # for reports that draw the traces (html)
+    for path, problem, kind in _inputs(args):
         if problem:
             report.errors.append(InputError(path=path, message=problem))
             continue
         try:
-            loaded = load_trace(path)
+            loaded = load_trace(path) if kind == "trace" else load_any(path, kind)
         except CommlintInputError as exc:
             report.errors.append(exc.error)
             continue
         result = check_trace(loaded.trace, args.model, path, loaded.lines, args.max_cycles)
         report.findings.extend(result.findings)
         report.checked += 1
+        if args.format == "html":
+            traces[path] = loaded.trace
+    args.report_options = {"traces": traces}
     return emit(report, args)
