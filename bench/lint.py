@@ -1,0 +1,263 @@
+"""Benchmark `commlint check` on real distributed-training code, side by side with TorchFix.
+
+    nice -n 10 python bench/lint.py                 # everything (TorchFix takes minutes)
+    python bench/lint.py --packages accelerate      # one package, quicker
+    python bench/lint.py --skip-torchfix            # commlint only (cold and cached)
+
+Downloads (once, `pip download --no-deps`, into bench/_work/, git-ignored) the pinned
+releases of megatron-core, deepspeed, torchtitan and accelerate, unpacks them, and lints
+every `.py` file of them:
+
+- commlint cold: an empty cache directory; commlint cached: the same run again;
+- TorchFix (`torchfix --select ALL`, in its own virtualenv because it pins an older libcst),
+  on the same files, from this same process tree.
+
+Prints files, wall time and files/s per run and the ratios against the goals (commlint cold
+no slower than TorchFix; cached at least 10x faster than TorchFix). A crash (internal error,
+traceback, exit code other than 0/1) on any file fails the benchmark with exit code 1. The
+findings of the cold run are kept in bench/_work/findings.json for docs/real-world.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WORK = ROOT / "bench" / "_work"
+DOWNLOADS = WORK / "dl"
+SOURCES = WORK / "src"
+TORCHFIX_VENV = WORK / "torchfix-venv"
+CACHE = WORK / "commlint-cache"
+FINDINGS = WORK / "findings.json"
+
+# Pinned so that the figures and docs/real-world.md can be reproduced.
+PACKAGES = {
+    "megatron-core": "megatron-core==0.16.1",
+    "deepspeed": "deepspeed==0.19.8",
+    "torchtitan": "torchtitan==0.3.0",
+    "accelerate": "accelerate==1.15.0",
+}
+TORCHFIX = "torchfix==0.7.0"
+
+
+@dataclass
+class Run:
+    tool: str
+    mode: str
+    files: int
+    seconds: float
+    exit_code: int
+    crashed: str = ""
+
+    @property
+    def rate(self) -> float:
+        return self.files / self.seconds if self.seconds else float("inf")
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _archive_for(requirement: str) -> Path | None:
+    name = requirement.split("==")[0].replace("-", "_").lower()
+    version = requirement.split("==")[1]
+    for path in DOWNLOADS.glob("*"):
+        stem = path.name.lower().replace("-", "_")
+        if stem.startswith(f"{name}_{version}") and path.suffix in (".whl", ".gz", ".zip"):
+            return path
+    return None
+
+
+def download(packages: list[str]) -> dict[str, Path]:
+    DOWNLOADS.mkdir(parents=True, exist_ok=True)
+    archives = {}
+    missing = [p for p in packages if _archive_for(PACKAGES[p]) is None]
+    if missing:
+        log(f"downloading {', '.join(PACKAGES[p] for p in missing)} ...")
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(DOWNLOADS)]
+            + [PACKAGES[p] for p in missing],
+            check=True,
+        )
+    for package in packages:
+        archive = _archive_for(PACKAGES[package])
+        if archive is None:
+            raise SystemExit(f"bench: pip download gave no archive for {PACKAGES[package]}")
+        archives[package] = archive
+    return archives
+
+
+def unpack(package: str, archive: Path) -> Path:
+    target = SOURCES / package
+    marker = target / ".unpacked"
+    if marker.exists() and marker.read_text() == archive.name:
+        return target
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    if archive.suffix == ".whl" or archive.suffix == ".zip":
+        with zipfile.ZipFile(archive) as zf:
+            zf.extractall(target)
+    else:
+        with tarfile.open(archive) as tf:
+            tf.extractall(target, filter="data")
+    marker.write_text(archive.name)
+    return target
+
+
+def python_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*.py") if p.is_file())
+
+
+def torchfix_executable() -> Path:
+    exe = TORCHFIX_VENV / "bin" / "torchfix"
+    if not exe.exists():
+        log(f"installing {TORCHFIX} into {TORCHFIX_VENV.relative_to(ROOT)} ...")
+        subprocess.run([sys.executable, "-m", "venv", str(TORCHFIX_VENV)], check=True)
+        subprocess.run(
+            [str(TORCHFIX_VENV / "bin" / "pip"), "install", "--quiet", TORCHFIX], check=True
+        )
+    return exe
+
+
+def crash_in(stderr: str) -> str:
+    for marker in ("Traceback (most recent call last)", "internal error"):
+        if marker in stderr:
+            start = stderr.index(marker)
+            return stderr[start : start + 400]
+    return ""
+
+
+def timed(tool: str, mode: str, command: list[str], n_files: int, ok_codes: set[int]) -> Run:
+    start = time.perf_counter()
+    proc = subprocess.run(command, cwd=WORK, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    crashed = crash_in(proc.stderr)
+    if proc.returncode not in ok_codes and not crashed:
+        crashed = f"exit code {proc.returncode}: {proc.stderr.strip()[-400:]}"
+    return Run(tool, mode, n_files, seconds, proc.returncode, crashed)
+
+
+def commlint_command(files: list[Path], jobs: int, output: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "commlint",
+        "check",
+        "--cache-dir",
+        str(CACHE),
+        "-j",
+        str(jobs),
+        "--format",
+        "json",
+        "--output-file",
+        str(output),
+        *map(str, files),
+    ]
+
+
+def report_findings(output: Path) -> dict:
+    data = json.loads(output.read_text(encoding="utf-8"))
+    return data
+
+
+def print_table(runs: list[Run], baseline: Run | None) -> None:
+    print(f"{'tool':<10} {'mode':<7} {'files':>6} {'wall s':>8} {'files/s':>9} {'vs TorchFix':>12}")
+    for run in runs:
+        ratio = f"{baseline.seconds / run.seconds:>11.1f}x" if baseline and run.seconds else ""
+        print(
+            f"{run.tool:<10} {run.mode:<7} {run.files:>6} {run.seconds:>8.2f} "
+            f"{run.rate:>9.1f} {ratio:>12}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--packages",
+        default=",".join(PACKAGES),
+        help=f"comma-separated subset of {', '.join(PACKAGES)}",
+    )
+    parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--skip-torchfix", action="store_true", help="time commlint only")
+    parser.add_argument("--no-nice", action="store_true", help="do not lower our priority")
+    args = parser.parse_args(argv)
+    packages = [p.strip() for p in args.packages.split(",") if p.strip()]
+    unknown = [p for p in packages if p not in PACKAGES]
+    if unknown:
+        parser.error(f"unknown package(s): {', '.join(unknown)}")
+    if not args.no_nice:
+        os.nice(10)  # the machine is shared
+
+    files: list[Path] = []
+    for package, archive in download(packages).items():
+        found = python_files(unpack(package, archive))
+        log(f"{package}: {archive.name}, {len(found)} .py files")
+        files.extend(found)
+    rel_files = [f.relative_to(WORK) for f in files]
+
+    shutil.rmtree(CACHE, ignore_errors=True)
+    runs = []
+    cached_out = WORK / "findings-cached.json"
+    for mode, output in (("cold", FINDINGS), ("cached", cached_out)):
+        log(f"commlint {mode} on {len(files)} files (-j {args.jobs}) ...")
+        command = commlint_command(rel_files, args.jobs, output)
+        runs.append(timed("commlint", mode, command, len(files), {0, 1}))
+    baseline = None
+    if not args.skip_torchfix:
+        exe = torchfix_executable()
+        log(f"torchfix --select ALL on the same files (-j {args.jobs}) ...")
+        baseline = timed(
+            "torchfix",
+            "cold",
+            [str(exe), "--select", "ALL", "-j", str(args.jobs), *map(str, rel_files)],
+            len(files),
+            {0, 1},
+        )
+        runs.append(baseline)
+
+    print()
+    print(f"packages: {', '.join(PACKAGES[p] for p in packages)}")
+    print_table(runs, baseline)
+    failed = [run for run in runs if run.crashed]
+    for run in failed:
+        print(f"CRASH {run.tool} {run.mode}: {run.crashed}")
+
+    if FINDINGS.exists() and not runs[0].crashed:
+        cold = report_findings(FINDINGS)
+        cached = report_findings(cached_out) if cached_out.exists() else None
+        summary = cold["summary"]
+        print(
+            f"commlint findings: {summary['findings']} ({summary['errors']} errors, "
+            f"{summary['warnings']} warnings), input errors: {summary['input_errors']}; "
+            f"by code: {summary['by_code']}"
+        )
+        if cached is not None and cached["findings"] != cold["findings"]:
+            print("MISMATCH: the cached run reported different findings than the cold run")
+            failed.append(runs[1])
+
+    if baseline and not baseline.crashed:
+        cold_ratio = baseline.seconds / runs[0].seconds
+        cached_ratio = baseline.seconds / runs[1].seconds
+        print(
+            f"cold:   commlint {cold_ratio:.2f}x TorchFix's speed "
+            f"(goal >= 1.0x: {'met' if cold_ratio >= 1.0 else 'NOT met'})"
+        )
+        print(
+            f"cached: commlint {cached_ratio:.1f}x TorchFix's speed "
+            f"(goal >= 10x: {'met' if cached_ratio >= 10.0 else 'NOT met'})"
+        )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
