@@ -51,8 +51,11 @@ def check_trace(
     path: str | None = None,
     lines=None,
     max_cycles: int = 32,
+    reorder: bool = True,
 ) -> TraceCheck:
-    """Run the checker on a validated trace. `model` may be a name, a list, `all` or None."""
+    """Run the checker on a validated trace. `model` may be a name, a list, `all` or None.
+
+    `reorder`: also look for deadlocks under legal reorderings of the trace (CL209)."""
     result = TraceCheck()
     merged: dict[tuple, Finding] = {}
     models = resolve_models(model, trace)
@@ -71,4 +74,8 @@ def check_trace(
         if len(models) > 1 and len(f.models) < len(models):
             f.message += f" [only under: {', '.join(f.models)}]"
         result.findings.append(f)
+    if reorder:
+        from commlint.graph.reorder import potential_deadlocks
+
+        result.findings.extend(potential_deadlocks(trace, models, result.outcomes, path, lines))
     return result
