@@ -62,10 +62,12 @@ def _inputs(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    from commlint.plans.dryrun.merge import check_parts, job_key
     from commlint.plans.importers.detect import load_any
 
     report = Report()
     traces = {}  # for reports that draw the traces (html)
+    partial: dict[tuple, list] = {}
     for path, problem, kind in _inputs(args):
         if problem:
             report.errors.append(InputError(path=path, message=problem))
@@ -75,10 +77,15 @@ def run(args: argparse.Namespace) -> int:
         except CommlintInputError as exc:
             report.errors.append(exc.error)
             continue
+        if job_key(loaded.trace) is not None:  # a part of a dry-run: checked with the others
+            partial.setdefault(job_key(loaded.trace), []).append((path, loaded.trace))
+            continue
         result = check_trace(loaded.trace, args.model, path, loaded.lines, args.max_cycles)
         report.findings.extend(result.findings)
         report.checked += 1
         if args.format == "html":
             traces[path] = loaded.trace
+    for parts in partial.values():
+        check_parts(parts, args, report)
     args.report_options = {"traces": traces}
     return emit(report, args)

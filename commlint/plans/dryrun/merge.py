@@ -1,0 +1,98 @@
+"""Merge per-rank trace files of one dry-run (`commlint run --ranks … --save-trace DIR`).
+
+Each saved file holds some ranks of one job and says so (`meta.partial: true`,
+`meta.recorded_ranks`). Files of the same program, arguments and world size are one job:
+`commlint plan DIR` checks them together. No torch here.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from commlint.findings import CommlintInputError, Finding, InputError, Report
+from commlint.trace import Trace
+
+
+def job_key(trace: Trace) -> tuple | None:
+    """What makes partial traces parts of one job; None for a complete trace."""
+    if not trace.meta.get("partial"):
+        return None
+    return (
+        trace.source,
+        trace.world_size,
+        str(trace.meta.get("program")),
+        str(trace.meta.get("args")),
+    )
+
+
+def merge_partial(traces: list[tuple[str, Trace]]) -> Trace:
+    """One trace from the parts of one job; raises when two parts record the same rank or
+    disagree on a group's members."""
+    first = traces[0][1]
+    merged = Trace(
+        world_size=first.world_size,
+        backend=first.backend,
+        source=first.source,
+        meta={k: v for k, v in first.meta.items() if k not in ("partial", "recorded_ranks")},
+    )
+    owner: dict[int, str] = {}
+    for path, t in traces:
+        for name, members in t.groups.items():
+            known = merged.groups.setdefault(name, members)
+            if known != members:
+                raise CommlintInputError(
+                    f"group '{name}' is {members} here but {known} in another part of this job",
+                    path,
+                )
+        for rank in set(t.ranks) | set(t.ends):
+            if rank in owner:
+                raise CommlintInputError(
+                    f"rank {rank} is recorded both here and in {owner[rank]}", path
+                )
+            owner[rank] = path
+        merged.ranks.update(t.ranks)
+        merged.ends.update(t.ends)
+    missing = [r for r in range(merged.world_size) if r not in owner]
+    if missing:
+        merged.meta["missing_ranks"] = missing
+    return merged
+
+
+def check_parts(parts: list[tuple[str, Trace]], args: Any, report: Report) -> None:
+    """Check the per-rank files of one dry-run as one job (used by `commlint plan`)."""
+    from commlint.graph.check import check_trace
+
+    paths = [p for p, _ in parts]
+    where = os.path.commonpath(paths) if len(paths) > 1 else paths[0]
+    try:
+        trace = merge_partial(parts)
+    except CommlintInputError as exc:
+        report.errors.append(exc.error)
+        return
+    missing = trace.meta.get("missing_ranks")
+    if missing:
+        shown = ", ".join(str(r) for r in missing[:8]) + (" …" if len(missing) > 8 else "")
+        report.errors.append(
+            InputError(
+                path=where,
+                message=f"dry-run traces of ranks {shown} are missing ({len(missing)} of "
+                f"{trace.world_size}); record them before checking the job",
+            )
+        )
+        return
+    result = check_trace(trace, args.model, where, None, args.max_cycles)
+    for f in result.findings:
+        locate_at_site(f)
+    report.findings.extend(result.findings)
+    report.checked += 1
+
+
+def locate_at_site(f: Finding) -> None:
+    """Point a finding at the user's source line (its first action's call site)."""
+    for loc in f.actions:
+        if loc.site and ":" in loc.site:
+            path, _, line = loc.site.rpartition(":")
+            if line.isdigit():
+                f.path, f.line = path, int(line)
+                return
