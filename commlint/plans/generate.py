@@ -1039,58 +1039,83 @@ _DEFAULTS = {
 }
 
 
-def _action(**values: Any) -> Action:
+_new = Action.__new__
+_set = object.__setattr__
+
+
+def _action_from(data: dict[str, Any], fields_set: set[str]) -> Action:
     """An Action without re-validation: the generator only builds valid ones (tested)."""
-    obj = Action.__new__(Action)
-    data = dict(_DEFAULTS)
-    data.update(values)
-    object.__setattr__(obj, "__dict__", data)
-    object.__setattr__(obj, "__pydantic_fields_set__", set(values))
-    object.__setattr__(obj, "__pydantic_extra__", None)
-    object.__setattr__(obj, "__pydantic_private__", None)
+    obj = _new(Action)
+    _set(obj, "__dict__", data)
+    _set(obj, "__pydantic_fields_set__", fields_set)
+    _set(obj, "__pydantic_extra__", None)
+    _set(obj, "__pydantic_private__", None)
     return obj
 
 
-def _instantiate(
-    skeleton: list[SkOp], place: dict[str, tuple[str, list[int], int]], cache: dict
-) -> list[Action]:
+def _action(**values: Any) -> Action:
+    return _action_from({**_DEFAULTS, **values}, set(values))
+
+
+@dataclass
+class _Prepared:
+    """A skeleton with each op's field values resolved except its group and peer."""
+
+    # per op: (kind, peer, prototype dict, fields set, shared Action when rank-independent)
+    ops: list[tuple]
+    cache: dict = field(default_factory=dict)
+
+
+def _prepare(skeleton: list[SkOp]) -> _Prepared:
+    out = []
+    for op, kind, peer, label, handle, handles, batch, tag, is_async, shape, dtype in skeleton:
+        values: dict[str, Any] = {"op": op, "label": label}
+        if handles is not None:
+            values["handles"] = list(handles)
+        if handle is not None:
+            values["handle"] = handle
+        if batch is not None:
+            values["batch"] = batch
+        if tag:
+            values["tag"] = tag
+        if is_async is not None:
+            values["is_async"] = is_async
+        if shape is not None:
+            values["shape"] = list(shape)
+            values["dtype"] = dtype
+        if kind is None:
+            out.append((None, None, None, None, _action(**values)))
+            continue
+        fields_set = set(values) | ({"group", "peer"} if peer is not None else {"group"})
+        out.append((kind, peer, {**_DEFAULTS, **values}, fields_set, None))
+    return _Prepared(out)
+
+
+def _instantiate(prep: _Prepared, place: dict[str, tuple[str, list[int], int]]) -> list[Action]:
     out: list[Action] = []
     append = out.append
-    for i, sk in enumerate(skeleton):
-        op, kind, peer, label, handle, handles, batch, tag, is_async, shape, dtype = sk
-        if kind is None:
-            key = (id(skeleton), i)
-            a = cache.get(key)
-            if a is None:
-                a = cache[key] = _action(op=op, handles=list(handles), label=label)
-            append(a)
+    cache = prep.cache
+    for i, (kind, peer, proto, fields_set, shared) in enumerate(prep.ops):
+        if shared is not None:
+            append(shared)
             continue
         name, members, idx = place[kind]
         if peer is None:
-            g = None
-        elif peer[0] == "pos":
-            g = members[peer[1]]
+            key = (i, name)
+            a = cache.get(key)
+            if a is None:
+                data = proto.copy()
+                data["group"] = name
+                a = cache[key] = _action_from(data, fields_set)
+            append(a)
+            continue
+        data = proto.copy()
+        data["group"] = name
+        if peer[0] == "pos":
+            data["peer"] = members[peer[1]]
         else:
-            g = members[(idx + peer[1]) % len(members)]
-        key = (id(skeleton), i, name, g)
-        a = cache.get(key)
-        if a is None:
-            values: dict[str, Any] = {"op": op, "group": name, "label": label}
-            if g is not None:
-                values["peer"] = g
-            if handle is not None:
-                values["handle"] = handle
-            if batch is not None:
-                values["batch"] = batch
-            if tag:
-                values["tag"] = tag
-            if is_async is not None:
-                values["is_async"] = is_async
-            if shape is not None:
-                values["shape"] = list(shape)
-                values["dtype"] = dtype
-            a = cache[key] = _action(**values)
-        append(a)
+            data["peer"] = members[(idx + peer[1]) % len(members)]
+        append(_action_from(data, fields_set))
     return out
 
 
@@ -1123,9 +1148,8 @@ def _generate(spec: GenerateSpec) -> Trace:
     if lay.pp == 1:
         for r in range(lay.world_size):
             lay.place[r].setdefault("pp", (f"pp_{r}", [r], 0))
-    skeletons: dict[tuple[int, int], list[SkOp]] = {}
+    skeletons: dict[tuple[int, int], _Prepared] = {}
     ranks: dict[int, list[Action]] = {}
-    cache: dict = {}
     for r in range(lay.world_size):
         pos = _pp_position(lay, r)
         n = counts.get(_dp_index(lay, r), base_plan.microbatches)
@@ -1133,8 +1157,9 @@ def _generate(spec: GenerateSpec) -> Trace:
         sk = skeletons.get(key)
         if sk is None:
             plan = base_plan if n == base_plan.microbatches else _pipeline(spec, lay, n)
-            sk = skeletons[key] = _skeleton(opts, lay, plan, pos, plan.steps[pos], fuse_all)
-        ranks[r] = _instantiate(sk, lay.place[r], cache)
+            raw = _skeleton(opts, lay, plan, pos, plan.steps[pos], fuse_all)
+            sk = skeletons[key] = _prepare(raw)
+        ranks[r] = _instantiate(sk, lay.place[r])
     schedule_name = spec.schedule if isinstance(spec.schedule, str) else "csv"
     meta = {
         "generator": "commlint.plans.generate",

@@ -267,15 +267,18 @@ def _check_counts(
         for m in sorted(set(mbs)):
             f = seen.get(("F", stage, m), 0)
             if f != 1:
-                raise CommlintInputError(
-                    f"{source}: stage {stage} runs F for microbatch {m} {f} times (expected once)"
-                )
+                raise CommlintInputError(f"{source}: stage {stage} {_times('F', m, f)}")
             b = seen.get(("B", stage, m), 0) + seen.get(("I", stage, m), 0)
             if b != 1:
                 raise CommlintInputError(
-                    f"{source}: stage {stage} runs the backward (B or I) of microbatch {m} "
-                    f"{b} times (expected once)"
+                    f"{source}: stage {stage} {_times('the backward (B or I)', m, b)}"
                 )
+
+
+def _times(what: str, m: int, count: int) -> str:
+    if count == 0:
+        return f"never runs {what} for microbatch {m} (other stages do; expected once)"
+    return f"runs {what} for microbatch {m} {count} times (expected once)"
 
 
 def dump_csv(steps: dict[int, list[Step]]) -> str:

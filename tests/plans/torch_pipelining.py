@@ -1,0 +1,96 @@
+"""torch.distributed.pipelining's own schedule tools, driven without processes or GPUs.
+
+The schedule classes need stage objects only for their sizes; `_MockStage` carries those.
+Used by the tests that put commlint's verdicts next to torch's `_simulate_comms_compute`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.distributed.pipelining import schedules as ts
+from torch.distributed.pipelining.stage import _PipelineStageBase
+
+from commlint.plans import schedules as sch
+
+
+class _MockStage(_PipelineStageBase):
+    def __init__(self, stage_index: int, num_stages: int, group_size: int, group_rank: int):
+        self.stage_index = stage_index
+        self.num_stages = num_stages
+        self.group_size = group_size
+        self.group_rank = group_rank
+        self.submod = torch.nn.Linear(1, 1)
+        self.stage_index_to_group_rank = {}
+
+    def _create_grad_recv_info(self, *args, **kwargs):
+        return ()
+
+    def _prepare_forward_infra(self, *args, **kwargs):
+        return ()
+
+    def _prepare_backward_infra(self, *args, **kwargs):
+        return ()
+
+
+def pipeline_order(name: str, pp: int, microbatches: int) -> dict[int, list]:
+    """Compute-only `pipeline_order` of a torch schedule class (rank 0's view; all ranks)."""
+    if name == "1f1b":
+        sched = ts.Schedule1F1B(_MockStage(0, pp, pp, 0), n_microbatches=microbatches)
+    elif name == "gpipe":
+        sched = ts.ScheduleGPipe(_MockStage(0, pp, pp, 0), n_microbatches=microbatches)
+    elif name == "interleaved":
+        stages = [_MockStage(0, 2 * pp, pp, 0), _MockStage(pp, 2 * pp, pp, 0)]
+        sched = ts.ScheduleInterleaved1F1B(stages, n_microbatches=microbatches)
+    elif name == "zbv":
+        stages = [_MockStage(0, 2 * pp, pp, 0), _MockStage(2 * pp - 1, 2 * pp, pp, 0)]
+        sched = ts.ScheduleZBVZeroBubble(stages, n_microbatches=microbatches)
+    else:
+        raise ValueError(name)
+    return {r: [a for a in acts if a is not None] for r, acts in sched.pipeline_order.items()}
+
+
+def without_reduce_grad(order: dict[int, list]) -> dict[int, list]:
+    return {
+        r: [a for a in acts if a.computation_type != ts._ComputationType.REDUCE_GRAD]
+        for r, acts in order.items()
+    }
+
+
+def stage_to_rank(name: str, pp: int):
+    if name == "zbv":
+        return lambda s: s if s < pp else 2 * pp - 1 - s
+    return lambda s: s % pp
+
+
+def num_stages(name: str, pp: int) -> int:
+    return 2 * pp if name in ("interleaved", "zbv") else pp
+
+
+def add_send_recv(order: dict[int, list], name: str, pp: int) -> dict[int, list]:
+    return ts._add_send_recv(
+        {r: list(a) for r, a in order.items()}, stage_to_rank(name, pp), num_stages(name, pp)
+    )
+
+
+def simulate(comms: dict[int, list], name: str, pp: int) -> str | None:
+    """None when torch's simulator accepts the schedule, else its error."""
+    try:
+        ts._simulate_comms_compute(
+            {r: list(a) for r, a in comms.items()}, stage_to_rank(name, pp), num_stages(name, pp)
+        )
+    except (ValueError, RuntimeError, AssertionError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def to_csv(order: dict[int, list]) -> str:
+    """The CSV `_load_csv` reads: one row per rank."""
+    return "\n".join(",".join(str(a) for a in order[r]) for r in sorted(order)) + "\n"
+
+
+def parse(text: str) -> ts._Action:
+    return ts._Action.from_str(text)
+
+
+def as_steps(order: dict[int, list]) -> dict[int, list[sch.Step]]:
+    return {r: [sch.parse_action(str(a), "torch") for a in acts] for r, acts in order.items()}
