@@ -1,0 +1,97 @@
+"""`commlint check PATH...`: the static linter (LibCST; never imports or runs the code)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+
+from commlint.commands.common import add_output_options, emit
+from commlint.findings import CommlintInputError, Report
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "check",
+        help="lint Python source for communication deadlocks and hangs",
+        description="Lint Python files (a folder: every *.py in it) for communication bugs "
+        "that hang distributed PyTorch jobs: collectives only some ranks call, early exits, "
+        "wrong groups and roots, send/send cycles, unwaited handles. The code is parsed, "
+        "never imported or run. Settings come from [tool.commlint] in the nearest "
+        "pyproject.toml; flags override them.",
+    )
+    p.add_argument("paths", nargs="*", default=["."], metavar="PATH", help="files or folders")
+    add_output_options(p)
+    if not any("--extend-select" in a.option_strings for a in p._actions):
+        p.add_argument(
+            "--extend-select", help="comma-separated codes or prefixes to add to the selection"
+        )
+    p.add_argument("--statistics", action="store_true", help="print counts per rule only")
+    p.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="parse files in N processes (default: one per CPU when there are many files)",
+    )
+    p.add_argument("--no-cache", action="store_true", help="do not read or write the cache")
+    p.add_argument(
+        "--cache-dir", help="cache folder (default: .commlint_cache next to pyproject.toml)"
+    )
+    p.add_argument(
+        "--diff", metavar="REF", help="report only findings on lines changed since git REF"
+    )
+    p.add_argument("--config", metavar="PYPROJECT", help="use this pyproject.toml")
+    p.set_defaults(func=run)
+
+
+def _codes(spec: str | None) -> list[str] | None:
+    if spec is None:
+        return None
+    return [c.strip().upper() for c in spec.split(",") if c.strip()]
+
+
+def run(args: argparse.Namespace) -> int:
+    from commlint.lint.config import load_config
+    from commlint.lint.engine import LintOptions, lint_paths
+
+    try:
+        config = load_config(args.paths, args.config)
+    except CommlintInputError as exc:
+        print(f"commlint: error: {exc}", file=sys.stderr)
+        return 2
+    if args.jobs < 0:
+        print("commlint: error: -j/--jobs must be >= 0", file=sys.stderr)
+        return 2
+    opts = LintOptions(
+        select=_codes(args.select),
+        ignore=_codes(args.ignore) or [],
+        extend_select=_codes(getattr(args, "extend_select", None)) or [],
+        jobs=args.jobs,
+        cache=not args.no_cache,
+        cache_dir=Path(args.cache_dir) if args.cache_dir else None,
+        diff_ref=args.diff,
+    )
+    report: Report = lint_paths(args.paths, config, opts)
+    # selection is already applied (config + flags, ruff semantics)
+    args.select = None
+    args.ignore = None
+    if args.statistics:
+        return _statistics(report, args)
+    return emit(report, args)
+
+
+def _statistics(report: Report, args: argparse.Namespace) -> int:
+    from commlint.rules import all_rules
+
+    for err in report.errors:
+        print(f"commlint: error: {err.one_line()}", file=sys.stderr)
+    counts = Counter(f.code for f in report.findings)
+    rules = all_rules()
+    width = max((len(str(n)) for n in counts.values()), default=1)
+    for code, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        print(f"{n:>{width}}\t{code}\t{rules[code].name}")
+    code = report.exit_code()
+    return 0 if code == 1 and args.exit_zero else code

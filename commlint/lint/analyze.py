@@ -1,0 +1,392 @@
+"""Interprocedural analysis over every file passed: function summaries and branch comparison.
+
+A function's summary is the sequence of communication tokens it issues (callees inlined,
+group parameters substituted). A branch whose condition can differ between ranks is compared
+arm by arm, projected on each process group (PARCOACH): it matters only when the arms lead
+to different sequences on a group that the condition splits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import PurePath
+
+from commlint.lint.ir import (
+    Branch,
+    CallSite,
+    Comm,
+    Cond,
+    Exit,
+    FileFacts,
+    Function,
+    Loop,
+    Node,
+    Pos,
+    Try,
+)
+from commlint.lint.table import ApiTable
+
+GLOBAL = "global"
+MAX_DEPTH = 8
+
+
+@dataclass(frozen=True)
+class Tok:
+    """One communication step as seen from a function (callees inlined)."""
+
+    cat: str  # coll | create | p2p | alt | loop
+    op: str
+    group: str
+    path: str
+    pos: Pos  # where it happens in the function being analysed (the call or the comm)
+    leaf: str  # the real call and where it is, e.g. "dist.barrier (utils.py:88)"
+    chain: tuple[str, ...] = ()
+    kids: tuple[tuple[Tok, ...], ...] = ()
+    p2p: str | None = None  # send | recv | batch
+    blocking: bool = True
+    peer_dims: frozenset[str] = frozenset()
+
+    def key(self) -> tuple:
+        if self.cat in ("alt", "loop"):
+            return (self.cat, tuple(tuple(t.key() for t in k) for k in self.kids))
+        return (self.cat, self.op, self.group, self.p2p)
+
+    def describe(self) -> str:
+        via = f" via {' → '.join(self.chain)}" if self.chain else ""
+        return f"{self.leaf}{via}"
+
+
+@dataclass
+class RawFinding:
+    code: str
+    message: str
+    path: str
+    pos: Pos
+    fix: str
+    related: list[tuple[str, Pos, str]] = field(default_factory=list)
+
+
+def short(path: str) -> str:
+    return PurePath(path).name
+
+
+def module_name(path: str) -> str:
+    p = PurePath(path)
+    parts = [x for x in p.with_suffix("").parts if x not in ("", ".", "..", "/")]
+    if parts and parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts) or "__main__"
+
+
+class Program:
+    """Every file's facts, with summaries computed on demand."""
+
+    def __init__(self, files: list[FileFacts], table: ApiTable, options: dict | None = None):
+        self.files = [f for f in files if not f.skipped and f.syntax_error is None]
+        self.table = table
+        self.options = options or {}
+        self.functions: dict[str, Function] = {}
+        self.index: dict[str, list[str]] = {}
+        for f in self.files:
+            for key, fn in f.functions.items():
+                self.functions[key] = fn
+                mod_parts = f.module.split(".")
+                for k in range(len(mod_parts)):
+                    name = ".".join(mod_parts[k:]) + "." + fn.qualname
+                    self.index.setdefault(name, []).append(key)
+        self._summary: dict[str, list[Tok]] = {}
+        self._in_progress: set[str] = set()
+        self._node_toks: dict[int, list[Tok]] = {}
+        self._exits: dict[str, tuple[Exit, Cond, tuple[str, ...]] | None] = {}
+        self.group_dims: dict[str, frozenset[str]] = {}
+        for g in table.group_getters.values():
+            if "group" in g:
+                self.group_dims[g["group"]] = frozenset(g.get("dims") or [g["group"]])
+
+    # ------------------------------------------------------------ resolution
+    def resolve(self, site: CallSite) -> Function | None:
+        for cand in site.names:
+            keys = self.index.get(cand)
+            if keys:
+                return self.functions[sorted(keys)[0]]
+        return None
+
+    def returns_rank(self, deps: tuple[str, ...]) -> frozenset[str]:
+        dims: frozenset[str] = frozenset()
+        for d in deps:
+            keys = self.index.get(d)
+            if keys:
+                dims |= self.functions[sorted(keys)[0]].returns_rank
+        return dims
+
+    def effective(self, cond: Cond | None) -> Cond | None:
+        if cond is None:
+            return None
+        if not cond.divergent and cond.deps:
+            dims = self.returns_rank(cond.deps)
+            if dims:
+                return replace(cond, dims=dims, origin=cond.origin or "a helper returns a rank")
+        return cond
+
+    # ------------------------------------------------------------- summaries
+    def summary(self, fn: Function) -> list[Tok]:
+        if fn.key in self._summary:
+            return self._summary[fn.key]
+        if fn.key in self._in_progress or len(self._in_progress) > MAX_DEPTH:
+            return []
+        self._in_progress.add(fn.key)
+        try:
+            toks = self.tokens(fn.body, fn)
+        finally:
+            self._in_progress.discard(fn.key)
+        self._summary[fn.key] = toks
+        return toks
+
+    def tokens(self, nodes: list[Node], fn: Function) -> list[Tok]:
+        out: list[Tok] = []
+        for n in nodes:
+            out.extend(self.node_tokens(n, fn))
+        return out
+
+    def node_tokens(self, n: Node, fn: Function) -> list[Tok]:
+        cached = self._node_toks.get(id(n))
+        if cached is not None:
+            return cached
+        toks = self._node_tokens(n, fn)
+        if not isinstance(n, CallSite) or not self._in_progress:
+            self._node_toks[id(n)] = toks
+        return toks
+
+    def _node_tokens(self, n: Node, fn: Function) -> list[Tok]:
+        if isinstance(n, Comm):
+            return [self.comm_tok(n, fn.path)]
+        if isinstance(n, CallSite):
+            callee = self.resolve(n)
+            if callee is None or callee.key == fn.key:
+                return []
+            inner = self.summary(callee)
+            if not inner:
+                return []
+            mapping = self._group_mapping(n, callee)
+            return [self.rebase(t, n, fn.path, mapping) for t in inner]
+        if isinstance(n, Branch):
+            arms = [self.tokens(a, fn) for a in n.arms]
+            keys = [tuple(t.key() for t in a) for a in arms]
+            if all(k == keys[0] for k in keys):
+                return arms[0]
+            first = next(t for a in arms for t in a)
+            return [
+                Tok(
+                    "alt",
+                    "branch",
+                    "",
+                    fn.path,
+                    first.pos,
+                    first.leaf,
+                    first.chain,
+                    tuple(tuple(a) for a in arms),
+                )
+            ]
+        if isinstance(n, Loop):
+            body = self.tokens(n.body, fn)
+            if not body:
+                return []
+            return [
+                Tok(
+                    "loop",
+                    "loop",
+                    "",
+                    fn.path,
+                    body[0].pos,
+                    body[0].leaf,
+                    body[0].chain,
+                    (tuple(body),),
+                )
+            ]
+        if isinstance(n, Try):
+            return self.tokens(n.body, fn) + self.tokens(n.orelse, fn) + self.tokens(n.final, fn)
+        return []
+
+    def comm_tok(self, c: Comm, path: str) -> Tok:
+        leaf = f"{c.text} ({short(path)}:{c.pos.line})"
+        if c.kind in ("send", "recv", "batch"):
+            return Tok(
+                "p2p",
+                c.op,
+                c.group,
+                path,
+                c.pos,
+                leaf,
+                p2p=c.kind,
+                blocking=c.blocking,
+                peer_dims=c.peer_dims,
+            )
+        cat = "create" if c.kind == "create" else "coll"
+        return Tok(cat, c.op, c.group, path, c.pos, leaf, blocking=c.blocking)
+
+    def _group_mapping(self, site: CallSite, callee: Function) -> dict[str, str]:
+        params = list(callee.params)
+        offset = 1 if params and params[0] in ("self", "cls") else 0
+        mapping: dict[str, str] = {}
+        for k, name in enumerate(params[offset:]):
+            if f"#{k}" in site.group_args:
+                mapping[name] = site.group_args[f"#{k}"]
+            elif name in site.group_args:
+                mapping[name] = site.group_args[name]
+            else:
+                d = callee.param_defaults.get(name)
+                if d is None or d == "None":
+                    mapping[name] = "WORLD"
+                else:
+                    mapping[name] = d
+        return mapping
+
+    def rebase(self, t: Tok, site: CallSite, path: str, mapping: dict[str, str]) -> Tok:
+        group = t.group
+        if group.startswith("param:"):
+            group = mapping.get(group[6:], group)
+        kids = tuple(tuple(self.rebase(k, site, path, mapping) for k in arm) for arm in t.kids)
+        return replace(
+            t, group=group, path=path, pos=site.pos, chain=(f"{site.text}()", *t.chain), kids=kids
+        )
+
+    # ------------------------------------------------------------ projection
+    def groups_of(self, toks: list[Tok] | tuple[Tok, ...]) -> list[str]:
+        seen: dict[str, None] = {}
+        for t in toks:
+            if t.cat in ("coll", "create"):
+                seen.setdefault(self.create_group(t), None)
+            for arm in t.kids:
+                for g in self.groups_of(arm):
+                    seen.setdefault(g, None)
+        return list(seen)
+
+    @staticmethod
+    def create_group(t: Tok) -> str:
+        return t.group
+
+    def project(self, toks, group: str) -> list[Tok]:
+        out: list[Tok] = []
+        for t in toks:
+            if t.cat in ("coll", "create"):
+                if t.group == group:
+                    out.append(t)
+            elif t.cat == "alt":
+                arms = [self.project(a, group) for a in t.kids]
+                keys = [tuple(x.key() for x in a) for a in arms]
+                if all(k == keys[0] for k in keys):
+                    out.extend(arms[0])
+                else:
+                    first = next(x for a in arms for x in a)
+                    out.append(
+                        replace(
+                            t,
+                            kids=tuple(tuple(a) for a in arms),
+                            pos=first.pos,
+                            leaf=first.leaf,
+                            chain=first.chain,
+                        )
+                    )
+            elif t.cat == "loop":
+                body = self.project(t.kids[0], group)
+                if body:
+                    out.append(
+                        replace(
+                            t,
+                            kids=(tuple(body),),
+                            pos=body[0].pos,
+                            leaf=body[0].leaf,
+                            chain=body[0].chain,
+                        )
+                    )
+        return out
+
+    def divergent(self, cond: Cond, group: str) -> bool:
+        if cond.data:
+            return True
+        if not cond.dims:
+            return False
+        if cond.guard and group != "WORLD" and cond.guard in ("*", group):
+            return False
+        if GLOBAL in cond.dims or group == "WORLD":
+            return True
+        gd = self.group_dims.get(group, frozenset({group}))
+        return bool(cond.dims & gd)
+
+    # ------------------------------------------------------------- walking
+    def walk(self, fn: Function) -> Iterator[tuple[Node, list[Cond], list[tuple[str, list[Node]]]]]:
+        """Every node with its enclosing conditions and its continuation frames."""
+        yield from self._walk(fn.body, [], [])
+
+    def _walk(self, nodes, conds, cont):
+        for i, n in enumerate(nodes):
+            here = [("seq", nodes[i + 1 :]), *cont]
+            yield n, conds, here
+            if isinstance(n, Branch):
+                c = self.effective(n.cond)
+                for arm in n.arms:
+                    yield from self._walk(arm, [*conds, c], here)
+            elif isinstance(n, Loop):
+                inner = [*conds, self.effective(n.cond)] if n.cond is not None else conds
+                yield from self._walk(n.body, inner, [("loop", []), *here])
+            elif isinstance(n, Try):
+                after = [("seq", n.orelse + n.final), *here]
+                yield from self._walk(n.body, conds, after)
+                for h in n.handlers:
+                    yield from self._walk(h, conds, [("seq", n.final), *here])
+                yield from self._walk(n.orelse, conds, [("seq", n.final), *here])
+                yield from self._walk(n.final, conds, here)
+
+    def continuation(self, cont, kind: str, fn: Function) -> list[Tok]:
+        out: list[Tok] = []
+        for frame, nodes in cont:
+            if frame == "loop":
+                if kind in ("break", "continue"):
+                    break
+                continue
+            out.extend(self.tokens(nodes, fn))
+        return out
+
+    def all_functions(self) -> Iterator[Function]:
+        for f in self.files:
+            yield from f.functions.values()
+
+
+def cond_related(fn: Function, cond: Cond) -> tuple[str, Pos, str]:
+    why = cond.origin or "its value can differ between ranks"
+    if cond.decorator:
+        msg = f"{why}"
+    elif cond.data and not cond.dims:
+        msg = f"this condition depends on data: {why}"
+    else:
+        msg = f"this condition depends on the rank: {why}"
+    return (fn.path, cond.pos, msg)
+
+
+def arm_label(branch: Branch, k: int) -> str:
+    if branch.kind in ("if", "ternary", "exhaustion"):
+        return f"`{branch.cond.text}` is {'true' if k == 0 else 'false'}"
+    return f"case {k + 1} of `match {branch.cond.text}` applies"
+
+
+def first_difference(arms: list[list[Tok]]) -> tuple[int, int, Tok, Tok | None]:
+    """(index, arm, token, other arm's token at that index) of the first difference."""
+    n = max(len(a) for a in arms)
+    for i in range(n):
+        at = [a[i] if i < len(a) else None for a in arms]
+        keys = {t.key() if t else None for t in at}
+        if len(keys) > 1:
+            k = next(j for j, t in enumerate(at) if t is not None)
+            other = next((t for j, t in enumerate(at) if j != k and t is not None), None)
+            if other is not None and other.key() == at[k].key():
+                other = next((t for t in at if t is not None and t.key() != at[k].key()), None)
+            return i, k, at[k], other
+    raise ValueError("arms do not differ")
+
+
+def leaf_tok(t: Tok) -> Tok:
+    """The first real call inside an alt/loop token."""
+    while t.kids:
+        t = next(x for arm in t.kids for x in arm)
+    return t

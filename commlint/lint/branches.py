@@ -1,0 +1,258 @@
+"""Branch comparison shared by CL101 (rank), CL102 (data), CL103 (early exit), CL108 (groups).
+
+Computed once per program and cached; each rule module picks its own code.
+"""
+
+from __future__ import annotations
+
+from commlint.lint.analyze import (
+    Program,
+    RawFinding,
+    Tok,
+    arm_label,
+    cond_related,
+    first_difference,
+    leaf_tok,
+    short,
+)
+from commlint.lint.ir import Branch, Cond, Exit, Function, Loop
+
+HANG = "they wait there for a partner that never comes, and the job hangs"
+
+
+def branch_findings(program: Program) -> list[RawFinding]:
+    cached = getattr(program, "_branch_findings", None)
+    if cached is not None:
+        return cached
+    out: list[RawFinding] = []
+    for fn in program.all_functions():
+        if fn.rank_guard is not None:
+            out.extend(_guarded_function(program, fn))
+        for node, _conds, cont in program.walk(fn):
+            if isinstance(node, Branch):
+                cond = program.effective(node.cond)
+                if cond is None or not cond.divergent:
+                    continue
+                out.extend(_compare_arms(program, fn, node, cond))
+                out.extend(_early_exits(program, fn, node, cond, cont))
+            elif isinstance(node, Loop) and node.cond is not None:
+                cond = program.effective(node.cond)
+                if cond is not None and cond.divergent:
+                    out.extend(_divergent_loop(program, fn, node, cond))
+    program._branch_findings = out  # type: ignore[attr-defined]
+    return out
+
+
+def _code(cond: Cond, tok: Tok) -> str:
+    if tok.cat == "create":
+        return "CL108"
+    return "CL101" if cond.dims else "CL102"
+
+
+def _subject(node: Branch, k: int, cond: Cond) -> str:
+    """`rank 0` / `ranks where `x` is true` / `ranks whose data makes ...`."""
+    ranks = cond.true_ranks if k == 0 else cond.false_ranks
+    if node.kind == "if" and ranks is not None and len(ranks) <= 4:
+        names = ", ".join(map(str, sorted(ranks)))
+        return f"rank{'s' if len(ranks) > 1 else ''} {names} (`{cond.text}`)"
+    return f"{_who(cond)} where {arm_label(node, k)}"
+
+
+def _who(cond: Cond) -> str:
+    return "ranks" if cond.dims else "ranks whose data makes"
+
+
+def _fix(tok: Tok, group: str, cond: Cond) -> str:
+    t = leaf_tok(tok)
+    if t.cat == "create":
+        return (
+            f"Create the group on every rank, in the same order: move `{t.op}` out of the "
+            f"branch at line {cond.pos.line} (every rank must call new_group for every group, "
+            "even the groups it is not a member of), or pass use_local_synchronization=True."
+        )
+    if cond.dims:
+        return (
+            f"Call {t.op} on every rank of {group}: move it out of the branch at line "
+            f"{cond.pos.line} (or give the other arm the same call) and use the result only "
+            "where it is needed."
+        )
+    return (
+        f"Make the decision identical on every rank before branching: reduce the condition "
+        f"first (e.g. `flag = torch.tensor(cond); dist.all_reduce(flag, op=ReduceOp.MAX)`), "
+        f"then call {t.op} on all ranks or none."
+    )
+
+
+def _compare_arms(program: Program, fn: Function, node: Branch, cond: Cond) -> list[RawFinding]:
+    arms = [program.tokens(a, fn) for a in node.arms]
+    out: list[RawFinding] = []
+    reported: set[tuple] = set()
+    for group in program.groups_of([t for a in arms for t in a]):
+        if not program.divergent(cond, group):
+            continue
+        proj = [program.project(a, group) for a in arms]
+        keys = [tuple(t.key() for t in p) for p in proj]
+        if all(k == keys[0] for k in keys):
+            continue
+        _, k, tok, other = first_difference(proj)
+        where = (tok.path, tok.pos.line, tok.pos.col)
+        if where in reported:
+            continue
+        reported.add(where)
+        real = leaf_tok(tok)
+        gname = "WORLD" if group == "WORLD" else f"group `{group}`"
+        if other is None:
+            rest = (
+                f"the other ranks skip it and block in their next collective on {gname} "
+                f"instead: neither side finds its partner and the job hangs"
+            )
+        else:
+            o = leaf_tok(other)
+            rest = (
+                f"the other ranks call {o.op} at {o.describe()} instead: the calls do not "
+                "match, so both sides hang (or exchange the wrong data)"
+            )
+        kind = "loop" if tok.cat == "loop" and real is not tok else ""
+        what = f"{real.op}{' (in a loop)' if kind else ''}"
+        msg = f"{_subject(node, k, cond)} call {what} on {gname} at {real.describe()}; {rest}"
+        if tok.cat == "create" or real.cat == "create":
+            msg = (
+                f"only ranks where {arm_label(node, k)} create a process group with "
+                f"{real.op} at {real.describe()}; group creation is a collective over the "
+                "parent group, so the ranks that skip it create their next groups under "
+                "different names and every later collective on them hangs"
+            )
+        out.append(
+            RawFinding(
+                code=_code(cond, real),
+                message=msg,
+                path=fn.path,
+                pos=tok.pos,
+                fix=_fix(real, gname, cond),
+                related=[cond_related(fn, cond)],
+            )
+        )
+    return out
+
+
+def _guarded_function(program: Program, fn: Function) -> list[RawFinding]:
+    cond = fn.rank_guard
+    assert cond is not None
+    toks = program.summary(fn)
+    for t in toks:
+        real = leaf_tok(t)
+        if real.cat not in ("coll", "create"):
+            continue
+        return [
+            RawFinding(
+                code="CL108" if real.cat == "create" else "CL101",
+                message=(
+                    f"`{fn.name}` runs on one rank only ({cond.text}) but calls {real.op} at "
+                    f"{real.describe()}; the other ranks never enter it: {HANG}"
+                ),
+                path=fn.path,
+                pos=t.pos,
+                fix=f"Remove {cond.text} from `{fn.name}` and call it on every rank, or move "
+                f"{real.op} out of `{fn.name}` into code that every rank runs.",
+                related=[cond_related(fn, cond)],
+            )
+        ]
+    return []
+
+
+def _divergent_loop(program: Program, fn: Function, node: Loop, cond: Cond) -> list[RawFinding]:
+    body = program.tokens(node.body, fn)
+    for group in program.groups_of(body):
+        if not program.divergent(cond, group):
+            continue
+        proj = program.project(body, group)
+        if not proj:
+            continue
+        real = leaf_tok(proj[0])
+        gname = "WORLD" if group == "WORLD" else f"group `{group}`"
+        return [
+            RawFinding(
+                code=_code(cond, real),
+                message=(
+                    f"the loop at line {node.pos.line} runs a number of times that differs "
+                    f"between ranks (`{cond.text}`) and calls {real.op} on {gname} at "
+                    f"{real.describe()} in every iteration; the ranks with fewer iterations "
+                    f"stop calling it: {HANG}"
+                ),
+                path=fn.path,
+                pos=proj[0].pos,
+                fix=(
+                    "Give every rank the same number of iterations (agree on the count with an "
+                    "all_reduce of the local count, op=MAX or MIN, before the loop, or use "
+                    "DistributedSampler / `join()` for uneven inputs)."
+                ),
+                related=[cond_related(fn, cond)],
+            )
+        ]
+    return []
+
+
+EXIT_WORDS = {
+    "return": "return",
+    "break": "leave the loop",
+    "continue": "skip the rest of the iteration",
+    "raise": "raise",
+    "exit": "exit the process",
+}
+
+
+def _early_exits(program: Program, fn: Function, node: Branch, cond: Cond, cont) -> list:
+    out: list[RawFinding] = []
+    for k, arm in enumerate(node.arms):
+        for i, n in enumerate(arm):
+            if not isinstance(n, Exit):
+                continue
+            skipped = program.continuation(cont, n.kind, fn)
+            if not skipped:
+                break
+            taken = program.tokens(arm[:i], fn)
+            others = [
+                program.tokens(a, fn) + skipped
+                for j, a in enumerate(node.arms)
+                if j != k and not any(isinstance(x, Exit) for x in a)
+            ]
+            if not others:
+                break
+            for group in program.groups_of(skipped):
+                if not program.divergent(cond, group):
+                    continue
+                mine = [t.key() for t in program.project(taken, group)]
+                theirs = program.project(others[0], group)
+                if mine == [t.key() for t in theirs]:
+                    continue
+                missed = program.project(skipped, group)
+                if not missed:
+                    continue
+                real = leaf_tok(missed[0])
+                gname = "WORLD" if group == "WORLD" else f"group `{group}`"
+                verb = EXIT_WORDS.get(n.kind, n.kind)
+                out.append(
+                    RawFinding(
+                        code="CL103",
+                        message=(
+                            f"{_who(cond)} where {arm_label(node, k)} {verb} at line "
+                            f"{n.pos.line} and never reach {real.op} at {real.describe()}, "
+                            f"which the other ranks enter: {HANG} on {gname}"
+                        ),
+                        path=fn.path,
+                        pos=n.pos,
+                        fix=(
+                            f"Let every rank reach {real.op}: agree on the exit first (e.g. "
+                            "all_reduce a stop flag with op=MAX and leave on all ranks "
+                            f"together), or move the {n.kind} after the communication."
+                        ),
+                        related=[cond_related(fn, cond)],
+                    )
+                )
+                break
+            break
+    return out
+
+
+def _fmt_pos(path: str, line: int) -> str:
+    return f"{short(path)}:{line}"

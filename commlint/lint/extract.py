@@ -1,0 +1,1356 @@
+"""LibCST source -> `FileFacts`: per function, the tree of communication it performs.
+
+One pass over each function body, in source order, with a small abstract environment that
+tracks which values depend on the rank (and along which group dimension), on data, which
+values are process groups (and their literal members), meshes, wrapped modules and library
+objects whose methods communicate. Nothing is imported or run.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, replace
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
+
+from commlint.lint.ir import (
+    AsyncFact,
+    Branch,
+    CallSite,
+    Comm,
+    Cond,
+    Exit,
+    FileFacts,
+    Function,
+    Loop,
+    Node,
+    Pos,
+    RootFact,
+    Spawn,
+    Try,
+)
+from commlint.lint.table import ApiTable, CallFact
+
+GLOBAL = "global"
+EXACT_RANK_NAMES = frozenset({"rank", "global_rank", "world_rank", "my_rank", "rank_id"})
+ZERO_NAMES = re.compile(
+    r"(^|_)(is_main_process|is_main|is_master|is_global_zero|is_rank_zero|is_rank_0|main_process)$"
+)
+PURE_BUILTINS = frozenset(
+    [
+        "int",
+        "str",
+        "float",
+        "bool",
+        "abs",
+        "min",
+        "max",
+        "len",
+        "sum",
+        "round",
+        "divmod",
+        "range",
+        "list",
+        "tuple",
+        "sorted",
+        "set",
+        "frozenset",
+        "reversed",
+        "enumerate",
+        "zip",
+        "hash",
+        "format",
+        "repr",
+    ]
+)
+ENV_GETTERS = frozenset({"os.environ.get", "os.getenv", "os.environ.__getitem__"})
+
+
+@dataclass(frozen=True)
+class Val:
+    """What the linter knows about a value."""
+
+    dims: frozenset[str] = frozenset()  # rank dimensions it depends on
+    data: bool = False
+    exact: bool = False  # equals this rank's global rank
+    zero: bool = False  # true exactly on global rank 0
+    origin: str = ""
+    uniform: bool = False  # produced by a collective: equal on every member
+    group: str | None = None  # a process group (its key)
+    members: frozenset[int] | None = None
+    size: int | None = None
+    ints: tuple[int, ...] | None = None  # literal int or list of ints
+    mesh: tuple[tuple[str, ...], tuple[int, ...]] | None = None
+    submesh: str | None = None
+    typ: str | None = None
+    deps: tuple[str, ...] = ()
+    guard: str | None = None
+    group_rank_of: str | None = None
+
+    def tainted(self) -> bool:
+        return bool(self.dims) or self.data
+
+
+CLEAN = Val()
+
+
+def join(*vals: Val) -> Val:
+    """The taint of a value computed from several (`a + b`, `f(a, b)`)."""
+    dims: frozenset[str] = frozenset()
+    data = False
+    origin = ""
+    deps: tuple[str, ...] = ()
+    for v in vals:
+        if v.uniform:
+            continue
+        dims |= v.dims
+        data = data or v.data
+        if not origin and (v.dims or v.data):
+            origin = v.origin
+        deps += v.deps
+    return Val(dims=dims, data=data, origin=origin, deps=deps)
+
+
+def _int(node: cst.BaseExpression) -> int | None:
+    if isinstance(node, cst.Integer):
+        try:
+            return int(node.value, 0)
+        except ValueError:
+            return None
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        v = _int(node.expression)
+        return -v if v is not None else None
+    return None
+
+
+class Extractor:
+    def __init__(self, path: str, module_name: str, source: str, table: ApiTable) -> None:
+        self.path = path
+        self.module_name = module_name
+        self.source = source
+        self.table = table
+        self.facts = FileFacts(path=path, module=module_name, functions={})
+        self.module_env: dict[str, Val] = {}
+        self.class_envs: dict[str, dict[str, Val]] = {}
+        self.lightning_classes: set[str] = set()
+
+    # ---------------------------------------------------------------- entry
+    def run(self) -> FileFacts:
+        module = cst.parse_module(self.source)
+        self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+        self.module = self.wrapper.module
+        self._qn = self.wrapper.resolve(QualifiedNameProvider)
+        self._pos = self.wrapper.resolve(PositionProvider)
+        self.pending: list[tuple] = []
+        self.stmt_line = 1
+        body = self._function_body(
+            key=f"{self.module_name}.<module>",
+            name="<module>",
+            qualname="<module>",
+            stmts=list(module.body),
+            env=self.module_env,
+            class_key=None,
+            fnode=module,
+            params=(),
+            defaults={},
+            rank_guard=None,
+        )
+        del body
+        while self.pending:
+            item = self.pending.pop(0)
+            self._do_function(*item)
+        self.facts.noqa = parse_noqa(self.source)
+        return self.facts
+
+    # ------------------------------------------------------------- helpers
+    def qnames(self, node: cst.CSTNode) -> list[str]:
+        v = self._qn.get(node)
+        if v is None:
+            return []
+        if callable(v):
+            v = v()
+        return sorted(q.name.lstrip(".") for q in v)
+
+    def pos(self, node: cst.CSTNode) -> Pos:
+        r = self._pos[node]
+        return Pos(r.start.line, r.start.column + 1, r.end.line, r.end.column + 1, self.stmt_line)
+
+    def text(self, node: cst.CSTNode) -> str:
+        t = self.module.code_for_node(node)
+        return " ".join(t.split())
+
+    # ----------------------------------------------------------- functions
+    def _queue_function(self, node: cst.FunctionDef, prefix: str, env_parent, class_key) -> None:
+        self.pending.append((node, prefix, env_parent, class_key))
+
+    def _do_function(self, node: cst.FunctionDef, prefix: str, parent_env, class_key) -> None:
+        name = node.name.value
+        qualname = f"{prefix}{name}"
+        env: dict[str, Val]
+        if isinstance(parent_env, _ClassEnv):
+            env = _ClassEnv(self.module_env, parent_env.cls)
+        else:
+            env = dict(parent_env)
+        params: list[str] = []
+        defaults: dict[str, str] = {}
+        p = node.params
+        for param in [*p.posonly_params, *p.params, *p.kwonly_params]:
+            pname = param.name.value
+            params.append(pname)
+            if param.default is not None:
+                defaults[pname] = self.text(param.default)
+            env[pname] = self._name_val(pname, pname) or Val()
+        for star in (p.star_arg, p.star_kwarg):
+            if isinstance(star, cst.Param):
+                env[star.name.value] = CLEAN
+        rank_guard = None
+        for dec in node.decorators:
+            dname = self.text(dec.decorator).split("(")[0]
+            if dname.rsplit(".", 1)[-1] in self.table.rank_zero_decorators:
+                self.stmt_line = self._pos[dec].start.line
+                rank_guard = Cond(
+                    text=f"@{dname}",
+                    pos=self.pos(dec.decorator),
+                    dims=frozenset({GLOBAL}),
+                    origin=f"`@{dname}` runs the function on one rank only",
+                    true_ranks=frozenset({0}),
+                    decorator=True,
+                )
+        self._function_body(
+            key=f"{self.module_name}.{qualname}",
+            name=name,
+            qualname=qualname,
+            stmts=list(node.body.body) if isinstance(node.body, cst.IndentedBlock) else [],
+            env=env,
+            class_key=class_key,
+            fnode=node,
+            params=tuple(params),
+            defaults=defaults,
+            rank_guard=rank_guard,
+        )
+
+    def _function_body(
+        self, *, key, name, qualname, stmts, env, class_key, fnode, params, defaults, rank_guard
+    ) -> Function:
+        saved = (
+            getattr(self, "env", None),
+            getattr(self, "cls", None),
+            getattr(self, "qualprefix", ""),
+            getattr(self, "returns", None),
+            getattr(self, "async_pending", None),
+            getattr(self, "restrict", None),
+            getattr(self, "divergent_depth", 0),
+            getattr(self, "_param_names", set()),
+        )
+        self.env = env
+        self.cls = class_key
+        self.qualprefix = "" if qualname == "<module>" else qualname + ".<locals>."
+        self.returns: list[Val] = []
+        self.async_pending: list[tuple[str, AsyncFact]] = []
+        self.restrict: list[tuple[frozenset[int] | None, frozenset[int] | None, Cond]] = []
+        self.divergent_depth = 0
+        self._param_names = set(params)
+        body = self.block(stmts)
+        func = Function(
+            key=key,
+            name=name,
+            qualname=qualname,
+            path=self.path,
+            pos=self.pos(fnode) if not isinstance(fnode, cst.Module) else Pos(1, 1, 1, 1, 1),
+            params=params,
+            param_defaults=defaults,
+            body=body,
+            rank_guard=rank_guard,
+            returns_rank=frozenset().union(*(v.dims for v in self.returns))
+            if self.returns
+            else frozenset(),
+            class_key=class_key,
+        )
+        if self.async_pending:
+            counts = _name_counts(fnode)
+            for var, fact in self.async_pending:
+                if counts[var] <= 1:
+                    self.facts.async_facts.append(fact)
+        self.facts.functions[key] = func
+        (
+            self.env,
+            self.cls,
+            self.qualprefix,
+            self.returns,
+            self.async_pending,
+            self.restrict,
+            self.divergent_depth,
+            self._param_names,
+        ) = saved
+        return func
+
+    # ---------------------------------------------------------- statements
+    def block(self, stmts) -> list[Node]:
+        out: list[Node] = []
+        saved = getattr(self, "out", None)
+        self.out = out
+        for stmt in stmts:
+            self.statement(stmt)
+        self.out = saved
+        return out
+
+    def emit(self, node: Node) -> None:
+        self.out.append(node)
+
+    def statement(self, stmt: cst.CSTNode) -> None:
+        self.stmt_line = self._pos[stmt].start.line
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                self.small_statement(small)
+            return
+        meth = getattr(self, f"stmt_{type(stmt).__name__}", None)
+        if meth:
+            meth(stmt)
+
+    def small_statement(self, s: cst.CSTNode) -> None:
+        if isinstance(s, cst.Expr):
+            before = len(self.out)
+            self.expr(s.value)
+            if isinstance(s.value, cst.Call):
+                for n in self.out[before:]:
+                    if isinstance(n, Comm) and not n.blocking and n.kind != "create":
+                        self._async_fact(n, "discarded")
+        elif isinstance(s, cst.Assign):
+            before = len(self.out)
+            self._current_target = self.text(s.targets[0].target) if len(s.targets) == 1 else None
+            v = self.expr(s.value)
+            self._current_target = None
+            for t in s.targets:
+                self.bind(t.target, v)
+            self._track_async(s.value, [t.target for t in s.targets], before)
+        elif isinstance(s, cst.AnnAssign) and s.value is not None:
+            before = len(self.out)
+            v = self.expr(s.value)
+            self.bind(s.target, v)
+            self._track_async(s.value, [s.target], before)
+        elif isinstance(s, cst.AugAssign):
+            v = join(self.expr(s.value), self.expr(s.target))
+            self.bind(s.target, v)
+        elif isinstance(s, cst.Return):
+            if s.value is not None:
+                self.returns.append(self.expr(s.value))
+            self.emit(Exit("return", self.pos(s), "return"))
+        elif isinstance(s, cst.Raise):
+            if s.exc is not None:
+                self.expr(s.exc)
+            self.emit(Exit("raise", self.pos(s), self.text(s)))
+        elif isinstance(s, cst.Break):
+            self.emit(Exit("break", self.pos(s), "break"))
+        elif isinstance(s, cst.Continue):
+            self.emit(Exit("continue", self.pos(s), "continue"))
+
+    def _track_async(self, value, targets, before: int) -> None:
+        if not isinstance(value, cst.Call):
+            return
+        comms = [n for n in self.out[before:] if isinstance(n, Comm)]
+        if not comms or comms[-1].blocking or comms[-1].kind == "create":
+            return
+        if len(targets) == 1 and isinstance(targets[0], cst.Name):
+            fact = AsyncFact(comms[-1].op, comms[-1].text, comms[-1].pos, "unused")
+            self.async_pending.append((targets[0].value, fact))
+
+    def _async_fact(self, n: Comm, status: str) -> None:
+        self.facts.async_facts.append(AsyncFact(n.op, n.text, n.pos, status))
+
+    def stmt_FunctionDef(self, node: cst.FunctionDef) -> None:
+        prefix = self.qualprefix
+        if self.cls and not prefix:
+            prefix = self.cls.split(".", 1)[1] + "." if "." in self.cls else ""
+        env = self.env if self.env is not self.module_env else self.module_env
+        self._queue_function(node, prefix, env, self.cls)
+
+    def stmt_ClassDef(self, node: cst.ClassDef) -> None:
+        qual = f"{self.qualprefix}{node.name.value}"
+        class_key = f"{self.module_name}.{qual}"
+        cenv = self.class_envs.setdefault(class_key, {})
+        for base in node.bases:
+            for q in self.qnames(base.value):
+                typ = self.table.module_base(q)
+                if typ:
+                    self.lightning_classes.add(class_key)
+            if self.text(base.value).rsplit(".", 1)[-1] == "LightningModule":
+                self.lightning_classes.add(class_key)
+        methods = (
+            [s for s in node.body.body if isinstance(s, cst.FunctionDef)]
+            if isinstance(node.body, cst.IndentedBlock)
+            else []
+        )
+        methods.sort(key=lambda f: f.name.value not in ("__init__", "setup"))
+        env = dict(self.module_env)
+        env["__class_env__"] = CLEAN
+        for m in methods:
+            self.pending.append((m, qual + ".", _ClassEnv(env, cenv), class_key))
+
+    def stmt_If(self, node: cst.If) -> None:
+        cond = self.cond(node.test)
+        arms: list[list[Node]] = []
+        arms.append(self.arm(node.body.body, cond, True))
+        if node.orelse is None:
+            arms.append([])
+        elif isinstance(node.orelse, cst.If):
+            self._enter(cond, False)
+            arms.append(self.block([node.orelse]))
+            self._leave(cond)
+        else:
+            arms.append(self.arm(node.orelse.body.body, cond, False))
+        self.emit(Branch(cond, arms, self.pos(node.test), "if"))
+
+    def arm(self, stmts, cond: Cond, truth: bool | None) -> list[Node]:
+        self._enter(cond, truth)
+        try:
+            return self.block(stmts)
+        finally:
+            self._leave(cond)
+
+    def _enter(self, cond: Cond, truth: bool | None) -> None:
+        if truth is True:
+            self.restrict.append((cond.true_ranks, cond.false_ranks, cond))
+        elif truth is False:
+            self.restrict.append((cond.false_ranks, cond.true_ranks, cond))
+        else:
+            self.restrict.append((None, None, cond))
+        if cond.divergent:
+            self.divergent_depth += 1
+
+    def _leave(self, cond: Cond) -> None:
+        self.restrict.pop()
+        if cond.divergent:
+            self.divergent_depth -= 1
+
+    def stmt_Match(self, node: cst.Match) -> None:
+        v = self.expr(node.subject)
+        cond = self._cond_from_val(node.subject, v)
+        arms = [self.arm(case.body.body, cond, None) for case in node.cases]
+        if not any(
+            isinstance(c.pattern, cst.MatchAs) and c.pattern.pattern is None for c in node.cases
+        ):
+            arms.append([])
+        self.emit(Branch(cond, arms, self.pos(node.subject), "match"))
+
+    def stmt_For(self, node: cst.For) -> None:
+        it = self.expr(node.iter)
+        self.bind(node.target, it)
+        cond = self._cond_from_val(node.iter, it) if it.tainted() else None
+        if cond is not None:
+            self._enter(cond, None)
+        body = self.block(node.body.body)
+        if cond is not None:
+            self._leave(cond)
+        self.emit(Loop(cond, body, self.pos(node.iter), "for"))
+        if node.orelse is not None:
+            for n in self.block(node.orelse.body.body):
+                self.emit(n)
+
+    def stmt_While(self, node: cst.While) -> None:
+        c = self.cond(node.test)
+        cond = c if c.divergent else None
+        if cond is not None:
+            self._enter(cond, None)
+        body = self.block(node.body.body)
+        if cond is not None:
+            self._leave(cond)
+        self.emit(Loop(cond, body, self.pos(node.test), "while"))
+
+    def stmt_With(self, node: cst.With) -> None:
+        for item in node.items:
+            v = self.expr(item.item)
+            if item.asname is not None:
+                self.bind(item.asname.name, v)
+        for n in self.block(node.body.body):
+            self.emit(n)
+
+    def stmt_Try(self, node: cst.Try) -> None:
+        body = self.block(node.body.body)
+        handlers: list[list[Node]] = []
+        for h in node.handlers:
+            if h.name is not None:
+                self.bind(h.name.name, CLEAN)
+            hbody = self.block(h.body.body)
+            exc = self.text(h.type) if h.type is not None else ""
+            if "StopIteration" in exc:
+                cond = Cond(
+                    text=f"except {exc}",
+                    pos=self.pos(h),
+                    data=True,
+                    origin="the iterator is exhausted after a number of items that can "
+                    "differ between ranks",
+                )
+                body.append(Branch(cond, [hbody, []], self.pos(h), "exhaustion"))
+            else:
+                handlers.append(hbody)
+        orelse = self.block(node.orelse.body.body) if node.orelse else []
+        final = self.block(node.finalbody.body.body) if node.finalbody else []
+        self.emit(Try(body, handlers, orelse, final, self.pos(node)))
+
+    # ----------------------------------------------------------- binding
+    def bind(self, target: cst.BaseExpression, v: Val) -> None:
+        if isinstance(target, cst.Name):
+            self.env[target.value] = v
+        elif isinstance(target, cst.Attribute):
+            key = self.text(target)
+            if key.startswith("self.") and isinstance(self.env, _ClassEnv):
+                self.env.cls[key] = v
+            self.env[key] = v
+        elif isinstance(target, cst.Tuple | cst.List):
+            for k, el in enumerate(target.elements):
+                if isinstance(el, cst.Element):
+                    sub = v
+                    if v.typ and k > 0:
+                        sub = replace(v, typ=None)
+                    self.bind(el.value, sub)
+        elif isinstance(target, cst.Subscript):
+            self.expr(target.value)
+
+    def lookup(self, key: str) -> Val | None:
+        return self.env.get(key)
+
+    def _name_val(self, name: str, text: str) -> Val | None:
+        if name in self.table.rank_attributes or name in self.table.rank_helpers:
+            exact = name in EXACT_RANK_NAMES
+            return Val(
+                dims=frozenset({GLOBAL}),
+                exact=exact,
+                zero=bool(ZERO_NAMES.search(name)) and "local" not in name,
+                origin=f"`{text}` names a rank",
+            )
+        return None
+
+    # ----------------------------------------------------------- conditions
+    def cond(self, test: cst.BaseExpression) -> Cond:
+        v = self.expr(test)
+        return self._cond_from_val(test, v)
+
+    def _cond_from_val(self, node: cst.BaseExpression, v: Val) -> Cond:
+        true_ranks, false_ranks = self.rank_sets(node)
+        return Cond(
+            text=self.text(node)[:80],
+            pos=self.pos(node),
+            dims=v.dims,
+            data=v.data and not v.uniform,
+            origin=v.origin,
+            guard=v.guard,
+            true_ranks=true_ranks,
+            false_ranks=false_ranks,
+            deps=v.deps,
+        )
+
+    def rank_sets(self, node) -> tuple[frozenset[int] | None, frozenset[int] | None]:
+        """Global ranks for which `node` is true / false, when a finite set is evident."""
+        if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not):
+            t, f = self.rank_sets(node.expression)
+            return f, t
+        if isinstance(node, cst.BooleanOperation):
+            lt, lf = self.rank_sets(node.left)
+            rt, rf = self.rank_sets(node.right)
+            if isinstance(node.operator, cst.And):
+                t = lt & rt if lt is not None and rt is not None else (lt if lt is not None else rt)
+                f = lf | rf if lf is not None and rf is not None else None
+            else:
+                t = lt | rt if lt is not None and rt is not None else None
+                f = lf & rf if lf is not None and rf is not None else (lf if lf is not None else rf)
+            return t, f
+        if isinstance(node, cst.Comparison) and len(node.comparisons) == 1:
+            left, comp = node.left, node.comparisons[0]
+            right, op = comp.comparator, comp.operator
+            lv = self._peek(left)
+            rv = self._peek(right)
+            if not (lv.exact and GLOBAL in lv.dims) and rv.exact and GLOBAL in rv.dims:
+                left, right, lv, rv = right, left, rv, lv
+                op = _flip(op)
+            if not (lv.exact and GLOBAL in lv.dims):
+                return None, None
+            k = _int(right)
+            lits = self._literal_ints(right)
+            if isinstance(op, cst.Equal) and k is not None:
+                return frozenset({k}), None
+            if isinstance(op, cst.NotEqual) and k is not None:
+                return None, frozenset({k})
+            if isinstance(op, cst.In) and lits is not None:
+                return frozenset(lits), None
+            if isinstance(op, cst.NotIn) and lits is not None:
+                return None, frozenset(lits)
+            if isinstance(op, cst.LessThan) and k is not None and 0 < k <= 4096:
+                return frozenset(range(k)), None
+            if isinstance(op, cst.LessThanEqual) and k is not None and 0 <= k < 4096:
+                return frozenset(range(k + 1)), None
+            if isinstance(op, cst.GreaterThanEqual) and k is not None and 0 < k <= 4096:
+                return None, frozenset(range(k))
+            if isinstance(op, cst.GreaterThan) and k is not None and 0 <= k < 4096:
+                return None, frozenset(range(k + 1))
+            return None, None
+        v = self._peek(node)
+        if v.zero:
+            return frozenset({0}), None
+        return None, None
+
+    def _peek(self, node) -> Val:
+        """The value of an expression already evaluated (no new communication recorded)."""
+        saved = self.out
+        self.out = []
+        try:
+            return self.expr(node)
+        finally:
+            self.out = saved
+
+    def _literal_ints(self, node) -> tuple[int, ...] | None:
+        v = self._peek(node)
+        return v.ints
+
+    # ----------------------------------------------------------- expressions
+    def expr(self, node: cst.BaseExpression | None) -> Val:
+        if node is None:
+            return CLEAN
+        meth = getattr(self, f"ex_{type(node).__name__}", None)
+        if meth is not None:
+            return meth(node)
+        vals = [self.expr(c) for c in node.children if isinstance(c, cst.BaseExpression)]
+        return join(*vals) if vals else CLEAN
+
+    def ex_Integer(self, node: cst.Integer) -> Val:
+        k = _int(node)
+        return Val(ints=(k,)) if k is not None else CLEAN
+
+    def ex_UnaryOperation(self, node: cst.UnaryOperation) -> Val:
+        k = _int(node)
+        if k is not None:
+            return Val(ints=(k,))
+        v = self.expr(node.expression)
+        if isinstance(node.operator, cst.Not):
+            return replace(join(v), zero=False, guard=v.guard)
+        return join(v)
+
+    def ex_Name(self, node: cst.Name) -> Val:
+        v = self.lookup(node.value)
+        if v is not None:
+            return v
+        for q in self.qnames(node):
+            g = self.table.group_getter(q)
+            if g:
+                return Val(group=g["group"])
+        return self._name_val(node.value, node.value) or CLEAN
+
+    def ex_Attribute(self, node: cst.Attribute) -> Val:
+        key = self.text(node)
+        v = self.lookup(key)
+        if v is not None:
+            return v
+        for q in self.qnames(node):
+            g = self.table.group_getter(q)
+            if g:
+                return Val(group=g["group"])
+        base = self.expr(node.value)
+        attr = node.attr.value
+        if base.mesh is not None and attr in ("shape", "ndim", "mesh_dim_names"):
+            return CLEAN
+        nv = self._name_val(attr, key)
+        if nv is not None:
+            return nv
+        if base.uniform:
+            return base
+        return join(base)
+
+    def ex_Subscript(self, node: cst.Subscript) -> Val:
+        key = self.text(node)
+        env_name = _env_key(key)
+        if env_name is not None:
+            return self._env_val(env_name, key)
+        base = self.expr(node.value)
+        idx = [self.expr(s.slice.value) for s in node.slice if isinstance(s.slice, cst.Index)]
+        if base.mesh is not None and len(node.slice) == 1:
+            sl = node.slice[0].slice
+            if isinstance(sl, cst.Index) and isinstance(sl.value, cst.SimpleString):
+                dim = sl.value.evaluated_value
+                return Val(mesh=base.mesh, submesh=str(dim))
+        if base.ints is not None and idx and idx[0].ints and len(idx[0].ints) == 1:
+            i = idx[0].ints[0]
+            if -len(base.ints) <= i < len(base.ints):
+                return Val(ints=(base.ints[i],))
+        if base.uniform:
+            return base
+        return join(base, *idx)
+
+    def _env_val(self, name: str, text: str) -> Val:
+        if name in self.table.rank_env:
+            return Val(
+                dims=frozenset({GLOBAL}),
+                exact=name == "RANK",
+                origin=f"`{text}` is the launcher's {name}",
+            )
+        return CLEAN
+
+    def ex_List(self, node) -> Val:
+        vals = [self.expr(e.value) for e in node.elements if isinstance(e, cst.Element)]
+        if vals and all(v.ints is not None and len(v.ints) == 1 for v in vals):
+            return Val(ints=tuple(v.ints[0] for v in vals))
+        if vals and all(v.group for v in vals):
+            return Val(typ="group-list")
+        return join(*vals) if vals else Val(ints=())
+
+    ex_Tuple = ex_List
+    ex_Set = ex_List
+
+    def ex_Comparison(self, node: cst.Comparison) -> Val:
+        left = self.expr(node.left)
+        vals = [left]
+        guard = None
+        for comp in node.comparisons:
+            right = self.expr(comp.comparator)
+            vals.append(right)
+            if isinstance(comp.operator, cst.In) and left.dims:
+                guard = "*"
+        v = join(*vals)
+        return replace(v, guard=guard or next((x.guard for x in vals if x.guard), None))
+
+    def ex_BooleanOperation(self, node) -> Val:
+        a, b = self.expr(node.left), self.expr(node.right)
+        v = join(a, b)
+        return replace(v, guard=a.guard or b.guard)
+
+    def ex_IfExp(self, node: cst.IfExp) -> Val:
+        cond = self.cond(node.test)
+        body_out: list[Node] = []
+        else_out: list[Node] = []
+        saved = self.out
+        self._enter(cond, True)
+        self.out = body_out
+        a = self.expr(node.body)
+        self._leave(cond)
+        self._enter(cond, False)
+        self.out = else_out
+        b = self.expr(node.orelse)
+        self._leave(cond)
+        self.out = saved
+        if body_out or else_out:
+            self.emit(Branch(cond, [body_out, else_out], self.pos(node.test), "ternary"))
+        v = join(a, b, self._peek(node.test))
+        if a.group and a.group == b.group:
+            return a
+        return v
+
+    def ex_Lambda(self, node) -> Val:
+        return CLEAN
+
+    def ex_SimpleString(self, node) -> Val:
+        return CLEAN
+
+    def ex_FormattedString(self, node) -> Val:
+        vals = [
+            self.expr(p.expression)
+            for p in node.parts
+            if isinstance(p, cst.FormattedStringExpression)
+        ]
+        return join(*vals) if vals else CLEAN
+
+    def _comprehension(self, node) -> Val:
+        fors = []
+        f = node.for_in
+        vals = []
+        while f is not None:
+            it = self.expr(f.iter)
+            self.bind(f.target, it)
+            vals.append(it)
+            fors.append(f)
+            for cond in f.ifs:
+                vals.append(self.expr(cond.test))
+            f = f.inner_for_in
+        saved = self.out
+        body: list[Node] = []
+        self.out = body
+        if isinstance(node, cst.DictComp):
+            self.expr(node.key)
+            vals.append(self.expr(node.value))
+        else:
+            vals.append(self.expr(node.elt))
+        self.out = saved
+        if body:
+            it = join(*vals[:1])
+            cond = self._cond_from_val(fors[0].iter, it) if it.tainted() else None
+            self.emit(Loop(cond, body, self.pos(fors[0].iter), "comprehension"))
+        v = join(*vals)
+        if isinstance(node, cst.ListComp | cst.GeneratorExp) and not v.tainted():
+            elt = self._peek(node.elt) if not isinstance(node, cst.DictComp) else CLEAN
+            if elt.group:
+                return Val(typ="group-list")
+        return v
+
+    ex_ListComp = _comprehension
+    ex_SetComp = _comprehension
+    ex_GeneratorExp = _comprehension
+    ex_DictComp = _comprehension
+
+    # ----------------------------------------------------------------- calls
+    def ex_Call(self, node: cst.Call) -> Val:
+        func = node.func
+        names = self.qnames(func)
+        recv_val: Val | None = None
+        if isinstance(func, cst.Attribute):
+            recv_val = self.expr(func.value)
+        elif not isinstance(func, cst.Name):
+            recv_val = self.expr(func)
+        args = [self.expr(a.value) for a in node.args]
+        callee_text = self.text(func)
+        last = callee_text.rsplit(".", 1)[-1]
+
+        # os.environ.get("RANK") / os.getenv("RANK")
+        if any(q in ENV_GETTERS for q in names) and node.args:
+            a0 = node.args[0].value
+            if isinstance(a0, cst.SimpleString):
+                return self._env_val(str(a0.evaluated_value), self.text(node))
+        for q in names:
+            if q in self.table.exit_calls or q in ("builtins.exit", "builtins.quit"):
+                self.emit(Exit("exit", self.pos(node), self.text(node)[:60]))
+                return CLEAN
+        for q in names:
+            fact = self.table.call(q)
+            if fact is not None:
+                return self.comm_call(node, fact, args, callee_text)
+        for q in names:
+            g = self.table.group_getter(q)
+            if g:
+                return Val(group=g["group"])
+        for q in names:
+            rs = self.table.rank_source(q)
+            if rs:
+                return self.rank_source_val(node, rs, args, callee_text)
+        for q in names:
+            w = self.table.wrapper(q)
+            if w:
+                grp = self._group_arg(node, _spec(w.get("group")))
+                typ = f"wrapped:{w['op']}:{grp[0]}"
+                if "in_place" in w and node.args:
+                    target = node.args[int(w["in_place"])].value
+                    self.bind(target, Val(typ=typ))
+                return Val(typ=typ)
+        for q in names:
+            typ = self.table.constructor(q)
+            if typ:
+                return Val(typ=typ)
+        for q in names:
+            if self.table.in_set(self.table.thread_spawners, q):
+                return self.spawn(node, "a thread", _kwarg(node, "target", 1))
+        for q in names:
+            if self.table.in_set(self.table.data_sources, q):
+                return Val(data=True, origin=f"`{self.text(node)[:40]}` differs between ranks")
+        if any(q.startswith("builtins.") for q in names) or (not names and last in PURE_BUILTINS):
+            if last in PURE_BUILTINS:
+                v = join(*args)
+                if last in ("range", "list", "tuple", "sorted", "set") and args:
+                    ints = self._range_ints(node, args)
+                    if ints is not None:
+                        return Val(ints=ints)
+                    if args[0].ints is not None:
+                        return Val(ints=args[0].ints)
+                if last in ("int", "bool", "str") and args:
+                    return replace(v, exact=args[0].exact, zero=args[0].zero)
+                if last == "next" and len(node.args) == 1:
+                    return Val(data=True, origin="`next()` without default")
+                return v
+            return CLEAN
+
+        # methods, by receiver
+        if isinstance(func, cst.Attribute) and recv_val is not None:
+            res = self.method_call(node, func, recv_val, args, callee_text)
+            if res is not None:
+                return res
+        if recv_val is not None and recv_val.typ and recv_val.typ.startswith("wrapped:"):
+            _, op, grp = recv_val.typ.split(":", 2)
+            return self._emit_comm(
+                node, CallFact(name=op, kind="collective", op=op), grp, callee_text, via=op
+            )
+        if isinstance(func, cst.Name):
+            v = self.lookup(func.value)
+            if v is not None and v.typ and v.typ.startswith("wrapped:"):
+                _, op, grp = v.typ.split(":", 2)
+                return self._emit_comm(
+                    node, CallFact(name=op, kind="collective", op=op), grp, callee_text, via=op
+                )
+        if last in self.table.rank_helpers:
+            return Val(
+                dims=frozenset({GLOBAL}),
+                zero=bool(ZERO_NAMES.search(last)) and "local" not in last,
+                origin=f"`{self.text(node)[:40]}` depends on the rank",
+            )
+        # a call of a project function
+        site = self.callsite(node, names, callee_text)
+        data = any(a.data and not a.uniform for a in args)
+        if site is None:
+            return Val(data=data, origin=next((a.origin for a in args if a.data), ""))
+        self.emit(site)
+        return Val(data=data, deps=site.names, origin=next((a.origin for a in args if a.data), ""))
+
+    def _range_ints(self, node: cst.Call, args: list[Val]) -> tuple[int, ...] | None:
+        last = self.text(node.func).rsplit(".", 1)[-1]
+        if last != "range":
+            return None
+        nums = [a.ints[0] if a.ints and len(a.ints) == 1 else None for a in args]
+        if None in nums or not 1 <= len(nums) <= 3:
+            return None
+        r = range(*nums)
+        return tuple(r) if len(r) <= 65536 else None
+
+    def callsite(self, node: cst.Call, names: list[str], text: str) -> CallSite | None:
+        cands: list[str] = []
+        func = node.func
+        if (
+            isinstance(func, cst.Attribute)
+            and isinstance(func.value, cst.Name)
+            and func.value.value in ("self", "cls")
+            and self.cls
+        ):
+            cands.append(f"{self.cls}.{func.attr.value}")
+        for q in names:
+            if q.startswith("builtins."):
+                return None
+            if ".<locals>.self." in q or q.startswith("self."):
+                continue
+            if "<locals>" in q:
+                q = q.split(".<locals>.")[-1]
+            cands.append(q)
+            if "." not in q:
+                cands.append(f"{self.module_name}.{self.qualprefix}{q}")
+                cands.append(f"{self.module_name}.{q}")
+        if not cands:
+            if isinstance(func, cst.Name):
+                cands.append(f"{self.module_name}.{func.value}")
+            elif isinstance(func, cst.Attribute):
+                return None
+        group_args: dict[str, str] = {}
+        for k, a in enumerate(node.args):
+            v = self._peek(a.value)
+            gkey = v.group or None
+            if gkey is None:
+                continue
+            if a.keyword is not None:
+                group_args[a.keyword.value] = gkey
+            else:
+                group_args[f"#{k}"] = gkey
+        return CallSite(tuple(dict.fromkeys(cands)), text, self.pos(node), group_args)
+
+    def spawn(self, node: cst.Call, how: str, target: cst.BaseExpression | None) -> Val:
+        if target is None:
+            return CLEAN
+        saved = self.out
+        tmp: list[Node] = []
+        self.out = tmp
+        fake = cst.Call(func=target, args=[])
+        names = self.qnames(target)
+        for q in names:
+            fact = self.table.call(q)
+            if fact is not None:
+                self.out = saved
+                comm = Comm(
+                    kind=fact.kind,
+                    op=fact.op,
+                    group="WORLD",
+                    text=self.text(target),
+                    pos=self.pos(target),
+                )
+                self.emit(Spawn(comm, how, self.pos(node)))
+                return CLEAN
+        site = self.callsite_from(target, names)
+        self.out = saved
+        del fake, tmp
+        if site is not None:
+            self.emit(Spawn(site, how, self.pos(node)))
+        return CLEAN
+
+    def callsite_from(self, target, names) -> CallSite | None:
+        cands: list[str] = []
+        if (
+            isinstance(target, cst.Attribute)
+            and isinstance(target.value, cst.Name)
+            and target.value.value == "self"
+            and self.cls
+        ):
+            cands.append(f"{self.cls}.{target.attr.value}")
+        for q in names:
+            if "<locals>" in q:
+                q = q.split(".<locals>.")[-1]
+            if q.startswith("self.") or q.startswith("builtins."):
+                continue
+            cands.append(q)
+            if "." not in q:
+                cands.append(f"{self.module_name}.{self.qualprefix}{q}")
+                cands.append(f"{self.module_name}.{q}")
+        if not cands:
+            return None
+        return CallSite(tuple(dict.fromkeys(cands)), self.text(target), self.pos(target))
+
+    def method_call(self, node, func: cst.Attribute, recv: Val, args, text) -> Val | None:
+        meth = func.attr.value
+        recv_text = self.text(func.value)
+        # process groups, meshes
+        if recv.mesh is not None:
+            dim = None
+            if node.args:
+                a0 = node.args[0].value
+                if isinstance(a0, cst.SimpleString):
+                    dim = str(a0.evaluated_value)
+                elif isinstance(a0, cst.Integer) and recv.mesh[0]:
+                    i = _int(a0)
+                    if i is not None and 0 <= i < len(recv.mesh[0]):
+                        dim = recv.mesh[0][i]
+            dim = dim or recv.submesh
+            if dim is None and recv.mesh[0] and len(recv.mesh[0]) == 1:
+                dim = recv.mesh[0][0]
+            size = None
+            if dim and dim in recv.mesh[0]:
+                i = recv.mesh[0].index(dim)
+                if i < len(recv.mesh[1]):
+                    size = recv.mesh[1][i]
+            key = f"mesh:{dim}" if dim else "mesh:?"
+            if meth == "get_group":
+                return Val(group=key, size=size)
+            if meth in ("get_local_rank", "get_coordinate"):
+                return Val(
+                    dims=frozenset({key}),
+                    origin=f"`{self.text(node)[:40]}` is the rank within the mesh dimension",
+                    group_rank_of=key,
+                )
+            if meth == "get_rank":
+                return Val(dims=frozenset({GLOBAL}), exact=True, origin=f"`{self.text(node)}`")
+            if meth in ("size",):
+                return CLEAN
+        if recv.group is not None:
+            if meth == "rank":
+                return Val(
+                    dims=frozenset({recv.group}),
+                    origin=f"`{self.text(node)[:40]}` is the rank within the group",
+                    group_rank_of=recv.group,
+                )
+            if meth == "size":
+                return Val(ints=(recv.size,)) if recv.size else CLEAN
+        typ = recv.typ
+        if typ is None:
+            rt = recv_text
+            typ = self.table.receivers.get(rt) or self.table.receivers.get(rt.rsplit(".", 1)[-1])
+            if typ is None and rt == "self" and self.cls in self.lightning_classes:
+                typ = "lightning.LightningModule"
+        if typ and typ in self.table.methods:
+            fact = self.table.methods[typ].get(meth)
+            if fact is not None:
+                if fact.when_kw:
+                    kw = _kwarg(node, fact.when_kw, None)
+                    if kw is None or (isinstance(kw, cst.Name) and kw.value == "False"):
+                        return CLEAN
+                v = self._emit_comm(node, fact, "WORLD", text, via=f"{recv_text}.{meth}")
+                return v
+        if meth in self.table.executor_methods and node.args:
+            low = recv_text.lower()
+            if "executor" in low or "pool" in low or typ == "executor":
+                return self.spawn(node, "an executor", node.args[0].value)
+        if meth in self.table.data_methods and not node.args:
+            if recv.uniform:
+                return recv
+            return Val(
+                data=True,
+                dims=recv.dims,
+                exact=recv.exact,
+                origin=recv.origin or f"`{self.text(node)[:40]}` is this rank's data",
+            )
+        if meth == "wait":
+            return CLEAN
+        if meth in ("start", "join", "result") and recv.typ is None:
+            return None
+        if recv.tainted() and not recv.uniform:
+            return join(recv, *args)
+        return None
+
+    def rank_source_val(self, node, rs, args, text) -> Val:
+        dims = frozenset(rs.get("dims", [GLOBAL]))
+        grp_of = None
+        if "group" in rs:
+            spec = _spec(rs["group"])
+            gkey, given = self._group_arg(node, spec)
+            if given and gkey != "WORLD":
+                dims = frozenset({gkey})
+                grp_of = gkey
+            elif "group" in dims:
+                dims = frozenset({GLOBAL})
+        exact = bool(rs.get("exact")) and grp_of is None
+        guard = rs.get("guard")
+        for d in dims:
+            if d != GLOBAL and grp_of is None:
+                grp_of = d
+        return Val(
+            dims=dims,
+            exact=exact,
+            origin=f"`{self.text(node)[:50]}` is {'the rank' if exact else 'rank-dependent'}",
+            guard=guard,
+            group_rank_of=grp_of if not exact else None,
+        )
+
+    def _group_arg(self, node: cst.Call, spec) -> tuple[str, bool]:
+        """The group key of a call's group argument, and whether one was given."""
+        if spec is None:
+            return "WORLD", False
+        arg = _kwarg(node, spec[1], spec[0])
+        if arg is None or (isinstance(arg, cst.Name) and arg.value == "None"):
+            return "WORLD", False
+        v = self._peek(arg)
+        if v.group:
+            return v.group, True
+        t = self.text(arg)
+        if isinstance(arg, cst.Name) and arg.value in self._params():
+            return f"param:{arg.value}", True
+        return t, True
+
+    def _params(self) -> set[str]:
+        return getattr(self, "_param_names", set())
+
+    def comm_call(self, node: cst.Call, fact: CallFact, args: list[Val], text: str) -> Val:
+        if fact.kind == "create":
+            return self.create_call(node, fact, args, text)
+        gkey, given = self._group_arg(node, fact.group)
+        return self._emit_comm(node, fact, gkey, text, default_group=not given, torch_api=True)
+
+    def _emit_comm(
+        self,
+        node,
+        fact: CallFact,
+        gkey: str,
+        text: str,
+        *,
+        via=None,
+        default_group=False,
+        torch_api=False,
+    ) -> Val:
+        blocking = True
+        if fact.handle:
+            blocking = False
+        elif fact.async_ is not None:
+            a = _kwarg(node, fact.async_[1], fact.async_[0])
+            if isinstance(a, cst.Name) and a.value == "True":
+                blocking = False
+        gval = self._peek(_kwarg(node, fact.group[1], fact.group[0])) if fact.group else CLEAN
+        members = gval.members
+        size = gval.size or (len(members) if members else None)
+        root = self._root_fact(node, fact)
+        peer_dims = root.dims if root and fact.kind in ("send", "recv") else frozenset()
+        rank_set, excluded, rcond = self._restriction()
+        comm = Comm(
+            kind=fact.kind,
+            op=fact.op,
+            group=gkey,
+            text=text,
+            pos=self.pos(node),
+            blocking=blocking,
+            default_group=default_group,
+            torch_api=torch_api,
+            root=root,
+            peer_dims=peer_dims,
+            members=members,
+            group_size=size,
+            rank_set=rank_set,
+            rank_excluded=excluded,
+            rank_cond=rcond,
+            under_divergent=self.divergent_depth > 0,
+            via=via,
+        )
+        self.emit(comm)
+        outs = fact.outputs or ((0,) if fact.op in ("all_reduce", "broadcast") else ())
+        for k in outs:
+            if k < len(node.args) and node.args[k].keyword is None:
+                self.bind_uniform(node.args[k].value)
+        if not blocking:
+            return Val(typ="handle")
+        if fact.functional:
+            return Val(uniform=True)
+        return CLEAN
+
+    def bind_uniform(self, target) -> None:
+        if isinstance(target, cst.Name | cst.Attribute):
+            self.bind(target, Val(uniform=True))
+
+    def _restriction(self):
+        rank_set = None
+        excluded: frozenset[int] | None = None
+        rcond = None
+        for t, f, c in self.restrict:
+            if t is not None:
+                rank_set = t if rank_set is None else rank_set & t
+                rcond = c
+            if f is not None:
+                excluded = f if excluded is None else excluded | f
+                rcond = rcond or c
+        return rank_set, excluded, rcond
+
+    def _root_fact(self, node: cst.Call, fact: CallFact) -> RootFact | None:
+        for spec, is_group in ((fact.group_root, True), (fact.root, False)):
+            if spec is None:
+                continue
+            arg = _kwarg(node, spec[1], spec[0])
+            if arg is None:
+                continue
+            v = self._peek(arg)
+            lit = v.ints[0] if v.ints and len(v.ints) == 1 else None
+            return RootFact(
+                param=spec[1] or "root",
+                group_param=is_group,
+                text=self.text(arg),
+                literal=lit,
+                dims=v.dims,
+                exact=v.exact,
+                group_rank_of=v.group_rank_of,
+                pos=self.pos(arg),
+            )
+        return None
+
+    def create_call(self, node: cst.Call, fact: CallFact, args, text) -> Val:
+        local = False
+        if fact.local_sync is not None:
+            a = _kwarg(node, fact.local_sync[1], fact.local_sync[0])
+            local = isinstance(a, cst.Name) and a.value == "True"
+        if fact.op not in ("init_process_group", "destroy_process_group"):
+            self.facts.creates_subgroups = True
+        gkey, _ = self._group_arg(node, fact.group)
+        rank_set, excluded, rcond = self._restriction()
+        if not local:
+            self.emit(
+                Comm(
+                    kind="create",
+                    op=fact.op,
+                    group=gkey,
+                    text=text,
+                    pos=self.pos(node),
+                    rank_set=rank_set,
+                    rank_excluded=excluded,
+                    rank_cond=rcond,
+                    under_divergent=self.divergent_depth > 0,
+                )
+            )
+        if fact.op == "new_group":
+            members = None
+            if fact.ranks is not None:
+                ra = _kwarg(node, fact.ranks[1], fact.ranks[0])
+                if ra is not None:
+                    v = self._peek(ra)
+                    if v.ints is not None:
+                        members = frozenset(v.ints)
+            key = self._assign_key(node)
+            return Val(
+                group=key,
+                members=members,
+                size=len(members) if members else None,
+            )
+        if fact.op in ("init_device_mesh", "DeviceMesh"):
+            names: tuple[str, ...] = ()
+            shape: tuple[int, ...] = ()
+            dn = _kwarg(node, "mesh_dim_names", None)
+            if dn is not None and isinstance(dn, cst.Tuple | cst.List):
+                names = tuple(
+                    str(e.value.evaluated_value)
+                    for e in dn.elements
+                    if isinstance(e.value, cst.SimpleString)
+                )
+            sh = _kwarg(node, "mesh_shape", 1)
+            if sh is not None:
+                v = self._peek(sh)
+                if v.ints:
+                    shape = v.ints
+            return Val(mesh=(names, shape))
+        if fact.op == "new_subgroups":
+            return Val(typ="subgroups")
+        return CLEAN
+
+    def _assign_key(self, node: cst.Call) -> str:
+        """The group key of a `new_group` result: the text of the name it is assigned to."""
+        # found by looking at the statement being processed
+        return getattr(self, "_current_target", None) or f"new_group@{self.pos(node).line}"
+
+
+class _ClassEnv(dict):
+    """A method's environment: locals, falling back on `self.*` attributes of the class."""
+
+    def __init__(self, base: dict[str, Val], cls: dict[str, Val]) -> None:
+        super().__init__(base)
+        self.cls = cls
+
+    def get(self, key, default=None):
+        if dict.__contains__(self, key):
+            return dict.__getitem__(self, key)
+        return self.cls.get(key, default)
+
+    def __missing__(self, key):
+        return self.cls[key]
+
+    def __contains__(self, key) -> bool:
+        return dict.__contains__(self, key) or key in self.cls
+
+
+def _spec(raw):
+    if raw is None:
+        return None
+    if isinstance(raw, tuple):
+        return raw
+    pos, kw = raw
+    return (pos, kw)
+
+
+def _kwarg(node: cst.Call, kw: str | None, pos: int | None) -> cst.BaseExpression | None:
+    for a in node.args:
+        if a.keyword is not None and kw is not None and a.keyword.value == kw:
+            return a.value
+    if pos is not None:
+        positional = [a for a in node.args if a.keyword is None and not a.star]
+        if pos < len(positional):
+            return positional[pos].value
+    return None
+
+
+def _flip(op):
+    flips = {
+        cst.LessThan: cst.GreaterThan,
+        cst.GreaterThan: cst.LessThan,
+        cst.LessThanEqual: cst.GreaterThanEqual,
+        cst.GreaterThanEqual: cst.LessThanEqual,
+    }
+    for a, b in flips.items():
+        if isinstance(op, a):
+            return b()
+    return op
+
+
+def _env_key(text: str) -> str | None:
+    m = re.fullmatch(r"os\.environ\[\s*['\"]([A-Z_]+)['\"]\s*\]", text)
+    return m.group(1) if m else None
+
+
+class _NameCounter(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.counts[node.value] += 1
+
+
+def _name_counts(node: cst.CSTNode) -> Counter[str]:
+    v = _NameCounter()
+    node.visit(v)
+    return v.counts
+
+
+NOQA_RE = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.I)
+
+
+def parse_noqa(source: str) -> dict[int, frozenset[str] | None]:
+    """Line -> codes suppressed there (None: a blanket `# noqa`)."""
+    out: dict[int, frozenset[str] | None] = {}
+    if "noqa" not in source:
+        return out
+    for k, line in enumerate(source.splitlines(), 1):
+        if "#" not in line or "noqa" not in line.lower():
+            continue
+        m = NOQA_RE.search(line)
+        if not m:
+            continue
+        codes = m.group("codes")
+        out[k] = frozenset(c.upper() for c in re.split(r"[\s,]+", codes) if c) if codes else None
+    return out

@@ -1,0 +1,185 @@
+"""What the linter keeps of a file: per function, a tree of the communication it performs.
+
+The extractor (`extract.py`) turns LibCST trees into these plain, picklable objects (which the
+cache stores); the analysis (`analyze.py`) and the rules only ever see these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Pos:
+    line: int
+    col: int  # 1-based
+    end_line: int
+    end_col: int
+    stmt_line: int  # first line of the enclosing statement (for `# noqa`)
+
+
+@dataclass(frozen=True)
+class Cond:
+    """The condition of a branch or loop, and why its value can differ between ranks."""
+
+    text: str
+    pos: Pos
+    dims: frozenset[str] = frozenset()  # "global", or group keys / mesh dims it depends on
+    data: bool = False  # depends on data, time or iterator exhaustion
+    origin: str = ""  # "`rank` = dist.get_rank() (line 4)"
+    guard: str | None = None  # membership test: the group key, or "*" for `rank in ranks`
+    true_ranks: frozenset[int] | None = None  # global ranks for which it holds, if finite
+    false_ranks: frozenset[int] | None = None  # global ranks for which it fails, if finite
+    deps: tuple[str, ...] = ()  # project calls whose return value may carry rank taint
+    decorator: bool = False  # a rank-zero-only decorator
+
+    @property
+    def divergent(self) -> bool:
+        return bool(self.dims) or self.data
+
+
+@dataclass(frozen=True)
+class RootFact:
+    param: str  # src / dst / group_src / group_dst
+    group_param: bool  # True: a rank within the group
+    text: str
+    literal: int | None
+    dims: frozenset[str]
+    exact: bool  # exactly this rank's own rank
+    group_rank_of: str | None  # a rank within this group key
+    pos: Pos
+
+
+@dataclass
+class Comm:
+    """One call that communicates (or creates a group, which is a collective too)."""
+
+    kind: str  # collective | send | recv | batch | create
+    op: str
+    group: str  # group key: WORLD, megatron.tp, mesh:tp, param:NAME, or the expression text
+    text: str  # how the user wrote the callee, e.g. `dist.all_reduce`
+    pos: Pos
+    blocking: bool = True
+    default_group: bool = False  # no group argument given
+    torch_api: bool = False  # a torch.distributed function (has a group argument)
+    root: RootFact | None = None
+    peer_dims: frozenset[str] = frozenset()
+    members: frozenset[int] | None = None  # literal members of the group, if known
+    group_size: int | None = None
+    rank_set: frozenset[int] | None = None  # global ranks that can reach this call, if finite
+    rank_excluded: frozenset[int] | None = None
+    rank_cond: Cond | None = None  # the condition that restricts rank_set
+    under_divergent: bool = False  # inside a rank/data-dependent branch of its function
+    local_sync: bool = False
+    via: str | None = None  # the wrapper that hides this communication
+
+
+@dataclass
+class CallSite:
+    """A call of a function that may be defined in the project."""
+
+    names: tuple[str, ...]  # candidate qualified names, best first
+    text: str
+    pos: Pos
+    group_args: dict[str, str] = field(default_factory=dict)  # param name or "#k" -> group key
+
+
+@dataclass
+class Branch:
+    cond: Cond
+    arms: list[list[Node]]
+    pos: Pos
+    kind: str = "if"  # if | match | ternary | exhaustion
+
+
+@dataclass
+class Loop:
+    cond: Cond | None  # rank/data dependence of the bound, else None
+    body: list[Node]
+    pos: Pos
+    kind: str = "for"
+
+
+@dataclass
+class Exit:
+    kind: str  # return | break | continue | raise | exit
+    pos: Pos
+    text: str
+
+
+@dataclass
+class Try:
+    body: list[Node]
+    handlers: list[list[Node]]
+    orelse: list[Node]
+    final: list[Node]
+    pos: Pos
+
+
+@dataclass
+class Spawn:
+    """Work handed to a thread or executor."""
+
+    target: Node  # a Comm (the target is an API) or a CallSite
+    how: str
+    pos: Pos
+
+
+Node = Comm | CallSite | Branch | Loop | Exit | Try | Spawn
+
+
+@dataclass
+class AsyncFact:
+    """An async communication handle and what became of it."""
+
+    op: str
+    text: str
+    pos: Pos
+    status: str  # discarded | unused
+
+
+@dataclass
+class Function:
+    key: str  # module.qualname
+    name: str
+    qualname: str
+    path: str
+    pos: Pos
+    params: tuple[str, ...]
+    param_defaults: dict[str, str]
+    body: list[Node]
+    rank_guard: Cond | None = None  # a rank-zero-only decorator
+    returns_rank: frozenset[str] = frozenset()  # rank dims of the returned value
+    class_key: str | None = None
+
+
+@dataclass
+class FileFacts:
+    path: str
+    module: str
+    functions: dict[str, Function]
+    creates_subgroups: bool = False
+    async_facts: list[AsyncFact] = field(default_factory=list)
+    noqa: dict[int, frozenset[str] | None] = field(default_factory=dict)  # line -> codes; None=all
+    syntax_error: tuple[int, int, str] | None = None
+    skipped: bool = False  # never mentions distributed code
+    stmt_ranges: list[tuple[int, int]] = field(default_factory=list)
+
+
+def iter_nodes(nodes: list[Node]):
+    """Every node in a tree, depth first, in source order."""
+    for n in nodes:
+        yield n
+        if isinstance(n, Branch):
+            for arm in n.arms:
+                yield from iter_nodes(arm)
+        elif isinstance(n, Loop):
+            yield from iter_nodes(n.body)
+        elif isinstance(n, Try):
+            yield from iter_nodes(n.body)
+            for h in n.handlers:
+                yield from iter_nodes(h)
+            yield from iter_nodes(n.orelse)
+            yield from iter_nodes(n.final)
+        elif isinstance(n, Spawn):
+            yield n.target

@@ -1,0 +1,79 @@
+"""CL101: a collective that only some ranks call, because a branch depends on the rank."""
+
+from commlint.lint.branches import branch_findings
+from commlint.rules import Rule
+
+
+def check(program):
+    return [f for f in branch_findings(program) if f.code == "CL101"]
+
+
+RULE = Rule(
+    code="CL101",
+    name="conditional-collective",
+    summary="A collective is called on only some ranks because a branch depends on the rank.",
+    explanation="""
+Every member of a process group must call the same collectives on it, in the same order. When
+an `if`, `match`, conditional expression or loop bound depends on the rank (`get_rank()`,
+`RANK`/`LOCAL_RANK`, `args.local_rank`, `self.rank`, `is_main_process`, Megatron's
+`parallel_state` ranks, a mesh's local rank, a `@rank_zero_only` function...) and its arms lead
+to different sequences of collectives on a group the condition splits, the ranks that call the
+extra collective wait for the others forever (NCCL) or until the timeout (gloo).
+
+The check is per group and PARCOACH-precise: a branch is reported only when its arms differ on
+some group. Both arms calling `broadcast(src=0)` is fine; a condition on the pipeline stage
+around a collective on the data-parallel group is fine (every member of that group is on the
+same stage); `if rank == 0: send(...) else: recv(...)` is a matched pair, not a finding. Calls
+into other functions (in any file given) are followed, and the message shows the chain.
+Hidden collectives count too: a DDP/FSDP-wrapped module's forward, `accelerator.gather` /
+`wait_for_everyone` / `save_state`, DeepSpeed `engine.save_checkpoint`, Lightning
+`self.log(..., sync_dist=True)` and `self.all_gather`.
+""",
+    severity="error",
+    kind="source",
+    check=check,
+    fix="""
+Call the collective on every rank of the group (move it out of the branch) and use its result
+only where needed; or make the condition identical on all ranks (decide on rank 0 and
+`broadcast` the decision).
+""",
+    invalid=(
+        """
+import torch.distributed as dist
+
+def save(model, t):
+    if dist.get_rank() == 0:
+        dist.all_reduce(t)
+        torch.save(model.state_dict(), "ckpt.pt")
+""",
+        """
+from accelerate import Accelerator
+
+accelerator = Accelerator()
+
+def evaluate(preds):
+    if accelerator.is_main_process:
+        preds = accelerator.gather(preds)
+        print(preds.mean())
+""",
+    ),
+    valid=(
+        """
+import torch.distributed as dist
+
+def save(model, t):
+    dist.all_reduce(t)
+    if dist.get_rank() == 0:
+        torch.save(model.state_dict(), "ckpt.pt")
+""",
+        """
+import torch.distributed as dist
+
+def exchange(t, rank):
+    if rank == 0:
+        dist.send(t, dst=1)
+    else:
+        dist.recv(t, src=0)
+""",
+    ),
+)

@@ -1,0 +1,76 @@
+"""CL103: a rank- or data-dependent return/break/continue/raise/exit skips a collective."""
+
+from commlint.lint.branches import branch_findings
+from commlint.rules import Rule
+
+
+def check(program):
+    return [f for f in branch_findings(program) if f.code == "CL103"]
+
+
+RULE = Rule(
+    code="CL103",
+    name="early-exit-before-collective",
+    summary="Some ranks leave (return, break, continue, raise, exit) before a collective that "
+    "the others still call.",
+    explanation="""
+An early exit under a condition that differs between ranks is a branch in disguise: the ranks
+that take it skip every collective that follows, up to the end of the function (`return`,
+`raise`, `sys.exit`) or of the loop (`break`, `continue`). Typical cases: `if rank != 0:
+return` before a barrier, a data-dependent `break` out of the training loop ("loss is NaN",
+"time budget spent", "iterator exhausted" — `except StopIteration: break` with shards of
+different lengths) before the epoch's all-reduce.
+""",
+    severity="error",
+    kind="source",
+    check=check,
+    fix="""
+Agree on the exit before taking it: all-reduce a stop flag (op=MAX) so every rank leaves in the
+same iteration, or move the exit after the communication.
+""",
+    invalid=(
+        """
+import torch.distributed as dist
+
+def finish(t):
+    if dist.get_rank() != 0:
+        return
+    print("rank 0 done")
+    dist.barrier()
+""",
+        """
+import time
+import torch.distributed as dist
+
+def train(loader, grads, deadline):
+    for batch in loader:
+        if time.time() > deadline:
+            break
+        dist.all_reduce(grads)
+""",
+    ),
+    valid=(
+        """
+import torch.distributed as dist
+
+def finish(t):
+    dist.barrier()
+    if dist.get_rank() != 0:
+        return
+    print("rank 0 done")
+""",
+        """
+import time
+import torch
+import torch.distributed as dist
+
+def train(loader, grads, deadline):
+    for batch in loader:
+        stop = torch.tensor(float(time.time() > deadline))
+        dist.all_reduce(stop, op=dist.ReduceOp.MAX)
+        if stop.item():
+            break
+        dist.all_reduce(grads)
+""",
+    ),
+)

@@ -1,0 +1,114 @@
+"""CL104: a collective inside `except` (or in `finally` after communicating `try` code)."""
+
+from commlint.lint.analyze import RawFinding, leaf_tok
+from commlint.lint.ir import Try
+from commlint.rules import Rule
+
+
+def check(program):
+    out = []
+    for fn in program.all_functions():
+        for node, _conds, _cont in program.walk(fn):
+            if not isinstance(node, Try):
+                continue
+            for h in node.handlers:
+                toks = [t for t in program.tokens(h, fn) if leaf_tok(t).cat == "coll"]
+                if toks:
+                    real = leaf_tok(toks[0])
+                    out.append(
+                        RawFinding(
+                            code="CL104",
+                            message=(
+                                f"{real.op} at {real.describe()} runs only on the ranks whose "
+                                "`try` body raised; the other ranks are elsewhere (in the next "
+                                "collective of the `try` body or past it), so this call never "
+                                "finds its partners and the job hangs"
+                            ),
+                            path=fn.path,
+                            pos=toks[0].pos,
+                            fix=(
+                                "Do not communicate in an exception handler: record the error "
+                                "in a flag, leave the handler, and agree on it with an "
+                                "all_reduce that every rank calls at the same point."
+                            ),
+                            related=[(fn.path, node.pos, "the `try` whose failure leads here")],
+                        )
+                    )
+            body = [t for t in program.tokens(node.body, fn) if leaf_tok(t).cat != "create"]
+            final = [t for t in program.tokens(node.final, fn) if leaf_tok(t).cat == "coll"]
+            if body and final:
+                real = leaf_tok(final[0])
+                first = leaf_tok(body[0])
+                out.append(
+                    RawFinding(
+                        code="CL104",
+                        message=(
+                            f"{real.op} in `finally` at {real.describe()}: a rank that fails "
+                            f"inside the `try` (which communicates, e.g. {first.op} at "
+                            f"{first.describe()}) enters it while the others are still in the "
+                            "`try` body's collectives; the calls mismatch and the job hangs "
+                            "instead of failing"
+                        ),
+                        path=fn.path,
+                        pos=final[0].pos,
+                        fix=(
+                            "Keep `finally` free of collectives (cleanup such as "
+                            "destroy_process_group is fine), or let the failure propagate so "
+                            "the launcher stops every rank."
+                        ),
+                        related=[(fn.path, node.pos, "the `try` whose body communicates")],
+                    )
+                )
+    return out
+
+
+RULE = Rule(
+    code="CL104",
+    name="collective-in-handler",
+    summary="A collective is called in an `except` handler, or in `finally` after a `try` that "
+    "communicates.",
+    explanation="""
+Only the ranks whose `try` body raised run an `except` handler. A collective there is called by
+those ranks alone, while the others are still inside the `try` body's communication or already
+past it: nobody matches it, and a crash that should have stopped the job turns into a hang (the
+"stranding" failure: one rank sent half a protocol and the peer waits forever). A collective in
+`finally` after a `try` that communicates has the same problem on the failure path.
+""",
+    severity="error",
+    kind="source",
+    check=check,
+    fix="""
+Record the failure in a flag and agree on it after the `try` with a collective that every rank
+calls, or let the exception propagate so the launcher stops every rank.
+""",
+    invalid=(
+        """
+import torch.distributed as dist
+
+def step(model, batch, t):
+    try:
+        loss = model(batch)
+        dist.all_reduce(t)
+    except RuntimeError:
+        dist.barrier()
+        raise
+""",
+    ),
+    valid=(
+        """
+import torch
+import torch.distributed as dist
+
+def step(model, batch, t):
+    failed = torch.zeros(1)
+    try:
+        loss = model(batch)
+    except RuntimeError:
+        failed += 1
+    dist.all_reduce(failed)
+    if failed.item():
+        raise RuntimeError("a rank failed")
+    dist.all_reduce(t)
+""",
+    ),
+)
