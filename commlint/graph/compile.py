@@ -237,7 +237,7 @@ def _check_instances(g: Graph) -> None:
         refs = [(g.op_rank[o], g.op_action[o]) for o in mem_ops]
         acts = [g.trace.ranks[r][i] for r, i in refs]
         if kind == "coll":
-            _check_collective(g, inst, refs, acts)
+            _check_collective(g, inst, mem_ops, refs, acts)
         elif len(acts) == 2:
             _check_p2p(g, mem_ops, refs, acts)
 
@@ -250,7 +250,9 @@ def _nccl_barrier_pairs(acts: list[Action]) -> bool:
     return all(a.op == "barrier" or a.numel() == 1 for a in acts)
 
 
-def _check_collective(g: Graph, inst: int, refs: list, acts: list[Action]) -> None:
+def _check_collective(
+    g: Graph, inst: int, mem_ops: list[int], refs: list, acts: list[Action]
+) -> None:
     _, group, seq = g.inst_key[inst]
     sigs = {_coll_signature(a) for a in acts}
     if len(sigs) > 1 and not (g.model == "nccl" and _nccl_barrier_pairs(acts)):
@@ -301,11 +303,14 @@ def _check_collective(g: Graph, inst: int, refs: list, acts: list[Action]) -> No
             )
         )
     if acts[0].op == "all_to_all":
-        _check_splits(g, group, seq, refs, acts)
+        _check_splits(g, group, seq, mem_ops, refs, acts)
     elif acts[0].op != "barrier":
-        sizes = {a.payload_bytes() if a.payload_bytes() is not None else a.numel() for a in acts}
-        sizes.discard(None)
+        per_op = [a.payload_bytes() if a.payload_bytes() is not None else a.numel() for a in acts]
+        sizes = set(per_op) - {None}
         if len(sizes) > 1 and len(dtypes) <= 1:
+            # a smaller buffer receives more than it posted: gloo aborts that rank
+            for op, size in zip(mem_ops, per_op, strict=True):
+                g.op_fails[op] = size is not None and size < max(sizes)
             parts = _group_by(refs, acts, _size_text)
             g.problems.append(
                 Problem(
@@ -325,9 +330,12 @@ def _size_text(a: Action) -> str:
     return f"{a.payload_bytes()} bytes"
 
 
-def _check_splits(g: Graph, group: str, seq: int, refs: list, acts: list[Action]) -> None:
+def _check_splits(
+    g: Graph, group: str, seq: int, mem_ops: list[int], refs: list, acts: list[Action]
+) -> None:
     members = g.trace.group_ranks(group)
     by_rank = {r: a for (r, _), a in zip(refs, acts, strict=True)}
+    op_of = {r: op for (r, _), op in zip(refs, mem_ops, strict=True)}
     if len(by_rank) != len(members):
         return
     bad = []
@@ -337,6 +345,8 @@ def _check_splits(g: Graph, group: str, seq: int, refs: list, acts: list[Action]
             got = by_rank[rj].out_splits
             if sent is None or got is None:
                 continue
+            if sent[j] > got[i]:
+                g.op_fails[op_of[rj]] = True  # receives more than it posted: gloo aborts it
             if sent[j] != got[i]:
                 bad.append(f"rank {ri} sends {sent[j]} to rank {rj}, which expects {got[i]}")
     if bad:

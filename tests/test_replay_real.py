@@ -1,0 +1,76 @@
+"""The checker's gloo verdict agrees with what really happens when the replay runs.
+
+Every corpus trace is replayed with gloo on CPU (cases batched per world size; a case where
+the checker predicts a rank to fail — gloo may abort that process — runs on its own), and
+each rank's real fate (finished / timed out at action i / raised or died at action i) must be
+the one the checker predicted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from commlint.graph import check_trace
+from commlint.plans.io import load_trace
+from commlint.plans.replay import case_of, run_cases
+
+pytest.importorskip("torch")
+
+CORPUS = Path(__file__).resolve().parent / "corpus"
+TIMEOUT = 6.0
+
+
+def _predictions():
+    cases, predicted = [], {}
+    for path in sorted(CORPUS.glob("*.yaml")):
+        trace = load_trace(path).trace
+        outcomes = check_trace(trace, "gloo").outcomes["gloo"]
+        cases.append(case_of(trace, path.stem))
+        predicted[path.stem] = outcomes
+    return cases, predicted
+
+
+@pytest.fixture(scope="module")
+def real_runs(tmp_path_factory):
+    cases, predicted = _predictions()
+    fails = {n for n, o in predicted.items() if any(v.status == "failed" for v in o.values())}
+    work = tmp_path_factory.mktemp("replay")
+    results = run_cases([c for c in cases if c["name"] not in fails], work / "batch", TIMEOUT)
+    for case in cases:
+        if case["name"] in fails:  # gloo may kill the process: one launch each
+            results.update(run_cases([case], work / case["name"], TIMEOUT))
+    return predicted, results
+
+
+def _agree(pred, real, case: dict) -> bool:
+    statuses = {r["status"] for r in case.values()}
+    if pred.status == "finished":
+        # the peer of a rank that gloo aborted may see the connection reset instead
+        return real["status"] == "finished" or (
+            "crashed" in statuses and real["status"] in ("error", "closed")
+        )
+    if real["action"] != pred.action:
+        return False
+    if pred.status == "blocked":
+        # whichever rank times out first closes the pair: the other sees "Connection closed"
+        return real["status"] == "timeout" or (real["status"] == "closed" and "timeout" in statuses)
+    return real["status"] in ("error", "crashed")
+
+
+@pytest.mark.real
+@pytest.mark.timeout(900)
+def test_replay_agrees_with_checker(real_runs):
+    predicted, results = real_runs
+    disagreements = []
+    for name, outcomes in predicted.items():
+        case = results.get(name, {})
+        for rank, pred in outcomes.items():
+            real = case.get(rank)
+            if real is None or not _agree(pred, real, case):
+                disagreements.append(f"{name} rank {rank}: checker {pred}, real {real}")
+    assert not disagreements, "\n".join(disagreements)
+    # The corpus really exercises all three fates.
+    statuses = {r["status"] for case in results.values() for r in case.values()}
+    assert {"finished", "timeout"} <= statuses and statuses & {"error", "crashed"}
