@@ -1,0 +1,276 @@
+"""`commlint run [torchrun flags] train.py ARGS...`: dry-run the real program, then check it.
+
+Every simulated rank runs the script on CPU with computation on fake tensors, records its
+communication, and the merged trace goes to the same checker as `commlint plan`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from commlint.commands.common import add_output_options, emit
+from commlint.findings import Finding, InputError, Report
+
+
+def parse_ranks(spec: str, world_size: int) -> list[int]:
+    """`0-127,256,300-301` → sorted ranks; raises ValueError with a readable message."""
+    ranks: set[int] = set()
+    for part in spec.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        try:
+            a = int(lo)
+            b = int(hi) if sep else a
+        except ValueError:
+            raise ValueError(f"--ranks: {part!r} is not a rank or a range like 0-127") from None
+        if a > b:
+            raise ValueError(f"--ranks: empty range {part!r}")
+        if b >= world_size or a < 0:
+            raise ValueError(f"--ranks: {part!r} is outside 0-{world_size - 1}")
+        ranks.update(range(a, b + 1))
+    if not ranks:
+        raise ValueError("--ranks: no ranks given")
+    return sorted(ranks)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "run",
+        help="dry-run a training script for N simulated ranks on CPU and check its communication",
+        description="Run the real script once per simulated rank on this CPU (computation on "
+        "fake tensors, no GPU), record every communication call, and check the trace for "
+        "deadlocks, hangs and mismatches. Takes torchrun's flags.",
+    )
+    p.add_argument(
+        "--nproc-per-node",
+        "--nproc_per_node",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="ranks per node (as torchrun)",
+    )
+    p.add_argument("--nnodes", type=_positive, default=1, metavar="M", help="number of nodes")
+    p.add_argument(
+        "--node-rank",
+        "--node_rank",
+        type=int,
+        default=None,
+        metavar="K",
+        help="record only the ranks of node K (default: every node)",
+    )
+    p.add_argument(
+        "--ranks",
+        default=None,
+        metavar="SPEC",
+        help="record only these global ranks, e.g. 0-127 or 0,5,8-15",
+    )
+    p.add_argument(
+        "--steps",
+        type=_positive,
+        default=None,
+        metavar="S",
+        help="stop each rank after S optimizer steps",
+    )
+    p.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=60.0,
+        metavar="SEC",
+        help="time limit per rank and pass (default: 60)",
+    )
+    p.add_argument(
+        "--model",
+        default=None,
+        choices=("gloo", "nccl", "single-queue", "all"),
+        help="queue model (default: the backend the script asks for)",
+    )
+    p.add_argument(
+        "--save-trace",
+        default=None,
+        metavar="DIR",
+        help="write one trace file per rank to DIR (check later: commlint plan DIR)",
+    )
+    p.add_argument(
+        "-j",
+        "--jobs",
+        type=_positive,
+        default=None,
+        metavar="J",
+        help="ranks recorded at once (default: the number of CPUs)",
+    )
+    p.add_argument(
+        "--tensors",
+        choices=("fake", "real"),
+        default="fake",
+        help="fake: no memory or FLOPs, real values re-recorded when the program "
+        "reads them; real: small real CPU tensors from the start",
+    )
+    p.add_argument(
+        "--max-passes",
+        type=_positive,
+        default=12,
+        metavar="P",
+        help="passes to deliver values between ranks (default: 12)",
+    )
+    add_output_options(p)
+    p.add_argument("program", metavar="train.py", help="the training script")
+    p.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="its arguments")
+    p.set_defaults(func=run)
+
+
+def _site_location(f: Finding) -> None:
+    """Point a finding at the user's line instead of at a trace."""
+    for loc in f.actions:
+        if loc.site and ":" in loc.site:
+            path, _, line = loc.site.rpartition(":")
+            if line.isdigit():
+                f.path, f.line = path, int(line)
+                return
+
+
+def run(args: argparse.Namespace) -> int:
+    report = Report()
+    program = args.program
+    if not Path(program).is_file():
+        report.errors.append(InputError(path=program, message="no such file"))
+        return emit(report, args)
+    world = args.nproc_per_node * args.nnodes
+    try:
+        if args.ranks:
+            ranks = parse_ranks(args.ranks, world)
+        elif args.node_rank is not None:
+            if not 0 <= args.node_rank < args.nnodes:
+                raise ValueError(f"--node-rank {args.node_rank} is outside 0-{args.nnodes - 1}")
+            first = args.node_rank * args.nproc_per_node
+            ranks = list(range(first, first + args.nproc_per_node))
+        else:
+            ranks = list(range(world))
+    except ValueError as exc:
+        print(f"commlint: error: {exc}", file=sys.stderr)
+        return 2
+
+    from commlint.plans.dryrun.driver import DryRunOptions, default_jobs
+
+    options = DryRunOptions(
+        program=program,
+        args=args.args[1:] if args.args[:1] == ["--"] else list(args.args),
+        world_size=world,
+        nproc_per_node=args.nproc_per_node,
+        ranks=ranks,
+        timeout=args.timeout,
+        steps=args.steps,
+        jobs=args.jobs or default_jobs(),
+        max_passes=args.max_passes,
+        mode=args.tensors,
+    )
+    result = _record(options)
+    for note in result.notes:
+        print(f"commlint: note: {note}", file=sys.stderr)
+
+    crashed = _crashed_everywhere(result, ranks, program)
+    if crashed:
+        report.errors.append(crashed)
+    if args.save_trace:
+        _save(result, options, Path(args.save_trace))
+    if len(ranks) < world:
+        where = args.save_trace or "DIR (use --save-trace DIR)"
+        print(
+            f"commlint: note: recorded ranks {_join(ranks)} of {world}; check every rank "
+            f"together with `commlint plan {where}`",
+            file=sys.stderr,
+        )
+        return emit(report, args)
+
+    from commlint.graph.check import check_trace
+
+    trace = result.trace(options)
+    checked = check_trace(trace, args.model, program, None)
+    for f in checked.findings:
+        _site_location(f)
+        f.path = f.path or program
+    report.findings.extend(checked.findings)
+    report.checked += 1
+    return emit(report, args)
+
+
+def _join(ranks: list[int]) -> str:
+    from commlint.plans.dryrun.driver import _spec
+
+    return _spec(ranks)
+
+
+def _record(options):
+    from commlint.plans.dryrun.driver import dry_run
+
+    if not sys.stderr.isatty():
+        return dry_run(options)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(file=sys.stderr)
+    with Progress(
+        TextColumn("[bold]dry-run[/] {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("pass 1", total=len(options.ranks))
+
+        def on_pass(n: int, count: int) -> None:
+            progress.reset(task, total=count, description=f"pass {n} (ranks)")
+
+        def on_done(rank: int) -> None:
+            progress.advance(task)
+
+        return dry_run(options, on_pass, on_done)
+
+
+def _crashed_everywhere(result, ranks: list[int], program: str) -> InputError | None:
+    """Every rank raised the same exception at the same line: the program itself is broken."""
+    ends = [result.runs[r].end for r in ranks]
+    if not ends or any(not e or e.get("kind") != "exception" for e in ends):
+        return None
+    first = ends[0]
+    if any((e["message"], e.get("site")) != (first["message"], first.get("site")) for e in ends):
+        return None
+    path, line = None, None
+    site = first.get("site")
+    if site and ":" in site:
+        path, _, num = site.rpartition(":")
+        line = int(num) if num.isdigit() else None
+    return InputError(
+        path=path or program,
+        line=line,
+        message=f"every rank raised {first['message']}",
+    )
+
+
+def _save(result, options, folder: Path) -> None:
+    from commlint.plans.io import dump_trace
+
+    folder.mkdir(parents=True, exist_ok=True)
+    width = max(5, len(str(options.world_size - 1)))
+    for rank in sorted(result.runs):
+        trace = result.trace(options, [rank])
+        trace.meta["partial"] = True
+        dump_trace(trace, folder / f"rank-{rank:0{width}d}.yaml")

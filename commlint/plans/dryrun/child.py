@@ -1,0 +1,419 @@
+"""One simulated rank in a forked process: torchrun's environment, no GPU, the user's script.
+
+Patches are installed here, after the fork, so the parent stays clean. The rank streams its
+actions to the parent as it goes, so a rank that is killed still leaves its trace behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import runpy
+import signal
+import sys
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.overrides import TorchFunctionMode
+
+from commlint.plans.dryrun import recorder as rec_mod
+from commlint.plans.dryrun.recorder import (
+    BACKEND,
+    FunctionalRecorder,
+    Recorder,
+    StopRank,
+    is_user_file,
+    make_backend,
+    short_path,
+    user_site,
+)
+from commlint.plans.dryrun.values import ValueTable
+
+# Exceptions that mean "fake tensors cannot answer this", not "the program is wrong".
+FAKE_LIMITS = (
+    "DataDependentOutputException",
+    "DynamicOutputShapeException",
+    "UnsupportedOperatorException",
+    "UnsupportedFakeTensorException",
+)
+
+
+@dataclass
+class RankSpec:
+    """What one child needs to know to run as one torchrun worker."""
+
+    program: str
+    args: list[str]
+    rank: int
+    world_size: int
+    nproc_per_node: int
+    mode: str = "fake"
+    timeout: float = 60.0
+    steps: int | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def worker_env(rank: int, world_size: int, nproc_per_node: int) -> dict[str, str]:
+    """The variables torchrun sets for a worker."""
+    node = rank // nproc_per_node
+    return {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank % nproc_per_node),
+        "WORLD_SIZE": str(world_size),
+        "LOCAL_WORLD_SIZE": str(nproc_per_node),
+        "GROUP_RANK": str(node),
+        "ROLE_RANK": str(rank),
+        "ROLE_WORLD_SIZE": str(world_size),
+        "ROLE_NAME": "default",
+        "NODE_RANK": str(node),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29500",
+        "TORCHELASTIC_RUN_ID": "commlint-dryrun",
+        "TORCHELASTIC_RESTART_COUNT": "0",
+        "TORCHELASTIC_MAX_RESTARTS": "0",
+        "OMP_NUM_THREADS": "1",
+        "COMMLINT_DRYRUN": "1",
+    }
+
+
+def _is_cuda(x: Any) -> bool:
+    if isinstance(x, torch.device):
+        return x.type == "cuda"
+    return isinstance(x, str) and (x == "cuda" or x.startswith("cuda:"))
+
+
+def _cpu(x: Any) -> Any:
+    return torch.device("cpu") if _is_cuda(x) else x
+
+
+class CudaOnCpu(TorchFunctionMode):
+    """Every tensor the script puts on a GPU stays on the CPU (or fake CPU) instead."""
+
+    _IDENTITY = (torch.Tensor.cuda, torch.Tensor.pin_memory)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.device:
+            return func(*args, **kwargs)
+        if func in self._IDENTITY:
+            return args[0]
+        if func is torch.Tensor.record_stream:
+            return None
+        if func is torch.Tensor.is_pinned:
+            return False
+        if "device" in kwargs:
+            kwargs["device"] = _cpu(kwargs["device"])
+        args = tuple(_cpu(a) for a in args)
+        return func(*args, **kwargs)
+
+
+class _Event:
+    def __init__(self, *a: Any, **k: Any) -> None:
+        pass
+
+    def record(self, stream: Any = None) -> None:
+        return None
+
+    def wait(self, stream: Any = None) -> None:
+        return None
+
+    def query(self) -> bool:
+        return True
+
+    def elapsed_time(self, other: Any) -> float:
+        return 0.0
+
+    def synchronize(self) -> None:
+        _RECORDER.sync("cuda.Event.synchronize")
+
+
+class _Stream:
+    def __init__(self, *a: Any, **k: Any) -> None:
+        self.device = torch.device("cpu")
+
+    def wait_stream(self, other: Any) -> None:
+        return None
+
+    def wait_event(self, event: Any) -> None:
+        return None
+
+    def record_event(self, event: Any = None) -> _Event:
+        return event or _Event()
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        _RECORDER.sync("cuda.Stream.synchronize")
+
+    def __enter__(self) -> _Stream:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+_RECORDER: Recorder
+
+
+def _stub_cuda(local_rank: int, local_world: int) -> None:
+    cuda = torch.cuda
+    stream = _Stream()
+    stubs = {
+        "is_available": lambda: True,
+        "is_initialized": lambda: True,
+        "device_count": lambda: local_world,
+        "current_device": lambda: local_rank,
+        "set_device": lambda d: None,
+        "synchronize": lambda device=None: _RECORDER.sync("cuda.synchronize"),
+        "get_device_name": lambda device=None: "commlint dry-run (no GPU)",
+        "get_device_capability": lambda device=None: (9, 0),
+        "is_bf16_supported": lambda *a, **k: True,
+        "memory_allocated": lambda device=None: 0,
+        "max_memory_allocated": lambda device=None: 0,
+        "memory_reserved": lambda device=None: 0,
+        "max_memory_reserved": lambda device=None: 0,
+        "reset_peak_memory_stats": lambda device=None: None,
+        "empty_cache": lambda: None,
+        "manual_seed": lambda seed: None,
+        "manual_seed_all": lambda seed: None,
+        "Stream": _Stream,
+        "Event": _Event,
+        "stream": lambda s=None: contextlib.nullcontext(s),
+        "current_stream": lambda device=None: stream,
+        "default_stream": lambda device=None: stream,
+        "device": lambda d=None: contextlib.nullcontext(),
+        "_lazy_init": lambda: None,
+    }
+    for name, fn in stubs.items():
+        setattr(cuda, name, fn)
+
+
+def _wrap(module: Any, name: str, make: Any) -> None:
+    orig = getattr(module, name, None)
+    if orig is not None:
+        setattr(module, name, make(orig))
+
+
+def _install(spec: RankSpec, recorder: Recorder) -> None:
+    import torch.distributed.distributed_c10d as c10d
+
+    dist.Backend.register_backend(
+        BACKEND, make_backend(recorder), extended_api=True, devices=["cpu", "cuda"]
+    )
+    _stub_cuda(spec.rank % spec.nproc_per_node, spec.nproc_per_node)
+
+    def make_init(orig: Any) -> Any:
+        def init_process_group(backend: Any = None, init_method: Any = None, **kw: Any) -> Any:
+            if recorder.requested_backend is None:
+                recorder.requested_backend = str(backend) if backend else "nccl"
+                recorder.send(("backend", recorder.requested_backend))
+            kw.pop("store", None)
+            kw.pop("device_id", None)
+            kw.pop("pg_options", None)
+            kw["rank"] = spec.rank if kw.get("rank", -1) in (-1, None) else kw["rank"]
+            kw["world_size"] = (
+                spec.world_size if kw.get("world_size", -1) in (-1, None) else kw["world_size"]
+            )
+            return orig(backend=BACKEND, store=dist.HashStore(), **kw)
+
+        return init_process_group
+
+    for mod in (dist, c10d):
+        _wrap(mod, "init_process_group", make_init)
+    with contextlib.suppress(ImportError):
+        import torch.distributed.device_mesh as dm
+
+        if hasattr(dm, "init_process_group"):
+            dm.init_process_group = dist.init_process_group
+
+    def make_helper(orig: Any) -> Any:
+        def helper(group_size, group_rank, global_ranks, backend, store, group_name, *a, **k):
+            k.pop("backend_options", None)
+            k.pop("device_id", None)
+            if a:
+                a = (None, *a[1:])
+            return orig(group_size, group_rank, global_ranks, BACKEND, store, group_name, *a, **k)
+
+        return helper
+
+    _wrap(c10d, "_new_process_group_helper", make_helper)
+
+    def make_batch(orig: Any) -> Any:
+        def batch_isend_irecv(p2p_op_list: Any) -> Any:
+            recorder.batches += 1
+            recorder.batch = f"b{recorder.batches}"
+            try:
+                return orig(p2p_op_list)
+            finally:
+                recorder.batch = None
+
+        return batch_isend_irecv
+
+    for mod in (dist, c10d):
+        _wrap(mod, "batch_isend_irecv", make_batch)
+
+    if spec.mode == "fake":
+        _install_fake_helpers(c10d)
+
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    ddp_init = DDP.__init__
+
+    def ddp_init_cpu(
+        self: Any, module: Any, device_ids: Any = None, output_device: Any = None, *a: Any, **k: Any
+    ) -> None:
+        ddp_init(self, module, None, None, *a, **k)
+
+    DDP.__init__ = ddp_init_cpu
+
+    if spec.steps:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        count = [0]
+
+        def after_step(opt: Any, args: Any, kwargs: Any) -> None:
+            count[0] += 1
+            if count[0] >= spec.steps:
+                raise StopRank("steps", f"stopped after {spec.steps} optimizer steps (--steps)")
+
+        register_optimizer_step_post_hook(after_step)
+
+    real_exit = os._exit
+
+    def _exit(code: int) -> None:
+        site, _ = user_site(rec_mod._frames(2))
+        recorder.flush()
+        end = {"kind": "exit", "message": f"os._exit({code})", "site": site}
+        recorder.send(("end", end if code else None))
+        real_exit(code)
+
+    os._exit = _exit
+
+
+def _install_fake_helpers(c10d: Any) -> None:
+    """What fake tensors cannot do: object collectives, DeviceMesh set-up, DDP's checks."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    def real_tensors(orig: Any) -> Any:
+        def wrapper(*a: Any, **k: Any) -> Any:
+            with unset_fake_temporarily():
+                return orig(*a, **k)
+
+        return wrapper
+
+    for name in (
+        "all_gather_object",
+        "gather_object",
+        "broadcast_object_list",
+        "scatter_object_list",
+        "send_object_list",
+        "recv_object_list",
+    ):
+        for mod in (dist, c10d):
+            _wrap(mod, name, real_tensors)
+    with contextlib.suppress(ImportError):
+        import torch.distributed.device_mesh as dm
+        from torch.distributed.device_mesh import DeviceMesh
+
+        DeviceMesh.__init__ = real_tensors(DeviceMesh.__init__)
+        dm.init_device_mesh = real_tensors(dm.init_device_mesh)
+    import torch.nn.parallel.distributed as ddp_mod
+
+    verify = ddp_mod._verify_param_shape_across_processes
+
+    def verify_shapes(pg: Any, params: Any, logger: Any = None) -> Any:
+        # Same communication, from zero-stride stand-ins that cost one element each.
+        with unset_fake_temporarily():
+            stand_ins = [torch.zeros((), dtype=p.dtype).expand(p.shape) for p in params]
+            return verify(pg, stand_ins, logger)
+
+    ddp_mod._verify_param_shape_across_processes = verify_shapes
+    reducer = torch._C._distributed_c10d.Reducer
+
+    def rebuild_buckets(self: Any) -> bool:
+        # The rebuild copies parameter data, which fake tensors do not have; the bucket order
+        # of the first iteration is kept (recorded in the trace's meta as an assumption).
+        return False
+
+    reducer._rebuild_buckets = rebuild_buckets
+
+
+def _error_site(exc: BaseException) -> str | None:
+    site = None
+    for frame, line in traceback.walk_tb(exc.__traceback__):
+        if is_user_file(frame.f_code.co_filename):
+            site = f"{short_path(frame.f_code.co_filename)}:{line}"
+    return site
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def run_rank(spec: RankSpec, table: ValueTable, conn: Any) -> None:
+    """Child entry point: never returns (leaves with os._exit so torch's atexit cannot hang)."""
+    global _RECORDER
+    real_exit = os._exit
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        os.environ.update(worker_env(spec.rank, spec.world_size, spec.nproc_per_node))
+        os.environ.update(spec.env)
+
+        def send(msg: Any) -> None:
+            conn.send(msg)
+
+        recorder = Recorder(spec.rank, spec.world_size, table, send)
+        _RECORDER = recorder
+        _install(spec, recorder)
+        end = _run_program(spec, recorder)
+        recorder.flush()
+        send(("end", end))
+        conn.close()
+    except BaseException:  # the parent reports a rank that ends without an "end" message
+        pass
+    real_exit(0)
+
+
+def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
+    sys.argv = [spec.program, *spec.args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(spec.program)))
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise StopRank("timeout", f"still running after {spec.timeout:g} s (--timeout)")
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, spec.timeout)
+    stack = contextlib.ExitStack()
+    try:
+        if spec.mode == "fake":
+            from torch._subclasses.fake_tensor import FakeTensorMode
+
+            stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
+            stack.enter_context(FunctionalRecorder(recorder))
+        stack.enter_context(CudaOnCpu())
+        with stack:
+            runpy.run_path(spec.program, run_name="__main__")
+        return None
+    except StopRank as exc:
+        if exc.kind == "steps":
+            return None
+        return {"kind": "timeout", "message": exc.message, "site": _error_site(exc)}
+    except SystemExit as exc:
+        if exc.code in (0, None):
+            return None
+        return {"kind": "exit", "message": f"sys.exit({exc.code!r})", "site": _error_site(exc)}
+    except BaseException as exc:
+        kind = "exception"
+        if spec.mode == "fake":
+            limit = type(exc).__name__ in FAKE_LIMITS
+            recorder.send(("fake-limit", _one_line(exc), _error_site(exc), limit))
+        return {"kind": kind, "message": _one_line(exc), "site": _error_site(exc)}
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)

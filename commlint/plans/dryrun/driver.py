@@ -1,0 +1,288 @@
+"""The parent side of a dry-run: fork one process per rank, collect, repeat until stable.
+
+Ranks run one OS process each, forked after torch is imported (explicit `Process` objects and
+pipes). A pass runs the ranks that need it, `jobs` at a time; a rank runs again in the next
+pass only when the values it would receive changed (see `values.py`). A rank that overruns its
+time limit is stopped (SIGALRM inside, SIGKILL from here as a last resort), never waited for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+from typing import Any
+
+from commlint.plans.dryrun.child import RankSpec, run_rank
+from commlint.plans.dryrun.values import Key, ValueTable
+from commlint.trace import Action, RankEnd, Trace
+
+GRACE_SECONDS = 3.0
+
+
+@dataclass
+class RankRun:
+    """What one run of one rank produced."""
+
+    actions: list[dict[str, Any]] = field(default_factory=list)
+    groups: dict[str, list[int]] = field(default_factory=dict)
+    sent: dict[Key, Any] = field(default_factory=dict)
+    reads: dict[Key, tuple] = field(default_factory=dict)
+    end: dict[str, Any] | None = None
+    ended: bool = False
+    fake_limit: tuple[str, str | None, bool] | None = None
+    backend: str | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class DryRunOptions:
+    program: str
+    args: list[str]
+    world_size: int
+    nproc_per_node: int
+    ranks: list[int]
+    timeout: float = 60.0
+    steps: int | None = None
+    jobs: int = 2
+    max_passes: int = 12
+    mode: str = "fake"
+
+
+@dataclass
+class DryRunResult:
+    runs: dict[int, RankRun]
+    passes: int
+    mode: str
+    notes: list[str]
+    converged: bool
+    seconds: float
+
+    def trace(self, options: DryRunOptions, ranks: list[int] | None = None) -> Trace:
+        """One trace with the given ranks (all recorded ranks by default)."""
+        ranks = sorted(self.runs) if ranks is None else ranks
+        groups: dict[str, list[int]] = {}
+        backend = None
+        for r in ranks:
+            groups.update(self.runs[r].groups)
+            backend = backend or self.runs[r].backend
+        per_rank = {r: [Action.model_validate(a) for a in self.runs[r].actions] for r in ranks}
+        ends = {r: RankEnd(**self.runs[r].end) for r in ranks if self.runs[r].end}
+        meta: dict[str, object] = {
+            "program": options.program,
+            "args": options.args,
+            "nproc_per_node": options.nproc_per_node,
+            "tensors": self.mode,
+            "passes": self.passes,
+            "recorded_ranks": _spec(ranks),
+        }
+        if options.steps:
+            meta["steps"] = options.steps
+        if self.mode == "fake":
+            meta["assumes"] = "DDP buckets keep the first iteration's order (no rebuild)"
+        if self.notes:
+            meta["notes"] = self.notes
+        if len(ranks) < options.world_size:
+            meta["partial"] = True
+        return Trace(
+            world_size=options.world_size,
+            groups=groups,
+            ranks=per_rank,
+            ends=ends,
+            backend=backend,
+            source="dryrun",
+            meta=meta,
+        )
+
+
+def _spec(ranks: list[int]) -> str:
+    out, i, rs = [], 0, sorted(ranks)
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        out.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def _run_pass(
+    options: DryRunOptions,
+    ranks: list[int],
+    table: ValueTable,
+    mode: str,
+    on_done: Callable[[int], None] | None,
+) -> dict[int, RankRun]:
+    ctx = mp.get_context("fork")
+    pending = list(ranks)
+    running: dict[Any, tuple[int, Any, float]] = {}
+    runs: dict[int, RankRun] = {r: RankRun() for r in ranks}
+
+    def finish(conn: Any) -> None:
+        rank, proc, start = running.pop(conn)
+        proc.join(1.0)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+        run = runs[rank]
+        run.seconds = time.monotonic() - start
+        if not run.ended:
+            last = next((a.get("site") for a in reversed(run.actions) if a.get("site")), None)
+            code = proc.exitcode
+            run.end = {
+                "kind": "exit",
+                "message": f"process ended with code {code} (crashed or killed)",
+                "site": last,
+            }
+        conn.close()
+        if on_done:
+            on_done(rank)
+
+    while pending or running:
+        while pending and len(running) < max(1, options.jobs):
+            rank = pending.pop(0)
+            recv_end, send_end = ctx.Pipe(duplex=False)
+            spec = RankSpec(
+                program=options.program,
+                args=options.args,
+                rank=rank,
+                world_size=options.world_size,
+                nproc_per_node=options.nproc_per_node,
+                mode=mode,
+                timeout=options.timeout,
+                steps=options.steps,
+            )
+            proc = ctx.Process(target=run_rank, args=(spec, table, send_end), daemon=True)
+            proc.start()
+            send_end.close()
+            running[recv_end] = (rank, proc, time.monotonic())
+        for conn in wait(list(running), timeout=0.2):
+            rank = running[conn][0]
+            run = runs[rank]
+            try:
+                while conn.poll():
+                    _handle(run, conn.recv())
+            except (EOFError, OSError):
+                finish(conn)
+        now = time.monotonic()
+        for conn, (rank, proc, start) in list(running.items()):
+            if now - start > options.timeout + GRACE_SECONDS:
+                proc.kill()
+                run = runs[rank]
+                last = next((a.get("site") for a in reversed(run.actions) if a.get("site")), None)
+                run.end = {
+                    "kind": "timeout",
+                    "message": f"killed after {options.timeout:g} s (--timeout); "
+                    "it did not respond to the time limit",
+                    "site": last,
+                }
+                run.ended = True
+                finish(conn)
+    return runs
+
+
+def _handle(run: RankRun, msg: tuple) -> None:
+    kind = msg[0]
+    if kind == "a":
+        run.actions.append(msg[1])
+    elif kind == "g":
+        run.groups[msg[1]] = msg[2]
+    elif kind == "v":
+        run.sent[msg[1]] = msg[2]
+    elif kind == "r":
+        run.reads[msg[1]] = msg[2]
+    elif kind == "end":
+        run.end = msg[1]
+        run.ended = True
+    elif kind == "fake-limit":
+        run.fake_limit = (msg[1], msg[2], msg[3])
+    elif kind == "backend":
+        run.backend = msg[1]
+
+
+def dry_run(
+    options: DryRunOptions,
+    on_start_pass: Callable[[int, int], None] | None = None,
+    on_done: Callable[[int], None] | None = None,
+) -> DryRunResult:
+    """Record every requested rank; rerun ranks until what they receive stops changing."""
+    start = time.monotonic()
+    mode = options.mode
+    warm_up(mode)
+    notes: list[str] = []
+    table = ValueTable()
+    runs: dict[int, RankRun] = {}
+    todo = list(options.ranks)
+    passes = 0
+    converged = False
+    while todo and passes < options.max_passes:
+        passes += 1
+        if on_start_pass:
+            on_start_pass(passes, len(todo))
+        new = _run_pass(options, todo, table, mode, on_done)
+        runs.update(new)
+        for r, run in new.items():
+            table.replace_rank(r, run.sent)
+        todo = [
+            r
+            for r, run in runs.items()
+            if any(table.signature(key, r) != sig for key, sig in run.reads.items())
+        ]
+        converged = not todo
+        # Fake tensors cannot answer everything (a value read, a data-dependent shape), and
+        # an exception under them may be theirs rather than the program's: record every rank
+        # again with real CPU tensors — at once for a known limit, after settling otherwise.
+        limited = {r: run.fake_limit for r, run in runs.items() if run.fake_limit}
+        hard = {r: lim for r, lim in limited.items() if lim[2]}
+        if mode == "fake" and (hard or (limited and converged)):
+            rank, (message, site, _) = min((hard or limited).items())
+            where = f" at {site}" if site else ""
+            notes.append(
+                f"rank {rank} stopped under fake tensors{where} ({message}); every rank was "
+                "recorded again with small real CPU tensors"
+            )
+            mode = "real"
+            table = ValueTable()
+            runs = {}
+            todo = list(options.ranks)
+            converged = False
+    if not converged:
+        notes.append(
+            f"values exchanged between ranks did not settle after {passes} passes; the traces "
+            "are those of the last pass"
+        )
+    return DryRunResult(runs, passes, mode, notes, converged, time.monotonic() - start)
+
+
+def warm_up(mode: str = "fake") -> None:
+    """Import in the parent what every rank needs, so each forked child starts warm."""
+    import importlib
+
+    for name in (
+        "torch.distributed",
+        "torch.nn.parallel",
+        "torch.distributed.device_mesh",
+        "torch.distributed.tensor",
+        "torch.distributed.tensor.parallel",
+        "torch.distributed.fsdp",
+        "torch.distributed.pipelining",
+        "torch.distributed._functional_collectives",
+        "torch.optim",
+    ):
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    if mode == "fake":
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            import torch
+
+            torch.ones(2) + 1
+
+
+def default_jobs() -> int:
+    return max(1, len(os.sched_getaffinity(0)))

@@ -1,0 +1,766 @@
+"""Inside one simulated rank: the recording process group and everything it needs.
+
+`Recorder` is installed in a forked child before the user's script runs. Whatever backend the
+script asks for becomes the `commlint` backend, a Python `ProcessGroup` that records every call
+(Python `dist.*`, DDP's C++ reducer, FSDP2, pipelining p2p, coalesced calls) and never blocks:
+receives are filled from the values other ranks sent in the previous pass (see `values.py`),
+or, before those are known, as if every rank had sent what this one sent. A dispatch-level
+recorder catches functional collectives on fake/meta tensors, which never reach a process group.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import sysconfig
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch.futures import Future
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from commlint.plans.dryrun.values import MAX_VALUE_BYTES, Key, Value, ValueTable
+
+BACKEND = "commlint"
+_TORCH_DIR = str(Path(torch.__file__).parent) + os.sep
+_COMMLINT_DIR = str(Path(__file__).parents[2]) + os.sep
+_STDLIB_DIRS = tuple(
+    {str(Path(p)) + os.sep for p in (sysconfig.get_paths()["stdlib"],) if p}
+    | {str(Path(p)) + os.sep for k, p in sysconfig.get_paths().items() if k in ("purelib",)}
+)
+_C10D_FILE = os.sep + os.path.join("distributed", "distributed_c10d.py")
+
+_REDUCE_NAMES = {
+    dist.ReduceOp.SUM: "sum",
+    dist.ReduceOp.AVG: "avg",
+    dist.ReduceOp.PRODUCT: "product",
+    dist.ReduceOp.MIN: "min",
+    dist.ReduceOp.MAX: "max",
+    dist.ReduceOp.BAND: "band",
+    dist.ReduceOp.BOR: "bor",
+    dist.ReduceOp.BXOR: "bxor",
+}
+# Blocking Python APIs whose Work the API itself waits for: that wait is not an action.
+_ASYNC_APIS = frozenset({"isend", "irecv", "batch_isend_irecv"})
+
+
+class StopRank(BaseException):
+    """Raised inside a rank to stop it: the time limit or the `--steps` limit was reached."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+def is_user_file(filename: str) -> bool:
+    """A frame of the user's program: not torch, not commlint, not the standard library."""
+    if filename.startswith("<") or filename.startswith(_TORCH_DIR):
+        return False
+    if filename.startswith(_COMMLINT_DIR) and os.sep + "plans" + os.sep + "dryrun" in filename:
+        return False
+    return not filename.startswith(_STDLIB_DIRS)
+
+
+def short_path(filename: str) -> str:
+    try:
+        rel = os.path.relpath(filename)
+    except ValueError:
+        return filename
+    return filename if rel.startswith("..") else rel
+
+
+def user_site(frames: list[Any]) -> tuple[str | None, list[str]]:
+    """(site of the innermost user frame, stack: torch API frame first, then user frames)."""
+    stack: list[str] = []
+    site = None
+    for i, f in enumerate(frames):
+        name = f.f_code.co_filename
+        if name.endswith(_RUNPY):
+            break
+        if not is_user_file(name):
+            continue
+        if site is None:
+            site = f"{short_path(name)}:{f.f_lineno}"
+            api = _api_frame(frames[:i])
+            if api is not None:
+                torch_rel = api.f_code.co_filename[len(_TORCH_DIR) - len("torch/") :]
+                stack.append(f"{torch_rel}:{api.f_lineno} in {api.f_code.co_name}")
+        stack.append(f"{short_path(name)}:{f.f_lineno} in {f.f_code.co_name}")
+        if len(stack) >= 8:
+            break
+    return site, stack
+
+
+_RUNPY = os.sep + "runpy.py"
+_WRAPPER_FILES = ("c10d_logger.py", "functools.py", "contextlib.py", "_contextlib.py")
+
+
+def _api_frame(inner: list[Any]) -> Any:
+    """The torch function the user called: the frame next to the user's, minus decorators."""
+    for f in reversed(inner):
+        name = f.f_code.co_filename
+        if name.startswith(_TORCH_DIR) and not name.endswith(_WRAPPER_FILES):
+            return f
+    return None
+
+
+def _frames(skip: int = 2) -> list[Any]:
+    f = sys._getframe(skip)
+    out = []
+    while f is not None:
+        out.append(f)
+        f = f.f_back
+    return out
+
+
+def _c10d_api(frames: list[Any]) -> tuple[str | None, dict[str, Any]]:
+    """The outermost torch.distributed API function on the stack, and its locals."""
+    found = None
+    for f in frames:
+        if f.f_code.co_filename.endswith(_C10D_FILE):
+            found = f
+    if found is None:
+        return None, {}
+    return found.f_code.co_name, found.f_locals
+
+
+def _cpp_origin(frames: list[Any]) -> str:
+    names = [f.f_code.co_filename for f in frames]
+    if any("_functional_collectives" in n for n in names):
+        return "functional collective"
+    if any(os.sep + "autograd" + os.sep in n for n in names):
+        return "DDP gradient bucket"
+    return "issued by torch"
+
+
+def _is_real(t: Any) -> bool:
+    if getattr(t, "constant", None) is not None:  # a fake tensor that knows its value
+        return True
+    return type(t) in (torch.Tensor, torch.nn.Parameter) and t.device.type == "cpu"
+
+
+def _data(t: torch.Tensor) -> torch.Tensor:
+    """The real data behind a tensor: itself, or a fake tensor's constant."""
+    constant = getattr(t, "constant", None)
+    return constant if constant is not None else t
+
+
+def to_value(t: torch.Tensor) -> Value | None:
+    """A small real tensor's content; None for fake, meta or large tensors."""
+    t = _data(t)
+    if not _is_real(t) or t.numel() * t.element_size() > MAX_VALUE_BYTES:
+        return None
+    with unset_fake_temporarily():
+        flat = t.detach().contiguous().reshape(-1)
+        data = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+    return Value(str(t.dtype).removeprefix("torch."), tuple(t.shape), data)
+
+
+def from_value(v: Value) -> torch.Tensor:
+    dtype = getattr(torch, v.dtype)
+    with unset_fake_temporarily():
+        if not v.data:
+            return torch.empty(v.shape, dtype=dtype)
+        raw = torch.frombuffer(bytearray(v.data), dtype=torch.uint8)
+        return raw.view(dtype).reshape(v.shape)
+
+
+def _copy(dst: torch.Tensor, src: torch.Tensor | None) -> None:
+    """Deliver a received value; a size that does not fit is left for the checker to report."""
+    if src is None or not _is_real(dst):
+        return
+    dst = _data(dst)
+    if src.numel() == dst.numel():
+        with torch.no_grad(), unset_fake_temporarily():
+            dst.copy_(src.reshape(dst.shape).to(dst.dtype))
+
+
+def _reduce(values: list[torch.Tensor], op: str) -> torch.Tensor:
+    with unset_fake_temporarily():
+        return _reduce_real(values, op)
+
+
+def _reduce_real(values: list[torch.Tensor], op: str) -> torch.Tensor:
+    if op in ("sum", "avg"):
+        out = functools.reduce(torch.add, values)
+        return out / len(values) if op == "avg" else out
+    fn = {
+        "product": torch.mul,
+        "min": torch.minimum,
+        "max": torch.maximum,
+        "band": torch.bitwise_and,
+        "bor": torch.bitwise_or,
+        "bxor": torch.bitwise_xor,
+    }[op]
+    return functools.reduce(fn, values)
+
+
+class RecordedWork(dist.Work):
+    """The work handle of a recorded call: complete at once; waiting on it is an action."""
+
+    def __init__(self, recorder: Recorder, handle: str | None, result: list[torch.Tensor]):
+        super().__init__()
+        self._recorder = recorder
+        self._handle = handle
+        self._result = result
+        self._waited = handle is None
+
+    def wait(self, timeout: Any = None) -> bool:
+        if not self._waited:
+            self._waited = True
+            self._recorder.emit({"op": "wait", "handles": [self._handle]})
+        return True
+
+    def get_future(self) -> Future:
+        # DDP waits for its buckets in C++ at the end of backward: record that wait before
+        # the rank's next action.
+        if not self._waited:
+            self._waited = True
+            self._recorder.deferred_waits.append(self._handle)
+        fut: Future = Future()
+        fut.set_result(self._result)
+        return fut
+
+    def is_completed(self) -> bool:
+        return True
+
+    def is_success(self) -> bool:
+        return True
+
+    def result(self) -> list[torch.Tensor]:
+        return self._result
+
+    def source_rank(self) -> int:
+        return 0
+
+    def synchronize(self) -> None:
+        return None
+
+
+class Recorder:
+    """Per-rank recording state. `send` is how messages reach the parent."""
+
+    def __init__(self, rank: int, world_size: int, table: ValueTable, send: Callable) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self.table = table
+        self.send = send
+        self.torch_names: dict[str, tuple[str, list[int]]] = {}
+        self.group_counts: dict[tuple[int, ...], int] = {}
+        self.seq: dict[str, int] = {}
+        self.p2p_seq: dict[tuple, int] = {}
+        self.handles = 0
+        self.batches = 0
+        self.batch: str | None = None
+        self.deferred_waits: list[str] = []
+        self.requested_backend: str | None = None
+        self.functional_handles: dict[int, str] = {}
+        self.functional_waited: set[str] = set()
+        self.ddp_rebuilds: dict[int, int] = {}
+
+    # -- messages --------------------------------------------------------------------------
+
+    def emit(self, action: dict[str, Any], frames: list[Any] | None = None) -> None:
+        if self.deferred_waits and action.get("op") != "wait":
+            handles, self.deferred_waits = self.deferred_waits, []
+            self.send(("a", {"op": "wait", "handles": handles, "label": "DDP bucket wait"}))
+        site, stack = user_site(frames if frames is not None else _frames())
+        if site:
+            action["site"] = site
+            action["stack"] = stack
+        self.send(("a", action))
+
+    def flush(self) -> None:
+        if self.deferred_waits:
+            handles, self.deferred_waits = self.deferred_waits, []
+            self.send(("a", {"op": "wait", "handles": handles, "label": "DDP bucket wait"}))
+
+    def new_group(self, torch_name: str, ranks: list[int]) -> str:
+        if len(ranks) == self.world_size and not self.torch_names:
+            name = "WORLD"
+        else:
+            name = "g" + _compact(ranks)
+            count = self.group_counts.get(tuple(ranks), 0) + 1
+            self.group_counts[tuple(ranks)] = count
+            if count > 1:
+                name += f"#{count}"
+            self.send(("g", name, list(ranks)))
+        self.torch_names[torch_name] = (name, list(ranks))
+        return name
+
+    def next_handle(self) -> str:
+        self.handles += 1
+        return f"h{self.handles}"
+
+    def contribute(self, key: Key, value: Any) -> None:
+        if value is not None:
+            self.send(("v", key, value))
+
+    def receive(self, key: Key) -> dict[int, Any]:
+        self.send(("r", key, self.table.signature(key, self.rank)))
+        return {r: v for r, v in self.table.contributions(key).items() if r != self.rank}
+
+    # -- recording one call -----------------------------------------------------------------
+
+    def record(
+        self,
+        op: str,
+        group: str,
+        tensors: list[torch.Tensor],
+        *,
+        peer: int | None = None,
+        root: int | None = None,
+        tag: int = 0,
+        reduce_op: str | None = None,
+        extra: dict[str, Any] | None = None,
+        frames: list[Any] | None = None,
+    ) -> str | None:
+        """Emit the action; return its handle when the caller gets an async work."""
+        frames = frames if frames is not None else _frames(3)
+        api, local = _c10d_api(frames)
+        action: dict[str, Any] = {"op": op, "group": group}
+        handle = None
+        if api is None:
+            # Issued from C++ (DDP's reducer, functional collectives): asynchronous, waited
+            # through its Work or future.
+            handle = self.next_handle()
+            action["async"] = True
+            action["handle"] = handle
+            action["label"] = _cpp_origin(frames)
+        elif op in ("send", "recv"):
+            if api in _ASYNC_APIS or self.batch:
+                handle = self.next_handle()
+                action["op"] = "i" + op
+                action["handle"] = handle
+        elif local.get("async_op"):
+            handle = self.next_handle()
+            action["async"] = True
+            action["handle"] = handle
+        if api and api not in {op, "i" + op} and not api.startswith("_"):
+            action.setdefault("label", api)
+        if self.batch and op in ("send", "recv"):
+            action["batch"] = self.batch
+        if peer is not None:
+            action["peer"] = peer
+        if root is not None:
+            action["root"] = root
+        if tag:
+            action["tag"] = tag
+        if reduce_op:
+            action["reduce_op"] = reduce_op
+        if tensors:
+            t = tensors[0]
+            action["shape"] = list(t.shape)
+            action["dtype"] = str(t.dtype).removeprefix("torch.")
+        if extra:
+            action.update(extra)
+        self.emit(action, frames)
+        return handle
+
+    def sync(self, label: str) -> None:
+        self.emit({"op": "sync", "label": label}, _frames(3))
+
+
+def _compact(ranks: list[int]) -> str:
+    rs = sorted(ranks)
+    if rs == list(range(rs[0], rs[-1] + 1)) and len(rs) > 2:
+        return f"{rs[0]}-{rs[-1]}"
+    return "_".join(str(r) for r in ranks)
+
+
+class RecordingProcessGroup(dist.ProcessGroup):
+    """A backend that records calls, fills outputs from the value table, and never blocks."""
+
+    def __init__(self, recorder: Recorder, rank: int, ranks: list[int], torch_name: str):
+        super().__init__(rank, len(ranks))
+        self._rec = recorder
+        self._me = rank
+        self._ranks = list(ranks)
+        self._torch_name = torch_name
+        self._name = recorder.new_group(torch_name, self._ranks)
+
+    # accessors torch needs of a Python process group
+    def getBackendName(self) -> str:
+        return BACKEND
+
+    @property
+    def group_name(self) -> str:
+        return self._torch_name
+
+    def getGroupName(self) -> str:
+        return self._torch_name
+
+    def setGroupName(self, name: str) -> None:
+        self._torch_name = name
+
+    def _set_group_name(self, name: str) -> None:
+        self._torch_name = name
+
+    @property
+    def supports_coalescing(self) -> bool:
+        return False
+
+    # helpers
+    def _next(self) -> Key:
+        n = self._rec.seq.get(self._name, 0)
+        self._rec.seq[self._name] = n + 1
+        return ("c", self._name, n)
+
+    def _work(self, handle: str | None, result: list[torch.Tensor]) -> RecordedWork:
+        return RecordedWork(self._rec, handle, result)
+
+    def _coll(
+        self,
+        op: str,
+        tensors: list[torch.Tensor],
+        contribution: Any,
+        result: list[torch.Tensor],
+        **kw: Any,
+    ) -> tuple[RecordedWork, dict[int, Any] | None]:
+        key = self._next()
+        handle = self._rec.record(op, self._name, tensors, frames=_frames(3), **kw)
+        self._rec.contribute(key, contribution)
+        wants = any(_is_real(t) for t in result)
+        got = self._rec.receive(key) if wants else None
+        return self._work(handle, result), got
+
+    def _from(self, got: dict[int, Any] | None, member: int, default: Any) -> Any:
+        if got is None:
+            return default
+        v = got.get(self._ranks[member])
+        return default if v is None else v
+
+    @staticmethod
+    def _reduce_name(opts: Any) -> str:
+        return _REDUCE_NAMES.get(getattr(opts, "reduceOp", dist.ReduceOp.SUM), "sum")
+
+    # collectives
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> RecordedWork:
+        red = self._reduce_name(opts)
+        vals = tuple(to_value(t) for t in tensors)
+        work, got = self._coll("all_reduce", tensors, vals, tensors, reduce_op=red)
+        if got is not None:
+            for i, t in enumerate(tensors):
+                if vals[i] is None:
+                    continue
+                parts = []
+                for m in range(len(self._ranks)):
+                    v = vals if m == self._me else self._from(got, m, vals)
+                    parts.append(from_value(v[i] if v[i] is not None else vals[i]))
+                _copy(t, _reduce(parts, red))
+        return work
+
+    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> RecordedWork:
+        return self.allreduce(tensors, opts)
+
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> RecordedWork:
+        root = opts.rootRank
+        mine = root == self._me
+        vals = tuple(to_value(t) for t in tensors) if mine else None
+        work, got = self._coll(
+            "broadcast", tensors, vals, [] if mine else tensors, root=self._ranks[root]
+        )
+        src = self._from(got, root, None)
+        if src is not None:
+            for t, v in zip(tensors, src, strict=False):
+                _copy(t, from_value(v) if v is not None else None)
+        return work
+
+    def allgather(
+        self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None
+    ) -> RecordedWork:
+        own = to_value(inputs[0])
+        work, got = self._coll("all_gather", inputs, own, outputs[0])
+        if got is not None and own is not None:
+            for m, out in enumerate(outputs[0]):
+                _copy(out, from_value(own if m == self._me else self._from(got, m, own)))
+        return work
+
+    def _allgather_base(
+        self, output: torch.Tensor, input: torch.Tensor, opts: Any = None
+    ) -> RecordedWork:
+        own = to_value(input)
+        work, got = self._coll("all_gather", [input], own, [output])
+        if got is not None and own is not None:
+            for m, out in enumerate(output.chunk(len(self._ranks))):
+                _copy(out, from_value(own if m == self._me else self._from(got, m, own)))
+        return work
+
+    def allgather_into_tensor_coalesced(
+        self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
+    ) -> RecordedWork:
+        work = None
+        for o, i in zip(outputs, inputs, strict=False):
+            work = self._allgather_base(o, i, opts)
+        return work or self._work(None, [])
+
+    def gather(
+        self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None
+    ) -> RecordedWork:
+        root = opts.rootRank
+        own = to_value(inputs[0])
+        result = outputs[0] if root == self._me and outputs else []
+        work, got = self._coll("gather", inputs, own, result, root=self._ranks[root])
+        if got is not None and own is not None:
+            for m, out in enumerate(result):
+                _copy(out, from_value(own if m == self._me else self._from(got, m, own)))
+        return work
+
+    def scatter(
+        self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any = None
+    ) -> RecordedWork:
+        root = opts.rootRank
+        mine = root == self._me
+        vals = tuple(to_value(t) for t in inputs[0]) if mine and inputs else None
+        work, got = self._coll(
+            "scatter", outputs, vals, [] if mine else outputs, root=self._ranks[root]
+        )
+        if mine and inputs:
+            _copy(outputs[0], inputs[0][self._me])
+        else:
+            src = self._from(got, root, None)
+            if src is not None and src[self._me] is not None:
+                _copy(outputs[0], from_value(src[self._me]))
+        return work
+
+    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> RecordedWork:
+        red = self._reduce_name(opts)
+        root = opts.rootRank
+        own = to_value(tensors[0])
+        result = tensors if root == self._me else []
+        work, got = self._coll(
+            "reduce", tensors, own, result, root=self._ranks[root], reduce_op=red
+        )
+        if got is not None and own is not None:
+            parts = [
+                from_value(own if m == self._me else self._from(got, m, own))
+                for m in range(len(self._ranks))
+            ]
+            _copy(tensors[0], _reduce(parts, red))
+        return work
+
+    def _reduce_scatter_base(
+        self, output: torch.Tensor, input: torch.Tensor, opts: Any = None
+    ) -> RecordedWork:
+        red = self._reduce_name(opts)
+        own = to_value(input)
+        work, got = self._coll("reduce_scatter", [input], own, [output], reduce_op=red)
+        if got is not None and own is not None:
+            n = len(self._ranks)
+            parts = [
+                from_value(own if m == self._me else self._from(got, m, own)).chunk(n)[self._me]
+                for m in range(n)
+            ]
+            _copy(output, _reduce(parts, red))
+        return work
+
+    def reduce_scatter(
+        self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any = None
+    ) -> RecordedWork:
+        red = self._reduce_name(opts)
+        own = tuple(to_value(t) for t in inputs[0])
+        work, got = self._coll("reduce_scatter", inputs[0][:1], own, outputs, reduce_op=red)
+        if got is not None and own[self._me] is not None:
+            parts = []
+            for m in range(len(self._ranks)):
+                v = own if m == self._me else self._from(got, m, own)
+                parts.append(from_value(v[self._me] or own[self._me]))
+            _copy(outputs[0], _reduce(parts, red))
+        return work
+
+    def reduce_scatter_tensor_coalesced(
+        self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
+    ) -> RecordedWork:
+        work = None
+        for o, i in zip(outputs, inputs, strict=False):
+            work = self._reduce_scatter_base(o, i, opts)
+        return work or self._work(None, [])
+
+    def alltoall_base(
+        self,
+        output: torch.Tensor,
+        input: torch.Tensor,
+        output_split_sizes: list[int],
+        input_split_sizes: list[int],
+        opts: Any = None,
+    ) -> RecordedWork:
+        n = len(self._ranks)
+        row = input[0].numel() if input.dim() and input.shape[0] else 1
+        in_rows = list(input_split_sizes) or [input.shape[0] // n] * n
+        out_rows = list(output_split_sizes) or [output.shape[0] // n] * n
+        extra = {"in_splits": [r * row for r in in_rows], "out_splits": [r * row for r in out_rows]}
+        own = to_value(input)
+        work, got = self._coll("all_to_all", [input], (own, tuple(in_rows)), [output], extra=extra)
+        if got is not None and own is not None:
+            outs = output.split(out_rows)
+            for m in range(n):
+                v, rows = (own, tuple(in_rows)) if m == self._me else self._from(got, m, (None, ()))
+                if v is not None and len(rows) == n:
+                    _copy(outs[m], from_value(v).split(list(rows))[self._me])
+        return work
+
+    def alltoall(
+        self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
+    ) -> RecordedWork:
+        own = tuple(to_value(t) for t in inputs)
+        extra = {
+            "in_splits": [t.numel() for t in inputs],
+            "out_splits": [t.numel() for t in outputs],
+        }
+        work, got = self._coll("all_to_all", inputs[:1], own, outputs, extra=extra)
+        if got is not None:
+            for m, out in enumerate(outputs):
+                v = own if m == self._me else self._from(got, m, None)
+                if v is not None and v[self._me] is not None:
+                    _copy(out, from_value(v[self._me]))
+        return work
+
+    # torch 2.13 names for the single-tensor collectives
+    def all_gather_single(
+        self, output: torch.Tensor, input: torch.Tensor, opts: Any = None
+    ) -> RecordedWork:
+        return self._allgather_base(output, input, opts)
+
+    def reduce_scatter_single(
+        self, output: torch.Tensor, input: torch.Tensor, opts: Any = None
+    ) -> RecordedWork:
+        return self._reduce_scatter_base(output, input, opts)
+
+    def all_to_all_single(
+        self,
+        output: torch.Tensor,
+        input: torch.Tensor,
+        output_split_sizes: list[int],
+        input_split_sizes: list[int],
+        opts: Any = None,
+    ) -> RecordedWork:
+        return self.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
+
+    def all_gather_single_coalesced(
+        self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
+    ) -> RecordedWork:
+        return self.allgather_into_tensor_coalesced(outputs, inputs, opts)
+
+    def reduce_scatter_single_coalesced(
+        self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
+    ) -> RecordedWork:
+        return self.reduce_scatter_tensor_coalesced(outputs, inputs, opts)
+
+    def barrier(self, opts: Any = None) -> RecordedWork:
+        work, _ = self._coll("barrier", [], None, [])
+        return work
+
+    # point to point
+    def _channel(self, src: int, dst: int, tag: int) -> Key:
+        chan = (self._name, src, dst, tag)
+        n = self._rec.p2p_seq.get(chan, 0)
+        self._rec.p2p_seq[chan] = n + 1
+        return ("p", *chan, n)
+
+    def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> RecordedWork:
+        peer = self._ranks[dst]
+        handle = self._rec.record(
+            "send", self._name, tensors, peer=peer, tag=tag, frames=_frames(2)
+        )
+        self._rec.contribute(self._channel(self._rec.rank, peer, tag), to_value(tensors[0]))
+        return self._work(handle, tensors)
+
+    def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> RecordedWork:
+        peer = self._ranks[src]
+        handle = self._rec.record(
+            "recv", self._name, tensors, peer=peer, tag=tag, frames=_frames(2)
+        )
+        key = self._channel(peer, self._rec.rank, tag)
+        if _is_real(tensors[0]):
+            v = self._rec.receive(key).get(peer)
+            if v is not None:
+                _copy(tensors[0], from_value(v))
+        return self._work(handle, tensors)
+
+    def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> RecordedWork:
+        raise RuntimeError(
+            "commlint dry-run: recv from any source is not supported; name the source rank"
+        )
+
+
+def make_backend(recorder: Recorder) -> Callable:
+    def create(opts: Any, backend_opts: Any = None) -> RecordingProcessGroup:
+        ranks = list(opts.global_ranks_in_group) or list(range(opts.group_size))
+        return RecordingProcessGroup(recorder, opts.group_rank, ranks, str(opts.group_id))
+
+    return create
+
+
+_FUNCTIONAL = {
+    "all_reduce": "all_reduce",
+    "all_reduce_": "all_reduce",
+    "all_reduce_coalesced": "all_reduce",
+    "all_reduce_coalesced_": "all_reduce",
+    "all_gather_into_tensor": "all_gather",
+    "all_gather_into_tensor_out": "all_gather",
+    "all_gather_into_tensor_coalesced": "all_gather",
+    "reduce_scatter_tensor": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter",
+    "all_to_all_single": "all_to_all",
+    "broadcast": "broadcast",
+    "broadcast_": "broadcast",
+}
+
+
+def _fake_or_meta(x: Any) -> bool:
+    return isinstance(x, torch.Tensor) and (x.is_meta or type(x).__name__ == "FakeTensor")
+
+
+class FunctionalRecorder(TorchDispatchMode):
+    """Records `_c10d_functional` collectives and `wait_tensor` on fake/meta tensors."""
+
+    def __init__(self, recorder: Recorder):
+        super().__init__()
+        self.rec = recorder
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        ns = getattr(func, "namespace", "")
+        if ns not in ("_c10d_functional", "_c10d_functional_autograd"):
+            return out
+        name = func.__name__.split(".")[0]
+        if name == "wait_tensor":
+            handle = self.rec.functional_handles.pop(id(args[0]), None)
+            if handle and handle not in self.rec.functional_waited:
+                self.rec.functional_waited.add(handle)
+                self.rec.emit({"op": "wait", "handles": [handle]}, _frames(2))
+            return out
+        op = _FUNCTIONAL.get(name)
+        first = args[0][0] if isinstance(args[0], (list, tuple)) else args[0]
+        if op is None or not _fake_or_meta(first):
+            return out
+        group_name = next((a for a in reversed(args) if isinstance(a, str)), None)
+        group, ranks = self.rec.torch_names.get(str(group_name), ("WORLD", []))
+        self.rec.seq[group] = self.rec.seq.get(group, 0) + 1
+        handle = self.rec.next_handle()
+        action: dict[str, Any] = {
+            "op": op,
+            "group": group,
+            "async": True,
+            "handle": handle,
+            "shape": list(first.shape),
+            "dtype": str(first.dtype).removeprefix("torch."),
+            "label": f"functional {name}",
+        }
+        if op in ("all_reduce", "reduce_scatter"):
+            red = next((a for a in args[1:] if isinstance(a, str)), "sum")
+            action["reduce_op"] = red
+        if op == "broadcast" and ranks:
+            action["root"] = ranks[int(args[1])]
+        self.rec.emit(action, _frames(2))
+        outs = out if isinstance(out, (list, tuple)) else [out]
+        for o in outs:
+            self.rec.functional_handles[id(o)] = handle
+        return out

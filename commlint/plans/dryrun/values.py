@@ -1,0 +1,65 @@
+"""Values that travel between simulated ranks: small real tensors and pickled objects.
+
+Every rank runs alone, so a receive cannot wait for its sender. Instead each pass records what
+every rank *sent* (keyed by the communication it belongs to), and the next pass delivers those
+values to the receivers. A rank is run again only when what it would receive has changed, so
+programs whose control flow never depends on received values take exactly one pass.
+
+Keys: `("c", group, seq)` for the seq-th collective a rank issues on a group (every member
+contributes under its global rank); `("p", group, src, dst, tag, n)` for the n-th message on a
+point-to-point channel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+# Tensors larger than this are never exchanged: they carry model data, not decisions.
+MAX_VALUE_BYTES = 1 << 22
+
+Key = tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Value:
+    """A tensor's content, detached from torch so it pickles cheaply between processes."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    data: bytes
+
+    @property
+    def digest(self) -> str:
+        h = hashlib.blake2b(self.data, digest_size=12)
+        h.update(f"{self.dtype}{self.shape}".encode())
+        return h.hexdigest()
+
+
+@dataclass
+class ValueTable:
+    """What every rank contributed to each communication in the latest pass that ran it."""
+
+    values: dict[Key, dict[int, Any]] = field(default_factory=dict)
+
+    def contributions(self, key: Key) -> dict[int, Any]:
+        return self.values.get(key, {})
+
+    def signature(self, key: Key, reader: int) -> tuple:
+        """What `reader` can receive for `key`: the digests of the other ranks' values."""
+        found = self.values.get(key, {})
+        return tuple(
+            sorted(
+                (r, v.digest if isinstance(v, Value) else repr(v))
+                for r, v in found.items()
+                if r != reader
+            )
+        )
+
+    def replace_rank(self, rank: int, sent: dict[Key, Any]) -> None:
+        """Forget what `rank` sent in an earlier pass; keep what it sent in this one."""
+        for contrib in self.values.values():
+            contrib.pop(rank, None)
+        for key, value in sent.items():
+            self.values.setdefault(key, {})[rank] = value
