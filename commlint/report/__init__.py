@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from commlint.findings import Report
-from commlint.report import concise, full, github, json_format, rdjson, sarif, text
+from commlint.report import concise, full, github, html, json_format, rdjson, sarif, text
 
 Writer = Callable[[Report, IO[str], dict[str, Any]], None]
 
@@ -21,6 +21,7 @@ FORMATS: dict[str, Writer] = {
     "github": github.write,
     "sarif": sarif.write,
     "rdjson": rdjson.write,
+    "html": html.write,
 }
 
 
