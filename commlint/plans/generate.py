@@ -915,19 +915,16 @@ def _skeleton_torch(
             if not 0 <= peer_stage <= last:
                 raise _fail(f"schedule: {step} has no peer stage {peer_stage}")
             peer = stages.rank_of(peer_stage)
-            h = em.handle()
             tag = m if opts.tags else 0
             is_send = kind.startswith("SEND")
-            em.p2p(
-                "isend" if is_send else "irecv",
-                "pp",
-                ("pos", peer),
-                label,
-                h,
-                em.batch(),
-                tag,
-                _payload(opts, m),
-            )
+            payload = _payload(opts, m)
+            if opts.blocking:  # a runtime that runs each comm action as a blocking call
+                op = "send" if is_send else "recv"
+                em.p2p(op, "pp", ("pos", peer), label, tag=tag, shape=payload)
+                continue
+            h = em.handle()
+            op = "isend" if is_send else "irecv"
+            em.p2p(op, "pp", ("pos", peer), label, h, em.batch(), tag, payload)
             if is_send:
                 send_handles.append(h)
             else:
