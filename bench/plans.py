@@ -1,0 +1,107 @@
+"""Plan gate speed: generate + check parallel plans (issue 5).
+
+1. The issue's plan: 1F1B, pp=8, tp=8, dp=16 (1,024 ranks), 64 microbatches, Megatron p2p —
+   generated from its `generate:` block and checked under the trace's model (nccl).
+   Goal: <= 1 s for generate + check.
+2. Plans per second for a 64-rank plan (tp=2, pp=4, dp=8, 1F1B, 16 microbatches), the unit a
+   plan search loop calls: a fresh generate + check each time. Goal: >= 50 plans/s.
+
+Prints each figure with its split (generate / check) and the ratio to the goal.
+
+    nice -n 10 python bench/plans.py              # both
+    nice -n 10 python bench/plans.py --profile    # plus cProfile's top lines of the check
+"""
+
+from __future__ import annotations
+
+import cProfile
+import gc
+import io
+import pstats
+import sys
+import time
+
+from commlint.graph.check import check_trace
+from commlint.plans.io import loads_trace
+
+BIG = (
+    "version: 1\n"
+    "generate: {world_size: 1024, degrees: {tp: 8, pp: 8, dp: 16}, schedule: 1f1b, "
+    "microbatches: 64}\n"
+)
+SMALL = (
+    "version: 1\n"
+    "generate: {world_size: 64, degrees: {tp: 2, pp: 4, dp: 8}, schedule: 1f1b, "
+    "microbatches: 16}\n"
+)
+BIG_GOAL_S = 1.0
+SMALL_GOAL_PER_S = 50.0
+
+
+def timed(text: str) -> tuple[float, float, int, int]:
+    gc.collect()
+    t0 = time.perf_counter()
+    trace = loads_trace(text)
+    t1 = time.perf_counter()
+    result = check_trace(trace, None)
+    t2 = time.perf_counter()
+    return t1 - t0, t2 - t1, trace.num_actions(), len(result.findings)
+
+
+def big(runs: int = 2) -> None:
+    best = min((timed(BIG) for _ in range(runs)), key=lambda r: r[0] + r[1])
+    gen, chk, actions, findings = best
+    total = gen + chk
+    print("1,024 ranks (tp=8 pp=8 dp=16, 1F1B, 64 microbatches, megatron p2p, model nccl)")
+    print(f"  actions      {actions:,}   findings {findings}")
+    print(f"  generate     {gen:.3f} s   ({actions / gen:,.0f} actions/s)")
+    print(f"  check        {chk:.3f} s   ({actions / chk:,.0f} actions/s)")
+    ratio = total / BIG_GOAL_S
+    print(f"  total        {total:.3f} s   goal <= {BIG_GOAL_S:.1f} s   ratio {ratio:.2f}x")
+
+
+def small(seconds: float = 3.0) -> None:
+    gen_t = chk_t = 0.0
+    n = 0
+    actions = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds or n < 5:
+        gen, chk, actions, _ = timed(SMALL)
+        gen_t += gen
+        chk_t += chk
+        n += 1
+    rate = n / (gen_t + chk_t)
+    print("64 ranks (tp=2 pp=4 dp=8, 1F1B, 16 microbatches), generate + check per plan")
+    print(f"  actions      {actions:,} per plan, {n} plans")
+    print(f"  generate     {gen_t / n * 1000:.1f} ms/plan")
+    print(f"  check        {chk_t / n * 1000:.1f} ms/plan")
+    print(
+        f"  throughput   {rate:.1f} plans/s   goal >= {SMALL_GOAL_PER_S:.0f}/s   "
+        f"ratio {rate / SMALL_GOAL_PER_S:.2f}x"
+    )
+
+
+def profile() -> None:
+    trace = loads_trace(BIG)
+    prof = cProfile.Profile()
+    prof.enable()
+    check_trace(trace, None)
+    prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(12)
+    print("cProfile of check_trace on the 1,024-rank plan (top 12 by own time):")
+    print("\n".join(line for line in out.getvalue().splitlines() if line.strip())[:4000])
+
+
+def main(argv: list[str]) -> int:
+    big()
+    print()
+    small()
+    if "--profile" in argv:
+        print()
+        profile()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
