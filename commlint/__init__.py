@@ -24,6 +24,13 @@ def load(path: str | Path) -> Trace:
     return load_trace(path).trace
 
 
+def generate(**spec: object) -> Trace:
+    """Expand a parallel configuration (the `generate:` block's keys) into a Trace."""
+    from commlint.plans.generate import generate as _generate
+
+    return _generate(**spec)  # type: ignore[arg-type]
+
+
 def check(trace: Trace, model: str | list[str] | None = "gloo", max_cycles: int = 32) -> TraceCheck:
     """Check a trace; `model` is gloo, nccl, single-queue, all, a list, or None (backend's)."""
     return check_trace(trace, model, max_cycles=max_cycles)
@@ -38,5 +45,6 @@ __all__ = [
     "TraceCheck",
     "__version__",
     "check",
+    "generate",
     "load",
 ]
