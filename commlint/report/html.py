@@ -40,8 +40,8 @@ OP_COLOURS = {
     "barrier": "#79706e",
     "send": "#edc948",
     "isend": "#f1ce63",
-    "recv": "#e6b35a",
-    "irecv": "#f0c987",
+    "recv": "#8cc5b5",
+    "irecv": "#b9e0d4",
     "wait": "#d7d7d7",
     "sync": "#bab0ac",
 }
@@ -82,7 +82,10 @@ border-radius:4px}
 ul.sites{margin:4px 0 2px 18px;padding:0;font-family:ui-monospace,Menlo,Consolas,monospace;
 font-size:12px}
 .models{color:#6b7280;font-size:12px}
-.cycle{margin:6px 0}
+.cycle{display:flex;align-items:center;gap:18px;margin:6px 0;flex-wrap:wrap}
+.cycle ol.edges{margin:0;padding-left:22px;font-size:13px;max-width:900px}
+.cycle ol.edges .site{font:12px ui-monospace,Menlo,Consolas,monospace;color:#374151;
+word-break:break-all}
 .gridwrap{overflow-x:auto;max-width:100%;border:1px solid #e5e7eb;border-radius:6px;
 background:#fff}
 table.grid{border-collapse:separate;border-spacing:2px;font:11px ui-monospace,Menlo,Consolas,
@@ -96,6 +99,9 @@ white-space:nowrap;padding:0 3px}
 td.c.dark{color:#1f2937}
 td.c.mm{box-shadow:inset 0 0 0 2px #b91c1c}
 td.c.hit{outline:3px solid #dc2626;outline-offset:-1px;font-weight:700}
+td.c.blocked{position:relative}
+td.c.blocked::after{content:"";position:absolute;top:0;right:0;border-style:solid;
+border-width:0 9px 9px 0;border-color:transparent #dc2626 transparent transparent}
 td.c.miss{background:repeating-linear-gradient(45deg,#fff,#fff 4px,#fecaca 4px,#fecaca 8px);
 border:1px dashed #dc2626;color:#b91c1c}
 td.e{min-width:34px}
@@ -200,9 +206,8 @@ def _grid(
                 if codes:
                     classes.append("hit")
                     title += "\n" + "; ".join(codes)
-                    text += (
-                        "&#9208;" if any(c in ("CL201", "CL202", "CL210") for c in codes) else ""
-                    )
+                    if any(c in BLOCKING_CODES for c in codes):
+                        classes.append("blocked")  # the rank is stuck here
                 colour = OP_COLOURS.get(a.op, "#999")
                 out.append(
                     f'<td class="{" ".join(classes)}" style="background:{colour}" '
@@ -228,32 +233,81 @@ def _grid(
     return "".join(out)
 
 
+def _rank_grid(trace: Trace, hits: dict[tuple[int, int], list[str]]) -> str:
+    """Every action of each rank in issue order, across groups: shows cross-group orders."""
+    rows = sorted(trace.ranks)
+    hit_ranks = {r for (r, _) in hits}
+    if len(rows) > MAX_ROWS:
+        keep = [r for r in rows if r in hit_ranks][: MAX_ROWS // 2]
+        keep += [r for r in rows if r not in keep][: MAX_ROWS - len(keep)]
+        rows = sorted(keep)
+    width = max((len(trace.ranks[r]) for r in rows), default=0)
+    cols = min(width, MAX_COLS)
+    out = ['<div class="gridwrap"><table class="grid ranks"><thead><tr><th>rank</th>']
+    out.extend(f"<th>{k}</th>" for k in range(cols))
+    out.append("</tr></thead><tbody>")
+    for r in rows:
+        out.append(f"<tr><th>{r}</th>")
+        acts = trace.ranks[r]
+        for k in range(cols):
+            if k >= len(acts):
+                out.append('<td class="e"></td>')
+                continue
+            a = acts[k]
+            classes = ["c"] + (["dark"] if a.op in DARK_TEXT else [])
+            title = _title(r, k, a)
+            codes = hits.get((r, k))
+            if codes:
+                classes.append("hit")
+                title += "\n" + "; ".join(codes)
+                if any(c in BLOCKING_CODES for c in codes):
+                    classes.append("blocked")
+            text = _cell_text(a)
+            if a.op not in ("wait", "sync") and a.group != WORLD:
+                text += f" {a.group}"
+            out.append(
+                f'<td class="{" ".join(classes)}" style="background:'
+                f'{OP_COLOURS.get(a.op, "#999")}" title="{escape(title)}" data-rank="{r}" '
+                f'data-action="{k}" data-op="{a.op}">{escape(text)}</td>'
+            )
+        out.append("</tr>")
+    out.append("</tbody></table></div>")
+    notes = []
+    if len(rows) < len(trace.ranks):
+        notes.append(f"showing {len(rows)} of {len(trace.ranks)} ranks")
+    if width > cols:
+        notes.append(f"showing the first {cols} of {width} actions")
+    if notes:
+        out.append(f'<p class="note">{escape("; ".join(notes))}</p>')
+    return "".join(out)
+
+
 def _cycle_svg(cycle: list[CycleEdge]) -> str:
-    """Ranks on a circle, one arrow per wait-for edge, labelled with the blocked op."""
+    """Ranks on a circle, one numbered arrow per wait-for edge; the edges are listed in text
+    next to it (HTML, so long sites wrap instead of being clipped)."""
     n = len(cycle)
-    size = 260 if n <= 3 else 320
+    size = 200 if n <= 2 else 240 if n <= 4 else 300
     cx = cy = size / 2
-    radius = size / 2 - 48
+    radius = size / 2 - 34
     pos: dict[int, tuple[float, float]] = {}
     for k, e in enumerate(cycle):
         angle = -math.pi / 2 + 2 * math.pi * k / n
         pos[e.rank] = (cx + radius * math.cos(angle), cy + radius * math.sin(angle))
-    width = size + 260
     parts = [
-        f'<svg class="cycle" width="{width}" height="{size}" viewBox="0 0 {width} {size}" '
-        'role="img" aria-label="wait-for cycle">',
+        f'<svg width="{size}" height="{size}" viewBox="0 0 {size} {size}" role="img" '
+        f'aria-label="wait-for cycle of ranks {" ".join(str(e.rank) for e in cycle)}">',
         '<defs><marker id="arr" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
         'markerHeight="7" orient="auto-start-reverse"><path d="M0,0L10,5L0,10z" '
         'fill="#dc2626"/></marker></defs>',
     ]
-    node_r = 20
+    node_r = 18
     for k, e in enumerate(cycle):
         x1, y1 = pos[e.rank]
         x2, y2 = pos.get(e.waits_for, (cx, cy))
         dx, dy = x2 - x1, y2 - y1
         dist = math.hypot(dx, dy) or 1
-        # bend each edge a little so that a 2-cycle shows two arrows
-        mx, my = (x1 + x2) / 2 - dy / dist * 28, (y1 + y2) / 2 + dx / dist * 28
+        # bend each edge a little so that the two arrows of a 2-cycle do not overlap
+        mx, my = (x1 + x2) / 2 - dy / dist * 26, (y1 + y2) / 2 + dx / dist * 26
         sx, sy = x1 + dx / dist * node_r, y1 + dy / dist * node_r
         ex, ey = x2 - dx / dist * (node_r + 2), y2 - dy / dist * (node_r + 2)
         parts.append(
@@ -261,8 +315,8 @@ def _cycle_svg(cycle: list[CycleEdge]) -> str:
             'fill="none" stroke="#dc2626" stroke-width="2" marker-end="url(#arr)"/>'
         )
         parts.append(
-            f'<text x="{mx:.1f}" y="{my:.1f}" font-size="11" text-anchor="middle" '
-            f'fill="#7f1d1d">{k + 1}</text>'
+            f'<text x="{mx:.1f}" y="{my + 4:.1f}" font-size="12" font-weight="700" '
+            f'text-anchor="middle" fill="#7f1d1d">{k + 1}</text>'
         )
     for e in cycle:
         x, y = pos[e.rank]
@@ -271,17 +325,15 @@ def _cycle_svg(cycle: list[CycleEdge]) -> str:
             f'<text x="{x:.1f}" y="{y + 4:.1f}" font-size="13" text-anchor="middle" '
             f'fill="#fff">{e.rank}</text>'
         )
-    for k, e in enumerate(cycle):
-        site = f" @{e.site}" if e.site else ""
-        label = f"{k + 1}. rank {e.rank} waits in {e.op}{site} for rank {e.waits_for}"
-        if len(label) > 70:
-            label = label[:67] + "…"
-        parts.append(
-            f'<text x="{size + 4}" y="{24 + 18 * k}" font-size="12" fill="#1f2937">'
-            f"{escape(label)}</text>"
-        )
     parts.append("</svg>")
-    return "".join(parts)
+    items = []
+    for e in cycle:
+        site = f' <span class="site">@{escape(e.site)}</span>' if e.site else ""
+        items.append(
+            f"<li>rank <b>{e.rank}</b> waits in <code>{escape(e.op)}</code>{site} "
+            f"for rank <b>{e.waits_for}</b></li>"
+        )
+    return f'<div class="cycle">{"".join(parts)}<ol class="edges">{"".join(items)}</ol></div>'
 
 
 def _finding(f: Finding) -> str:
@@ -324,7 +376,7 @@ def _legend(ops: set[str]) -> str:
     for op in sorted(ops, key=lambda o: list(OP_COLOURS).index(o) if o in OP_COLOURS else 99):
         dark = ' class="dark"' if op in DARK_TEXT else ""
         spans.append(f'<span{dark} style="background:{OP_COLOURS.get(op, "#999")}">{op}</span>')
-    spans.append('<span class="hitk">named by a finding</span>')
+    spans.append('<span class="hitk">named by a finding (corner: blocked there)</span>')
     spans.append('<span class="mmk">mismatch</span>')
     spans.append('<span class="missk">missing</span>')
     return f'<div class="legend">{"".join(spans)}</div>'
@@ -351,8 +403,10 @@ def _trace_section(path: str, trace: Trace | None, findings: list[Finding]) -> s
                     hits[(loc.rank, loc.action)].append(f.code)
         lanes = _lanes(trace)
         ops = {a.op for acts in trace.ranks.values() for a in acts}
-        out.append("<h3>Rank × sequence, per process group</h3>")
         out.append(_legend(ops))
+        out.append('<h3 class="issue-order">Issue order per rank, all groups</h3>')
+        out.append(_rank_grid(trace, hits))
+        out.append("<h3>Rank × sequence, per process group</h3>")
         order = sorted(lanes, key=lambda g: (g != WORLD, g))
         for group in order:
             members = trace.group_ranks(group) if (group == WORLD or group in trace.groups) else []
