@@ -26,6 +26,7 @@ decision that differs across DP ranks), so a gate can be shown to catch them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from math import prod
@@ -143,17 +144,34 @@ class GenerateSpec(_Spec):
 # ----------------------------------------------------------------------------- errors
 
 
+_TYPE_ERRORS = frozenset(
+    {"string_type", "dict_type", "model_type", "model_attributes_type", "int_type", "list_type"}
+)
+_UNION_BRANCHES = ("str", "int", "P2P", "ScheduleFile", "Mutation")
+
+
+def _clean_loc(loc: tuple) -> list[str]:
+    """A pydantic location without the union-branch markers it adds."""
+    parts = [str(p) for p in loc]
+    return [
+        p for p in parts if not p.startswith(("function-", "literal[")) and p not in _UNION_BRANCHES
+    ]
+
+
 def _spec_error(exc: ValidationError) -> CommlintInputError:
-    err = exc.errors()[0]
-    loc = [str(p) for p in err["loc"] if not str(p).startswith(("function-", "literal["))]
-    # a union reports each branch; keep the field path only
-    loc = [p for p in loc if p not in ("str", "P2P", "ScheduleFile", "Mutation", "int")]
+    errors = exc.errors()
+    first = _clean_loc(errors[0]["loc"])
+    same = [e for e in errors if _clean_loc(e["loc"])[: len(first)] == first]
+    # in a union, the branch that matched the input's shape says more than "not a string"
+    err = min(same, key=lambda e: (e["type"] in _TYPE_ERRORS, -len(_clean_loc(e["loc"]))))
+    loc = _clean_loc(err["loc"])
     where = "generate." + ".".join(loc) if loc else "generate"
     if err["type"] == "extra_forbidden":
         parent = _parent_model(loc[:-1])
         known = ", ".join(parent.model_fields) if parent is not None else ""
         return CommlintInputError(f"{where}: unknown field (expected one of: {known})")
-    msg = err["msg"]
+    msg = re.sub(r"a valid dictionary or instance of \w+", "a mapping", err["msg"])
+    msg = msg.removeprefix("Value error, ")
     if err["type"] == "literal_error":
         msg = f"got {err['input']!r}; expected {err['ctx']['expected']}"
     return CommlintInputError(f"{where}: {msg[0].lower() + msg[1:]}")

@@ -490,7 +490,15 @@ def test_early_embedding_allreduce_is_the_blocked_collective() -> None:
             "{degrees: {pp: 2}, mutations: [{kind: head_to_head, stage: 1}]}",
             "head_to_head pairs stage 1 with 2; pp is 2",
         ),
-        ("{degrees: {pp: 2}, mutations: [explode]}", "generate.mutations.0"),
+        (
+            "{degrees: {pp: 2}, mutations: [explode]}",
+            "generate.mutations.0: got 'explode'; expected",
+        ),
+        ("{degrees: 3}", "generate.degrees: input should be a mapping"),
+        (
+            "{degrees: {pp: 2}, schedule: {csv: a, csv_text: b}}",
+            "generate.schedule: give exactly one of 'csv' (a path) or 'csv_text'",
+        ),
         ("{degrees: {pp: 2}, schedule: {csv: /nonexistent.csv}}", "cannot read '/nonexistent.csv'"),
         ("{degrees: {pp: 2}, schedule: {csv_text: '0F0,0Q1'}}", "cannot read action '0Q1'"),
         ("{degrees: {pp: 3}, schedule: {csv_text: '0F0,0B0'}}", "has 1 rows but degrees.pp is 3"),
@@ -521,3 +529,11 @@ def test_good_plan_file_on_the_cli(tmp_path: Path, capsys) -> None:
     assert main(["plan", str(plan)]) == 0
     assert main(["plan", str(plan), str(bad), "--model", "all"]) == 1
     assert "CL201" in capsys.readouterr().out
+
+
+def test_docs_search_loop_runs(capsys) -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "plans.md").read_text()
+    section = docs.split("### In a plan search loop", 1)[1]
+    code = section.split("```python", 1)[1].split("```", 1)[0]
+    exec(compile(code, "docs/plans.md", "exec"), {})
+    assert capsys.readouterr().out.strip() == "22 accepted; 2 rejected"
