@@ -1,0 +1,1 @@
+"""The accuracy benchmark: generated programs, real-run labels, scoring (issue 7)."""

@@ -1,0 +1,163 @@
+"""Label the benchmark programs by running them for real (see runner.py for the labels).
+
+    python -m bench.accuracy.label                     # every program without a label
+    python -m bench.accuracy.label --world-size 2 --limit 40
+    python -m bench.accuracy.label --ids mlp_w2_0000 gpt_w4_0001 --force
+    python -m bench.accuracy.label --sample 6 --check  # re-run a sample, compare to labels
+
+Labels go to bench/accuracy/labels.json after every chunk, so a long run can be stopped and
+resumed. Runs under `nice -n 10`; programs of one world size share a launch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import sys
+import time
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+
+from bench.accuracy.runner import default_timeout, run_batch
+
+HERE = Path(__file__).resolve().parent
+MANIFEST = HERE / "programs.json"
+LABELS = HERE / "labels.json"
+
+
+def program_sha(path: Path) -> str:
+    """The label holds for this exact program text."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def load_manifest() -> list[dict]:
+    return json.loads(MANIFEST.read_text())["programs"]
+
+
+def load_labels() -> dict:
+    if LABELS.exists():
+        return json.loads(LABELS.read_text())
+    return {"about": "", "labels": {}}
+
+
+def save_labels(data: dict) -> None:
+    import torch
+
+    data["about"] = (
+        "Ground truth of bench/accuracy/programs: each program run for real with gloo on CPU "
+        f"(torch {torch.__version__}) by bench/accuracy/runner.py; "
+        "labels ok / hang / fail / corrupt (see runner.py)."
+    )
+    data["labels"] = dict(sorted(data["labels"].items()))
+    tmp = LABELS.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    tmp.replace(LABELS)
+
+
+def rerun(programs: list[dict], chunk: int, timeout: float | None) -> dict[str, dict]:
+    """Run programs (grouped by world size, `chunk` per launch); {id: outcome json}."""
+    out: dict[str, dict] = {}
+    by_world: dict[int, list[dict]] = {}
+    for p in programs:
+        by_world.setdefault(p["world_size"], []).append(p)
+    for world, progs in sorted(by_world.items()):
+        t = timeout or default_timeout(world)
+        for start in range(0, len(progs), chunk):
+            part = progs[start : start + chunk]
+            print(f"world size {world}: {len(part)} programs (timeout {t:g}s)", flush=True)
+            began = time.monotonic()
+            outcomes = run_batch(
+                [str(HERE / p["path"]) for p in part],
+                world,
+                t,
+                log=lambda s: print(s, flush=True),
+            )
+            for p, o in zip(part, outcomes, strict=True):
+                out[p["id"]] = o.to_json()
+            print(f"  chunk wall {time.monotonic() - began:.0f}s", flush=True)
+            yield_chunk = {p["id"]: out[p["id"]] for p in part}
+            _on_chunk(yield_chunk)
+    return out
+
+
+_CHUNK_HOOKS: list = []
+
+
+def _on_chunk(part: dict) -> None:
+    for hook in _CHUNK_HOOKS:
+        hook(part)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Label benchmark programs by running them for real.")
+    p.add_argument("--ids", nargs="*", help="only these program ids")
+    p.add_argument("--world-size", type=int, action="append", help="only this world size")
+    p.add_argument("--limit", type=int, help="at most this many programs")
+    p.add_argument("--force", action="store_true", help="relabel programs that have a label")
+    p.add_argument("--chunk", type=int, default=40, help="programs per launch (default 40)")
+    p.add_argument("--timeout", type=float, help="collective timeout, seconds")
+    p.add_argument("--sample", type=int, help="re-run a random sample of labelled programs")
+    p.add_argument("--seed", type=int, default=None, help="seed of --sample")
+    p.add_argument("--check", action="store_true", help="compare with stored labels, no write")
+    args = p.parse_args(argv)
+
+    programs = load_manifest()
+    data = load_labels()
+    labels = data["labels"]
+    if args.ids:
+        wanted = set(args.ids)
+        programs = [q for q in programs if q["id"] in wanted]
+    if args.world_size:
+        programs = [q for q in programs if q["world_size"] in args.world_size]
+    if args.sample:
+        rng = random.Random(args.seed)
+        pool = [q for q in programs if q["id"] in labels]
+        programs = rng.sample(pool, min(args.sample, len(pool)))
+    elif not args.force and not args.check:
+        # Unlabelled, or labelled for another text of the program (regenerated since).
+        programs = [
+            q
+            for q in programs
+            if q["id"] not in labels
+            or labels[q["id"]].get("sha", program_sha(HERE / q["path"]))
+            != program_sha(HERE / q["path"])
+        ]
+    if args.limit:
+        programs = programs[: args.limit]
+    if not programs:
+        print("nothing to run")
+        return 0
+
+    by_id = {q["id"]: q for q in load_manifest()}
+    if not args.check:
+
+        def keep(part: dict) -> None:
+            stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            for pid, o in part.items():
+                sha = program_sha(HERE / by_id[pid]["path"])
+                labels[pid] = dict(o, labelled=stamp, sha=sha)
+            save_labels(data)
+
+        _CHUNK_HOOKS.append(keep)
+    began = time.monotonic()
+    got = rerun(programs, args.chunk, args.timeout)
+    wall = time.monotonic() - began
+    print(f"{len(got)} programs in {wall:.0f}s ({wall / len(got):.2f}s per program)")
+    print(" labels:", dict(Counter(o["label"] for o in got.values())))
+    if args.check:
+        differ = {
+            pid: (labels.get(pid, {}).get("label"), o["label"])
+            for pid, o in got.items()
+            if labels.get(pid, {}).get("label") != o["label"]
+        }
+        for pid, (was, now) in sorted(differ.items()):
+            print(f" {pid}: stored {was}, re-run {now}")
+        return 1 if differ else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""commlint accuracy benchmark program hier_w4_0166.
+
+family: hier (hierarchical reducescatter), world size 4
+mutation: main_helper (bug): after h_send_up, rank 0 calls a helper that all-reduces on world (1 call deep)
+
+Run: torchrun --nproc-per-node 4 hier_w4_0166.py
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+TIMEOUT = float(os.environ.get("ACC_TIMEOUT", "10"))
+STEPS = 3
+TP = 2
+
+
+def is_main_process() -> bool:
+    return dist.get_rank() == 0
+
+
+def report_metrics(step: int, group) -> None:
+    total = torch.tensor([float(step)])
+    dist.all_reduce(total, group=group)
+
+
+def main(rank: int, world_size: int) -> list[tuple[str, float]]:
+    timeout = timedelta(seconds=TIMEOUT)
+    world = dist.new_group(list(range(world_size)), timeout=timeout)
+    leaders = dist.new_group(list(range(0, world_size, 2)), timeout=timeout)
+    local_group = None
+    for start in range(0, world_size, 2):
+        ranks = [start, start + 1]
+        group = dist.new_group(ranks, timeout=timeout)
+        if rank in ranks:
+            local_group = group
+    is_leader = rank % 2 == 0
+    partner = rank + 1 if is_leader else rank - 1
+    probe_gen = torch.Generator().manual_seed(500 + rank)
+    gen = torch.Generator().manual_seed(100 + rank)
+    for step in range(STEPS):
+        v = torch.randn(2 * world_size, generator=gen)
+        if is_leader:
+            buf = torch.empty(2 * world_size)
+            dist.recv(buf, src=partner, group=local_group)
+            v = v + buf
+            mine = v.new_empty(v.numel() // dist.get_world_size(leaders))
+            dist.reduce_scatter_tensor(mine, v, group=leaders)
+            keep, give = mine[:2].clone(), mine[2:].clone()
+            dist.send(give, dst=partner, group=local_group)
+            v = keep
+        else:
+            dist.send(v, dst=partner, group=local_group)
+            if is_main_process():
+                report_metrics(step, world)
+            v = torch.empty(2)
+            dist.recv(v, src=partner, group=local_group)
+        total = v.sum().reshape(1)
+        dist.all_reduce(total, group=world)
+        dist.barrier(group=world)
+    return [("total", float(total.sum()))]
+
+
+if __name__ == "__main__":
+    dist.init_process_group("gloo", timeout=timedelta(seconds=TIMEOUT))
+    print(main(dist.get_rank(), dist.get_world_size()), flush=True)
+    dist.destroy_process_group()

@@ -1,0 +1,59 @@
+"""commlint accuracy benchmark program hier_w4_0298.
+
+family: hier (hierarchical allreduce), world size 4
+mutation: wrong_group (harmless): step_barrier on world_twin (same members as world) on every rank
+
+Run: torchrun --nproc-per-node 4 hier_w4_0298.py
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+TIMEOUT = float(os.environ.get("ACC_TIMEOUT", "10"))
+STEPS = 3
+TP = 2
+
+
+def is_main_process() -> bool:
+    return dist.get_rank() == 0
+
+
+def main(rank: int, world_size: int) -> list[tuple[str, float]]:
+    timeout = timedelta(seconds=TIMEOUT)
+    world = dist.new_group(list(range(world_size)), timeout=timeout)
+    leaders = dist.new_group(list(range(0, world_size, 2)), timeout=timeout)
+    local_group = None
+    for start in range(0, world_size, 2):
+        ranks = [start, start + 1]
+        group = dist.new_group(ranks, timeout=timeout)
+        if rank in ranks:
+            local_group = group
+    is_leader = rank % 2 == 0
+    partner = rank + 1 if is_leader else rank - 1
+    probe_gen = torch.Generator().manual_seed(500 + rank)
+    world_twin = dist.new_group(list(range(world_size)), timeout=timeout)
+    gen = torch.Generator().manual_seed(100 + rank)
+    for step in range(STEPS):
+        v = torch.randn(4, generator=gen)
+        if is_leader:
+            buf = torch.empty(4)
+            dist.recv(buf, src=partner, group=local_group)
+            v += buf
+            dist.all_reduce(v, group=leaders)
+            dist.send(v, dst=partner, group=local_group)
+        else:
+            dist.send(v, dst=partner, group=local_group)
+            dist.recv(v, src=partner, group=local_group)
+        dist.barrier(group=world_twin)
+    return [("v", float(v.sum()))]
+
+
+if __name__ == "__main__":
+    dist.init_process_group("gloo", timeout=timedelta(seconds=TIMEOUT))
+    print(main(dist.get_rank(), dist.get_world_size()), flush=True)
+    dist.destroy_process_group()

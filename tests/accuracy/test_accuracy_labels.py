@@ -1,0 +1,121 @@
+"""Keep the accuracy benchmark honest: its labels, its labelling logic, its scoring.
+
+The real-run test re-runs a small random sample of labelled programs with gloo (one launch of
+2 ranks, well under 90 s) and requires the same label. Set ACCURACY_SAMPLE_SEED to replay a
+sample; the seed in use is printed on failure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from bench.accuracy import generate
+from bench.accuracy.runner import label_of
+from bench.accuracy.score import POSITIVE, confusion, table
+
+HERE = Path(generate.__file__).resolve().parent
+PROGRAMS = json.loads((HERE / "programs.json").read_text())["programs"]
+LABELS = json.loads((HERE / "labels.json").read_text())["labels"]
+
+
+def _sha(prog: dict) -> str:
+    return hashlib.sha256((HERE / prog["path"]).read_bytes()).hexdigest()[:16]
+
+
+def test_enough_labelled_programs_of_every_kind():
+    labelled = [p for p in PROGRAMS if p["id"] in LABELS]
+    assert len(labelled) >= 500
+    kinds = {LABELS[p["id"]]["label"] for p in labelled}
+    assert {"ok", "hang", "fail"} <= kinds
+    assert {p["world_size"] for p in labelled} == {2, 4, 6, 8}
+    positives = sum(LABELS[p["id"]]["label"] in POSITIVE for p in labelled)
+    assert 0.25 * len(labelled) < positives < 0.85 * len(labelled)
+
+
+def test_labels_belong_to_the_stored_program_text():
+    stale = [
+        p["id"] for p in PROGRAMS if p["id"] in LABELS and LABELS[p["id"]].get("sha") != _sha(p)
+    ]
+    assert stale == [], f"relabel with `python -m bench.accuracy.label`: {stale[:5]}"
+
+
+def test_generator_is_deterministic_and_matches_the_stored_programs():
+    again = generate.generate(len(PROGRAMS), seed=7)
+    for rec, stored in zip(again[:40], PROGRAMS[:40], strict=True):
+        assert rec["id"] == stored["id"]
+        assert rec["detail"] == stored["detail"]
+        # The stored text is the generated text after `ruff format`: compare the code only.
+        compile(rec["_text"], rec["id"], "exec")
+
+
+def test_unmutated_and_harmless_programs_complete():
+    wrong = [
+        (p["id"], LABELS[p["id"]]["label"])
+        for p in PROGRAMS
+        if p["intent"] in ("none", "harmless")
+        and p["id"] in LABELS
+        and LABELS[p["id"]]["label"] != "ok"
+    ]
+    assert wrong == []
+
+
+@pytest.mark.parametrize(
+    ("statuses", "checks", "expected"),
+    [
+        (["ok", "ok"], [[("x", 1.0)], [("x", 1.0)]], "ok"),
+        (["ok", "ok"], [[("x", 1.0)], [("x", 2.0)]], "corrupt"),
+        (["ok", "ok"], [[("a", 1.0)], [("b", 2.0)]], "ok"),  # different keys never compared
+        (["ok", "timeout"], [[], []], "hang"),
+        (["peer_closed", "timeout"], [[], []], "hang"),
+        (["error", "timeout"], [[], []], "fail"),  # the error came first: the job fails
+        (["died", "peer_closed"], [[], []], "fail"),
+        (["ok", "stuck"], [[], []], "hang"),
+    ],
+)
+def test_label_of_per_rank_results(statuses, checks, expected):
+    ranks = [
+        {"rank": r, "status": s, "checks": [list(c) for c in ch]}
+        for r, (s, ch) in enumerate(zip(statuses, checks, strict=True))
+    ]
+    assert label_of(ranks)[0] == expected
+
+
+def test_confusion_and_table_rows():
+    rows = [(True, True), (True, False), (False, True), (False, False), (False, False)]
+    assert confusion(rows) == {"n": 5, "tp": 1, "tn": 2, "fp": 1, "fn": 1}
+    text = "\n".join(table("family", {"mlp": rows, "none": []}))
+    assert "| Precision | 50.0% | — |" in text
+    assert "| Recall | 50.0% | — |" in text
+
+
+@pytest.mark.real
+def test_a_random_sample_of_labels_holds_when_rerun():
+    from bench.accuracy.runner import run_batch
+
+    seed = int(os.environ.get("ACCURACY_SAMPLE_SEED", random.randrange(1 << 30)))
+    rng = random.Random(seed)
+    pool = [p for p in PROGRAMS if p["world_size"] == 2 and p["id"] in LABELS]
+    by_label: dict[str, list[dict]] = {}
+    for p in pool:
+        by_label.setdefault(LABELS[p["id"]]["label"], []).append(p)
+    # A hang costs one timeout and a failure a relaunch: 3 ok, 2 hang, 1 fail, 1 corrupt.
+    want = {"ok": 3, "hang": 2, "fail": 1, "corrupt": 1}
+    sample = []
+    for label, n in want.items():
+        progs = by_label.get(label, [])
+        sample += rng.sample(progs, min(n, len(progs)))
+    rng.shuffle(sample)
+    # Failures last: a gloo abort ends the launch and costs a relaunch.
+    sample.sort(key=lambda p: LABELS[p["id"]]["label"] == "fail")
+    outcomes = run_batch(
+        [str(HERE / p["path"]) for p in sample], 2, LABELS[sample[0]["id"]]["timeout"], log=str
+    )
+    got = {p["id"]: o.label for p, o in zip(sample, outcomes, strict=True)}
+    stored = {p["id"]: LABELS[p["id"]]["label"] for p in sample}
+    assert got == stored, f"ACCURACY_SAMPLE_SEED={seed}"
