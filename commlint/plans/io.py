@@ -52,7 +52,8 @@ class LoadedTrace:
 
 
 # A reader for the `generate:` block; commlint.plans.generate registers itself here.
-GENERATORS: dict[str, Callable[[dict[str, Any]], Trace]] = {}
+# Called with the block and the plan file's path (files it names are relative to it).
+GENERATORS: dict[str, Callable[[dict[str, Any], str | None], Trace]] = {}
 
 
 def _scalar_key(node: yaml.Node) -> Any:
@@ -259,7 +260,7 @@ def _generate(data: dict[str, Any], path: str | None, lines: LineMap) -> Trace:
     if not isinstance(spec, dict):
         raise CommlintInputError("'generate' must be a mapping", path, lines.keys.get("generate"))
     try:
-        return GENERATORS["default"](spec)
+        return GENERATORS["default"](spec, path)
     except CommlintInputError as exc:
         exc.error.path = exc.error.path or path
         exc.error.line = exc.error.line or lines.keys.get("generate")
