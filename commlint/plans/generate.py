@@ -1144,12 +1144,20 @@ def _dp_index(lay: Layout, rank: int) -> int:
     return dp[2] if dp else 0
 
 
-def generate_from_spec(data: dict[str, Any]) -> Trace:
-    """The `generate:` block (a mapping) → a `Trace`. Errors are `CommlintInputError`s."""
+def generate_from_spec(data: dict[str, Any], plan_path: str | None = None) -> Trace:
+    """The `generate:` block (a mapping) → a `Trace`. Errors are `CommlintInputError`s.
+
+    `plan_path` is the plan file the block came from: a `schedule: {csv: …}` path is
+    relative to its folder.
+    """
     try:
         spec = GenerateSpec.model_validate(data)
     except ValidationError as exc:
         raise _spec_error(exc) from None
+    if plan_path and isinstance(spec.schedule, ScheduleFile) and spec.schedule.csv:
+        csv_path = Path(spec.schedule.csv)
+        if not csv_path.is_absolute():
+            spec.schedule.csv = str(Path(plan_path).parent / csv_path)
     return _generate(spec)
 
 

@@ -12,7 +12,7 @@ from commlint.cli import main
 from commlint.findings import CommlintInputError
 from commlint.graph.check import check_trace
 from commlint.plans.generate import generate, generate_from_spec
-from commlint.plans.io import dump_trace, loads_trace, semantic_errors
+from commlint.plans.io import dump_trace, load_trace, loads_trace, semantic_errors
 from commlint.trace import Trace
 
 MODELS = ("gloo", "nccl", "single-queue")
@@ -537,3 +537,29 @@ def test_docs_search_loop_runs(capsys) -> None:
     code = section.split("```python", 1)[1].split("```", 1)[0]
     exec(compile(code, "docs/plans.md", "exec"), {})
     assert capsys.readouterr().out.strip() == "22 accepted; 2 rejected"
+
+
+def test_schedule_csv_path_is_relative_to_the_plan(tmp_path: Path, monkeypatch) -> None:
+    folder = tmp_path / "plans"
+    folder.mkdir()
+    (folder / "zbh1.csv").write_text(
+        "".join(
+            ",".join(str(s) for s in row) + "\n"
+            for row in [
+                ["0F0", "0F1", "0I0", "0F2", "0I1", "0W0", "0I2", "0W1", "0W2"],
+                ["1F0", "1I0", "1W0", "1F1", "1I1", "1W1", "1F2", "1I2", "1W2"],
+            ]
+        )
+    )
+    (folder / "plan.yaml").write_text(
+        "version: 1\ngenerate: {degrees: {pp: 2}, schedule: {csv: zbh1.csv}}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    assert main(["plan", str(folder / "plan.yaml"), "--model", "all"]) == 0
+    trace = load_trace(folder / "plan.yaml").trace
+    assert trace.meta["schedule"] == "csv" and trace.meta["p2p"]["style"] == "torch"
+    assert [a.label for a in trace.ranks[1] if a.op == "isend"] == [
+        "B0 stage 1 send grad",
+        "B1 stage 1 send grad",
+        "B2 stage 1 send grad",
+    ]
