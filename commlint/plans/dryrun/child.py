@@ -335,8 +335,8 @@ def _install_fake_helpers(c10d: Any) -> None:
     reducer = torch._C._distributed_c10d.Reducer
 
     def rebuild_buckets(self: Any) -> bool:
-        # The rebuild copies parameter data, which fake tensors do not have; the bucket order
-        # of the first iteration is kept (recorded in the trace's meta as an assumption).
+        # The rebuild copies parameter data, which fake tensors do not have: the first
+        # iteration's buckets stay (an assumption noted in the trace's meta).
         return False
 
     reducer._rebuild_buckets = rebuild_buckets

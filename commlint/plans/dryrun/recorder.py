@@ -260,6 +260,7 @@ class Recorder:
         self.batch: str | None = None
         self.deferred_waits: list[str] = []
         self.requested_backend: str | None = None
+        self.from_cpp = False
         self.functional_handles: dict[int, str] = {}
         self.functional_waited: set[str] = set()
         self.ddp_rebuilds: dict[int, int] = {}
@@ -326,6 +327,7 @@ class Recorder:
         api, local = _c10d_api(frames)
         action: dict[str, Any] = {"op": op, "group": group}
         handle = None
+        self.from_cpp = api is None
         if api is None:
             # Issued from C++ (DDP's reducer, functional collectives): asynchronous, waited
             # through its Work or future.
@@ -425,10 +427,16 @@ class RecordingProcessGroup(dist.ProcessGroup):
     ) -> tuple[RecordedWork, dict[int, Any] | None]:
         key = self._next()
         handle = self._rec.record(op, self._name, tensors, frames=_frames(3), **kw)
+        work = self._work(handle, result)
+        if self._rec.from_cpp:
+            # Gradient buckets and parameter broadcasts of DDP/functional collectives carry
+            # model data, not decisions: exchanging them would only make passes churn. Their
+            # outputs are filled as if every rank had sent what this one sent.
+            return work, {}
         self._rec.contribute(key, contribution)
         wants = any(_is_real(t) for t in result)
         got = self._rec.receive(key) if wants else None
-        return self._work(handle, result), got
+        return work, got
 
     def _from(self, got: dict[int, Any] | None, member: int, default: Any) -> Any:
         if got is None:

@@ -1,0 +1,64 @@
+"""The dry-run's verdict agrees with what really happens under gloo on CPU, program by program.
+
+Every program in `programs/` runs twice: dry (simulated ranks, fake tensors, no real
+communication) and for real (gloo processes with a short timeout). A program named `ok_*` must
+really finish and be found clean; a program named `bad_*` must really hang or fail and be
+found broken (an error finding, or a rank that raised, exited or timed out).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from realrun import run_real
+
+PROGRAMS = Path(__file__).parent / "programs"
+FOUR_RANKS = {"ok_mesh_2d.py", "bad_mesh_branch.py", "ok_subgroups.py"}
+ALL = sorted(PROGRAMS.glob("*.py"))
+
+
+def world_of(path: Path) -> int:
+    return 4 if path.name in FOUR_RANKS else 2
+
+
+def dry_verdict(path: Path) -> tuple[bool, str]:
+    """(clean?, why) from the dry-run of the program."""
+    from commlint.graph.check import check_trace
+    from commlint.plans.dryrun.driver import DryRunOptions, dry_run
+
+    w = world_of(path)
+    options = DryRunOptions(
+        program=str(path), args=[], world_size=w, nproc_per_node=w, ranks=list(range(w)),
+        timeout=3.0, jobs=2,
+    )  # fmt: skip
+    result = dry_run(options)
+    trace = result.trace(options)
+    errors = [f for f in check_trace(trace, None).findings if f.severity == "error"]
+    why = [f"{f.code} {f.message}" for f in errors]
+    why += [f"rank {r} {e.kind}: {e.message}" for r, e in trace.ends.items()]
+    return not why, "; ".join(why)
+
+
+@pytest.fixture(scope="module")
+def real_runs():
+    return run_real([(str(p), world_of(p)) for p in ALL], timeout=4.0)
+
+
+def test_corpus_is_balanced():
+    ok = [p for p in ALL if p.name.startswith("ok_")]
+    bad = [p for p in ALL if p.name.startswith("bad_")]
+    assert len(ok) + len(bad) == len(ALL) >= 25
+    assert abs(len(ok) - len(bad)) <= 2
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("program", ALL, ids=lambda p: p.stem)
+def test_dry_run_agrees_with_gloo(program: Path, real_runs):
+    real = real_runs[str(program)]
+    expected_ok = program.name.startswith("ok_")
+    assert real.ok == expected_ok, f"real run did not behave as the name says: {real.ranks}"
+    clean, why = dry_verdict(program)
+    assert clean == real.ok, (
+        f"dry-run says {'clean' if clean else 'broken'} ({why}); gloo says {real.ranks}"
+    )
