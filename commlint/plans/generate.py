@@ -272,12 +272,10 @@ class Layout:
     def dp(self) -> int:
         return self.dp_replicate * self.dp_shard
 
-    def add(
-        self, kind: str, members_list: Iterable[list[int]], keep_singletons: bool = False
-    ) -> None:
+    def add(self, kind: str, members_list: Iterable[list[int]]) -> None:
         for i, members in enumerate(members_list):
-            if len(members) < 2 and not keep_singletons:
-                continue
+            if len(members) < 2:
+                continue  # a group of one carries no communication
             name = f"{kind}{i}"
             self.kinds.add(kind)
             self.groups[name] = members
@@ -969,19 +967,14 @@ def _skeleton(
 ) -> list[SkOp]:
     em = _Emitter(opts, lay, position)
     moe = lay.ep > 1 and opts.ep != "none"
-    if opts.fifo.get(position):
-        swap = opts.fifo[position]
+    if opts.style == "torch" and not plan.with_comms:
+        if plan.lowered is None:
+            plan.lowered = torch_lowering(plan.steps, plan.stages)
+        steps = plan.lowered[position]
+    swap = opts.fifo.get(position)
+    if swap:  # this stage processes the microbatches in another order than its neighbours
         steps = [sch.Step(s.kind, s.stage, swap.get(s.microbatch, s.microbatch)) for s in steps]
     if opts.style == "torch":
-        if not plan.with_comms:
-            if plan.lowered is None:
-                plan.lowered = torch_lowering(plan.steps, plan.stages)
-            steps = plan.lowered[position]
-            if opts.fifo.get(position):
-                swap = opts.fifo[position]
-                steps = [
-                    sch.Step(s.kind, s.stage, swap.get(s.microbatch, s.microbatch)) for s in steps
-                ]
         marks = _skeleton_torch(em, plan, steps, moe)
     else:
         if plan.with_comms:
@@ -1163,14 +1156,18 @@ def generate_from_spec(data: dict[str, Any], plan_path: str | None = None) -> Tr
 
 def _generate(spec: GenerateSpec) -> Trace:
     lay = resolve_layout(spec)
-    microbatches = spec.microbatches or max(1, 2 * lay.pp)
     opts = _resolve_options(spec, lay)
-    counts = _apply_mutations(spec, lay, opts, microbatches)
-    base_plan = _pipeline(spec, lay, microbatches)
+    base_plan = _pipeline(spec, lay, spec.microbatches or max(1, 2 * lay.pp))
+    if isinstance(spec.schedule, ScheduleFile):
+        given = spec.microbatches
+        if given is not None and given != base_plan.microbatches:
+            raise _fail(
+                f"microbatches is {given} but the schedule CSV runs {base_plan.microbatches}"
+            )
+    counts = _apply_mutations(spec, lay, opts, base_plan.microbatches)
+    if counts and isinstance(spec.schedule, ScheduleFile):
+        raise _fail("mutation last_microbatch needs a built-in schedule, not a CSV")
     fuse_all = opts.style == "deepspeed"
-    if lay.pp == 1:
-        for r in range(lay.world_size):
-            lay.place[r].setdefault("pp", (f"pp_{r}", [r], 0))
     skeletons: dict[tuple[int, int], _Prepared] = {}
     ranks: dict[int, list[Action]] = {}
     for r in range(lay.world_size):

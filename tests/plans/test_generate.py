@@ -348,6 +348,19 @@ def test_dp_styles_and_buckets() -> None:
         assert verdicts(t) == {m: "ok" for m in MODELS}
 
 
+def test_without_pipeline_there_is_no_p2p() -> None:
+    t = generate(world_size=8, degrees={"tp": 2, "cp": 2}, microbatches=3)
+    assert not any(
+        a.op in ("send", "recv", "isend", "irecv") and a.group.startswith("pp")
+        for acts in t.ranks.values()
+        for a in acts
+    )
+    assert (
+        len(ops(t, 0, "all_reduce", "tp")) == 4 * 3 and len(ops(t, 0, "all_reduce", "dp_cp")) == 1
+    )
+    assert verdicts(t) == {m: "ok" for m in MODELS}
+
+
 def test_hsdp_on_torchtitan() -> None:
     t = generate(
         layout="torchtitan", degrees={"dp_shard": 2, "dp_replicate": 2, "pp": 2}, microbatches=2
@@ -504,6 +517,15 @@ def test_early_embedding_allreduce_is_the_blocked_collective() -> None:
         ("{degrees: {pp: 3}, schedule: {csv_text: '0F0,0B0'}}", "has 1 rows but degrees.pp is 3"),
         ("{degrees: {tp: 2, ep: 3}, world_size: 4}", "not a multiple of etp × ep × pp"),
         ("[1, 2]", "'generate' must be a mapping"),
+        (
+            "{degrees: {pp: 1}, microbatches: 3, schedule: {csv_text: '0F0,0B0'}}",
+            "microbatches is 3 but the schedule CSV runs 1",
+        ),
+        (
+            "{degrees: {pp: 1, dp: 2}, schedule: {csv_text: '0F0,0B0'}, "
+            "mutations: [{kind: last_microbatch, microbatches: 1}]}",
+            "last_microbatch needs a built-in schedule",
+        ),
     ],
 )
 def test_bad_specs_are_one_located_line(tmp_path: Path, capsys, block: str, message: str) -> None:
