@@ -18,7 +18,6 @@ from commlint.trace import (
     ASYNC_P2P_OPS,
     COLLECTIVE_OPS,
     P2P_OPS,
-    ROOTED_OPS,
     SEND_OPS,
     WORLD,
     Action,
@@ -26,7 +25,7 @@ from commlint.trace import (
     normalize_dtype,
 )
 
-# Step kinds of a rank's program.
+# Step kinds of a rank's program (ISSUE and BLOCK must stay the two smallest).
 ISSUE = 0  # issue an op and go on (async)
 BLOCK = 1  # issue an op and wait for it (blocking)
 WAIT = 2  # wait for earlier async ops
@@ -70,97 +69,112 @@ class Graph:
     inst_need: list[int] = field(default_factory=list)
     inst_members: list[list[int]] = field(default_factory=list)
     inst_key: list[tuple] = field(default_factory=list)  # ("coll", group, seq) / ("p2p", …)
-    # per rank: steps (kind, op id or tuple of op ids)
-    steps: dict[int, list[tuple[int, object]]] = field(default_factory=dict)
+    # per rank: steps `arg << 3 | kind`; arg is an op id, or an index into `waits`
+    steps: dict[int, list[int]] = field(default_factory=dict)
+    waits: list[tuple[int, ...]] = field(default_factory=list)
+    to_check: set[int] = field(default_factory=set)  # instances whose members differ
     problems: list[Problem] = field(default_factory=list)
     # instances whose members disagree on op/root: they never complete
     mismatched: set[int] = field(default_factory=set)
     hung_groups: set[str] = field(default_factory=set)
 
 
-def _stream_key(model: str, a: Action, rank: int) -> object | None:
-    if model == "gloo":
-        return None  # every op progresses on its own
-    if model == "single-queue":
-        return "q"
-    if a.op in P2P_OPS:  # NCCL: one communicator per peer pair of a group
-        lo, hi = sorted((rank, a.peer))
-        return ("p2p", a.group, lo, hi)
-    return ("coll", a.group)
-
-
 def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
-    """Lower a validated trace to a `Graph` under a queue model."""
+    """Lower a validated trace to a `Graph` under a queue model (one linear pass)."""
     if model not in MODELS:
         raise ValueError(f"unknown queue model {model!r} (expected one of {', '.join(MODELS)})")
     g = Graph(trace, model)
     members = {name: set(r) for name, r in trace.groups.items()}
     members[WORLD] = set(range(trace.world_size))
     sizes = {name: len(m) for name, m in members.items()}
-    coll_seq: dict[tuple[str, int], int] = {}
-    coll_inst: dict[tuple[str, int], int] = {}
+    group_insts: dict[str, list[int]] = {name: [] for name in members}  # seq -> instance
     chan_count: dict[tuple, int] = {}
     p2p_inst: dict[tuple, int] = {}
     op_rank, op_action, op_inst = g.op_rank, g.op_action, g.op_inst
     op_async, op_prev, op_next, op_waited = g.op_async, g.op_prev, g.op_next, g.op_waited
+    op_fails = g.op_fails
     inst_need, inst_members, inst_key = g.inst_need, g.inst_members, g.inst_key
+    inst_sig: list[tuple] = []
+    to_check = g.to_check
     nccl_like = model != "gloo"
+    gloo = model == "gloo"
+    single = model == "single-queue"
     for rank in sorted(trace.ranks):
         actions = trace.ranks[rank]
-        steps: list[tuple[int, object]] = []
+        steps: list[int] = []
         handles: dict[str, int] = {}
+        seqs: dict[str, int] = {}
         last_on_queue: dict[object, int] = {}
         batch: tuple | None = None  # (name, queue key, op before the batch)
         for i, a in enumerate(actions):
             op = a.op
             if op == "wait":
-                steps.append((WAIT, tuple(handles[h] for h in a.handles)))
-                for h in a.handles:
-                    op_waited[handles[h]] = True
+                ops = tuple(handles[h] for h in a.handles)
+                for o in ops:
+                    op_waited[o] = True
+                steps.append(len(g.waits) << 3 | WAIT)
+                g.waits.append(ops)
                 continue
             if op == "sync":
-                steps.append((SYNC, None) if nccl_like else (SKIP, None))
+                steps.append(SYNC if nccl_like else SKIP)
                 continue
             group = a.group
             mem = members[group]
             if op in COLLECTIVE_OPS:
                 if rank not in mem:
                     g.problems.append(_non_member(trace, rank, i, a))
-                    steps.append((SKIP, None))
+                    steps.append(SKIP)
                     continue
-                if op in ROOTED_OPS and a.root not in mem:
+                if a.root is not None and a.root not in mem:
                     g.problems.append(_root_outside(trace, rank, i, a))
-                    steps.append((FAIL, None))
+                    steps.append(FAIL)
                     continue
-                key = (group, rank)
-                seq = coll_seq.get(key, 0)
-                coll_seq[key] = seq + 1
-                ikey = (group, seq)
-                inst = coll_inst.get(ikey)
-                if inst is None:
-                    inst = coll_inst[ikey] = len(inst_need)
+                seq = seqs.get(group, 0)
+                seqs[group] = seq + 1
+                ginst = group_insts[group]
+                sig = (op, a.root, a.reduce_op, a.dtype, a.shape, a.bytes)
+                if seq < len(ginst):
+                    inst = ginst[seq]
+                    if sig != inst_sig[inst] or op == "all_to_all":
+                        to_check.add(inst)
+                else:
+                    inst = len(inst_need)
+                    ginst.append(inst)
                     inst_need.append(sizes[group])
                     inst_members.append([])
                     inst_key.append(("coll", group, seq))
+                    inst_sig.append(sig)
                 is_async = bool(a.is_async) or (a.handle is not None and a.is_async is None)
+                qkey = None if gloo else ("q" if single else group)
             else:  # p2p
-                if rank not in mem or a.peer not in mem:
+                peer = a.peer
+                if rank not in mem or peer not in mem:
                     g.problems.append(_non_member(trace, rank, i, a))
-                    steps.append((SKIP, None))
+                    steps.append(SKIP)
                     continue
                 is_send = op in SEND_OPS
-                src, dst = (rank, a.peer) if is_send else (a.peer, rank)
+                src, dst = (rank, peer) if is_send else (peer, rank)
                 chan = (group, src, dst, a.tag, is_send)
                 k = chan_count.get(chan, 0)
                 chan_count[chan] = k + 1
                 pkey = (group, src, dst, a.tag, k)
+                sig = (a.dtype, a.shape, a.bytes)
                 inst = p2p_inst.get(pkey)
                 if inst is None:
                     inst = p2p_inst[pkey] = len(inst_need)
                     inst_need.append(2)
                     inst_members.append([])
                     inst_key.append(("p2p", group, src, dst, a.tag, k))
+                    inst_sig.append(sig)
+                elif sig != inst_sig[inst]:
+                    to_check.add(inst)
                 is_async = op in ASYNC_P2P_OPS
+                if gloo:
+                    qkey = None
+                elif single:
+                    qkey = "q"
+                else:  # NCCL: one communicator per peer pair of a group
+                    qkey = (group, src, dst) if src < dst else (group, dst, src)
             op_id = len(op_rank)
             op_rank.append(rank)
             op_action.append(i)
@@ -168,9 +182,8 @@ def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
             op_async.append(is_async)
             op_next.append(-1)
             op_waited.append(False)
-            g.op_fails.append(False)
+            op_fails.append(False)
             inst_members[inst].append(op_id)
-            qkey = _stream_key(model, a, rank)
             prev = -1
             if qkey is not None:
                 if a.batch is not None and batch is not None and batch[0] == a.batch:
@@ -187,7 +200,7 @@ def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
             op_prev.append(prev)
             if a.handle is not None and is_async:
                 handles[a.handle] = op_id
-            steps.append((ISSUE if is_async else BLOCK, op_id))
+            steps.append(op_id << 3 | (ISSUE if is_async else BLOCK))
         g.steps[rank] = steps
     _check_instances(g)
     return g
@@ -232,7 +245,9 @@ def _coll_signature(a: Action) -> tuple:
 
 
 def _check_instances(g: Graph) -> None:
-    for inst, mem_ops in enumerate(g.inst_members):
+    """Compare the members of each instance whose signatures differ (found while compiling)."""
+    for inst in sorted(g.to_check):
+        mem_ops = g.inst_members[inst]
         kind = g.inst_key[inst][0]
         refs = [(g.op_rank[o], g.op_action[o]) for o in mem_ops]
         acts = [g.trace.ranks[r][i] for r, i in refs]

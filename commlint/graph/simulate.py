@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from commlint.graph.compile import BLOCK, FAIL, ISSUE, SKIP, SYNC, WAIT, Graph
+from commlint.graph.compile import BLOCK, FAIL, ISSUE, SYNC, WAIT, Graph
 
 
 @dataclass
@@ -39,8 +39,9 @@ def simulate(g: Graph) -> State:
     inst_members = g.inst_members
     op_rank, op_inst, op_prev, op_next = g.op_rank, g.op_inst, g.op_prev, g.op_next
     op_async, op_fails = g.op_async, g.op_fails
-    steps = g.steps
     extra_next = g.op_next_extra
+    waits = g.waits
+    steps = g.steps
     ranks = sorted(steps)
     pc = dict.fromkeys(ranks, 0)
     wait_pos = dict.fromkeys(ranks, 0)
@@ -50,64 +51,57 @@ def simulate(g: Graph) -> State:
     ready = deque(ranks)
     to_start: list[int] = []
 
-    def drain() -> None:
-        while to_start:
-            op = to_start.pop()
-            started[op] = True
-            inst = op_inst[op]
-            inst_started[inst] += 1
-            if inst_started[inst] < inst_need[inst]:
-                continue
-            for m in inst_members[inst]:
-                done[m] = True
-                r = op_rank[m]
-                if op_async[m]:
-                    outstanding[r] -= 1
-                if waiting[r]:
-                    waiting[r] = False
-                    ready.append(r)
-                nxt = op_next[m]
-                if nxt != -1:
-                    if issued[nxt] and not started[nxt]:
-                        to_start.append(nxt)
-                    for nxt in extra_next.get(m, ()):
-                        if issued[nxt] and not started[nxt]:
-                            to_start.append(nxt)
-
-    def issue(op: int) -> None:
-        issued[op] = True
-        if op_async[op]:
-            outstanding[op_rank[op]] += 1
-        prev = op_prev[op]
-        if prev == -1 or done[prev]:
-            to_start.append(op)
-            drain()
-
     while ready:
         r = ready.popleft()
         prog = steps[r]
         n = len(prog)
         i = pc[r]
         while i < n:
-            kind, arg = prog[i]
-            if kind == ISSUE:
-                if not issued[arg]:
-                    issue(arg)
-            elif kind == BLOCK:
-                if not issued[arg]:
-                    issue(arg)
-                if not done[arg]:
-                    waiting[r] = True
-                    break
-                if op_fails[arg]:
-                    failed[r] = i
-                    break
-            elif kind == WAIT:
-                ops = arg
-                j = wait_pos[r]
-                while j < len(ops) and done[ops[j]]:
-                    if op_fails[ops[j]]:
+            step = prog[i]
+            kind = step & 7
+            if kind <= BLOCK:  # ISSUE or BLOCK
+                op = step >> 3
+                if not issued[op]:
+                    issued[op] = True
+                    if kind == ISSUE:
+                        outstanding[r] += 1
+                    prev = op_prev[op]
+                    if prev == -1 or done[prev]:
+                        # start it, and everything its completion unblocks
+                        to_start.append(op)
+                        while to_start:
+                            s = to_start.pop()
+                            started[s] = True
+                            inst = op_inst[s]
+                            inst_started[inst] += 1
+                            if inst_started[inst] < inst_need[inst]:
+                                continue
+                            for m in inst_members[inst]:
+                                done[m] = True
+                                mr = op_rank[m]
+                                if op_async[m]:
+                                    outstanding[mr] -= 1
+                                if waiting[mr]:
+                                    waiting[mr] = False
+                                    ready.append(mr)
+                                nxt = op_next[m]
+                                if nxt != -1:
+                                    if issued[nxt] and not started[nxt]:
+                                        to_start.append(nxt)
+                                    for nxt in extra_next.get(m, ()):
+                                        if issued[nxt] and not started[nxt]:
+                                            to_start.append(nxt)
+                if kind == BLOCK:
+                    if not done[op]:
+                        waiting[r] = True
                         break
+                    if op_fails[op]:
+                        failed[r] = i
+                        break
+            elif kind == WAIT:
+                ops = waits[step >> 3]
+                j = wait_pos[r]
+                while j < len(ops) and done[ops[j]] and not op_fails[ops[j]]:
                     j += 1
                 wait_pos[r] = j
                 if j < len(ops):
@@ -124,8 +118,6 @@ def simulate(g: Graph) -> State:
             elif kind == FAIL:
                 failed[r] = i
                 break
-            else:
-                assert kind == SKIP
             i += 1
         pc[r] = i
     return State(pc, issued, started, done, failed)

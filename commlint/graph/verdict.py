@@ -101,12 +101,12 @@ def blocked_ranks(g: Graph, st: State) -> list[Blocked]:
         i = st.pc[r]
         if i >= len(prog) or r in st.failed:
             continue
-        kind, arg = prog[i]
+        kind, arg = prog[i] & 7, prog[i] >> 3
         b = Blocked(r, i)
         if kind == BLOCK:
             ops = [arg]
         elif kind == WAIT:
-            ops = [o for o in arg if not st.done[o]][:1]
+            ops = [o for o in g.waits[arg] if not st.done[o]][:1]
         else:
             assert kind == SYNC
             ops = [o for o in range(len(g.op_rank)) if g.op_rank[o] == r and st.issued[o]]
