@@ -59,6 +59,24 @@ def test_megatron_default_order_matches_parallel_state_layout() -> None:
     assert kinds == ["dp_cp", "dp", "mp", "tp", "pp", "embd", "tp_dp_cp", "tp_dp", "tp_cp"]
 
 
+def test_megatron_docstring_example_16_gpus() -> None:
+    # initialize_model_parallel's docstring: 16 GPUs, tp 2, pp 4 -> dp 2
+    t = generate(world_size=16, degrees={"tp": 2, "pp": 4}, microbatches=4)
+    assert kind_groups(t, "dp") == [
+        [0, 2],
+        [1, 3],
+        [4, 6],
+        [5, 7],
+        [8, 10],
+        [9, 11],
+        [12, 14],
+        [13, 15],
+    ]
+    assert kind_groups(t, "tp") == [[2 * i, 2 * i + 1] for i in range(8)]
+    assert kind_groups(t, "pp") == [[0, 4, 8, 12], [1, 5, 9, 13], [2, 6, 10, 14], [3, 7, 11, 15]]
+    assert kind_groups(t, "embd") == [[0, 12], [1, 13], [2, 14], [3, 15]]
+
+
 def _oracle(order: list[tuple[str, int]], axes: set[str]) -> list[list[int]]:
     """Groups by array slicing: axes fastest first, members ordered fastest first."""
     names = [n for n, _ in order][::-1]  # numpy: last axis fastest
