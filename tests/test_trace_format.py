@@ -109,9 +109,11 @@ def test_cli_bad_file_exits_2_and_checks_the_rest(tmp_path):
 def test_exit_codes(tmp_path):
     ok = tmp_path / "ok.yaml"
     ok.write_text(GOOD)
-    run = lambda *a: subprocess.run(
-        [sys.executable, "-m", "commlint", *a], capture_output=True, text=True
-    )  # noqa: E731
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "commlint", *args]
+        return subprocess.run(cmd, capture_output=True, text=True)
+
     assert run("plan", str(ok)).returncode == 0
     assert run("plan", str(ROOT / "examples" / "send_send_deadlock.yaml")).returncode == 1
     assert (
