@@ -1,12 +1,821 @@
-"""Potential deadlocks under reordering (CL209): see docs/nondeterminism.md."""
+"""Potential deadlocks under reordering (CL209): orders a run could take but the trace did not.
+
+A trace is one interleaving. Within a *window* of a rank — the actions between two fences
+(`wait`, `sync`, a blocking call that is not a bucket op) — three things are decided at run
+time, not by the program text:
+
+- **issue order of ready-triggered ops**: ops with a `bucket` (DDP's fused all-reduces and ops
+  issued from gradient hooks) are issued when gradients become ready;
+- **issue order across threads**: ops of different `thread`s interleave freely;
+- **device order** (single-queue model only): when NCCL runs out of resources, the device runs
+  the async ops it was given in an order of its choosing, one at a time.
+
+Never reordered: ops on one communicator (that would change which ops match), ops of one
+bucket, a thread's program order between non-bucket ops, and anything across a fence.
+
+The search is a conflict graph, never an enumeration of permutations: nodes are matched
+communications (instances), an edge x → y means "some rank cannot start y before x
+completes". Fixed edges hold in every legal reordering; a *free* edge is a choice one rank
+may make for a pair of unordered ops on different communicators. A deadlock in any legal
+reordering is a cycle of that reordering's edges, all of which lie in the union graph, so a
+free edge outside every strongly connected component of the union graph can never take part
+in a deadlock: only SCCs with a free edge are searched (docs/nondeterminism.md proves it).
+In each, a shortest cycle through a free edge gives per-rank orders; if they are consistent
+the rank's window is re-linearised, the reordered trace is checked by the ordinary checker,
+and only a CL201 deadlock there is reported — so every finding carries a checkable witness.
+"""
 
 from __future__ import annotations
 
-from commlint.findings import Finding
-from commlint.trace import Trace
+import sys
+from collections import deque
+from dataclasses import dataclass, field
+from itertools import pairwise
+
+from commlint.findings import Finding, Location
+from commlint.graph.compile import compile_trace
+from commlint.trace import COLLECTIVE_OPS, P2P_OPS, Action, Trace
+
+CODE = "CL209"
+NAME = "potential-deadlock"
+
+#: What makes a rank wait, under each queue model, for an op on another group.
+MODEL_REASONS = {
+    "gloo": "ops on different groups wait for each other only through a blocking call of the "
+    "same thread (each process group has its own worker threads)",
+    "nccl": "ops on different groups wait for each other through any blocking call (the shared "
+    "compute stream waits) or device sync (DFCCL's synchronisation model)",
+    "single-queue": "any two ops wait for each other: the device runs one communication at a "
+    "time, in an order it picks among the async ops it holds (NCCL out of resources, DFCCL's "
+    "single-queue model)",
+}
+
+
+@dataclass
+class Unit:
+    """One reorderable item of a window: an action, or a whole batch of p2p actions."""
+
+    actions: list[int]  # action indices, consecutive in the trace
+    insts: list[int]  # matched communications of those actions
+    comms: frozenset  # communicators (NCCL-style) the unit uses
+    blocking: bool
+    bucket: int | None
+    thread: str | None
+
+
+@dataclass
+class Window:
+    rank: int
+    units: list[Unit]
+    issue_pred: list[int] = field(default_factory=list)  # bitsets: units forced before unit v
+    exec_pred: list[int] = field(default_factory=list)  # single-queue: device-forced before v
+
+
+@dataclass
+class Witness:
+    """A legal reordering: new action order per (rank, window), and what it triggers."""
+
+    model: str
+    orders: dict[tuple[int, int], list[int]]  # (rank, 1-based window) -> unit order
+    trace: Trace
+    deadlock: Finding
+
+
+def _comm(a: Action, rank: int) -> tuple:
+    if a.op in P2P_OPS:
+        lo, hi = sorted((rank, a.peer))
+        return ("p2p", a.group, lo, hi)
+    return ("coll", a.group)
+
+
+def _is_blocking(a: Action) -> bool:
+    if a.op in COLLECTIVE_OPS:
+        return not (bool(a.is_async) or (a.handle is not None and a.is_async is None))
+    return a.op in ("send", "recv")
+
+
+def split_windows(trace: Trace, inst_of: dict[tuple[int, int], int]) -> dict[int, list]:
+    """Per rank: a list of items, each a `Window` or a fence `("wait", insts)`/`("sync",)`."""
+    return {rank: _rank_windows(rank, acts, inst_of) for rank, acts in trace.ranks.items()}
+
+
+def _rank_windows(rank: int, actions: list[Action], inst_of: dict[tuple[int, int], int]) -> list:
+    items: list = []
+    units: list[Unit] = []
+    handle_inst: dict[str, int] = {}
+    i, n = 0, len(actions)
+    while i < n:
+        a = actions[i]
+        if a.op in ("wait", "sync"):
+            if units:
+                items.append(Window(rank, units))
+                units = []
+            if a.op == "sync":
+                items.append(("sync",))
+            else:
+                items.append(
+                    ("wait", [handle_inst[h] for h in a.handles or () if h in handle_inst])
+                )
+            i += 1
+            continue
+        j = i + 1
+        if a.batch is not None:
+            while j < n and actions[j].batch == a.batch and actions[j].op in P2P_OPS:
+                j += 1
+        idx = [k for k in range(i, j) if (rank, k) in inst_of]
+        i = j
+        if not idx:
+            continue  # skipped by torch (non-member): no communication
+        acts = [actions[k] for k in idx]
+        for k, b in zip(idx, acts, strict=True):
+            if b.handle is not None:
+                handle_inst[b.handle] = inst_of[(rank, k)]
+        unit = Unit(
+            idx,
+            [inst_of[(rank, k)] for k in idx],
+            frozenset(_comm(b, rank) for b in acts),
+            any(_is_blocking(b) for b in acts),
+            a.bucket,
+            a.thread,
+        )
+        if unit.blocking and unit.bucket is None and unit.thread is None:
+            # a blocking call of the main thread is a fence: its own window, then it returns
+            if units:
+                items.append(Window(rank, units))
+                units = []
+            items.append(Window(rank, [unit]))
+            items.append(("wait", unit.insts))
+        else:
+            units.append(unit)
+    if units:
+        items.append(Window(rank, units))
+    return items
+
+
+def _closures(w: Window) -> None:
+    """Bitsets of the units forced before each unit: at issue, and on the device."""
+    last_comm: dict = {}
+    last_bucket: dict[int, int] = {}
+    last_plain: dict = {}  # thread -> last non-bucket unit
+    pending_bucket: dict = {}  # thread -> bucket units since its last non-bucket unit
+    issue: list[int] = []
+    execp: list[int] = []
+    blocking_mask = 0
+    for v, u in enumerate(w.units):
+        preds: set[int] = set()
+        comm_preds: set[int] = set()
+        for c in u.comms:
+            if c in last_comm:
+                comm_preds.add(last_comm[c])
+            last_comm[c] = v
+        preds |= comm_preds
+        if u.bucket is not None:
+            if u.bucket in last_bucket:
+                preds.add(last_bucket[u.bucket])
+            last_bucket[u.bucket] = v
+            if u.thread in last_plain:
+                preds.add(last_plain[u.thread])
+            pending_bucket.setdefault(u.thread, []).append(v)
+        else:
+            if u.thread in last_plain:
+                preds.add(last_plain[u.thread])
+            preds.update(pending_bucket.pop(u.thread, ()))
+            last_plain[u.thread] = v
+        bits = 0
+        for p in preds:
+            bits |= issue[p] | (1 << p)
+        issue.append(bits)
+        # on the device: same communicator, or a blocking call issued before it
+        ebits = 0
+        for p in comm_preds:
+            ebits |= execp[p] | (1 << p)
+        forced_blocking = bits & blocking_mask
+        while forced_blocking:
+            low = forced_blocking & -forced_blocking
+            p = low.bit_length() - 1
+            ebits |= execp[p] | low
+            forced_blocking ^= low
+        execp.append(ebits)
+        if u.blocking:
+            blocking_mask |= 1 << v
+    w.issue_pred, w.exec_pred = issue, execp
+
+
+def _forced(w: Window, model: str, u: int, v: int) -> bool:
+    """Must unit u come before unit v (in the order that matters under `model`)?"""
+    pred = w.exec_pred if model == "single-queue" else w.issue_pred
+    return bool(pred[v] >> u & 1)
+
+
+def _can_block(w: Window, model: str, x: int, y: int) -> bool:
+    """Can a legal order make y wait for x within the window (x first, y held by it)?"""
+    ux, uy = w.units[x], w.units[y]
+    if ux.comms & uy.comms:
+        return False  # same communicator: order fixed, matching unchanged
+    if _forced(w, model, y, x):
+        return False
+    if model == "single-queue":
+        return True
+    if not ux.blocking:
+        return False
+    return model == "nccl" or ux.thread == uy.thread
+
+
+def _fixed_block(w: Window, model: str, x: int, y: int) -> bool:
+    """Does y wait for x in every legal order?"""
+    if not _forced(w, model, x, y):
+        return False
+    if model == "single-queue":
+        return True
+    ux, uy = w.units[x], w.units[y]
+    if model == "nccl" and ux.comms & uy.comms:
+        return True
+    return ux.blocking and (model == "nccl" or ux.thread == uy.thread)
+
+
+class _Graph:
+    """Conflict graph: instances, per-rank gates, per-window hubs; edges as flat arrays."""
+
+    def __init__(self, n_inst: int) -> None:
+        self.n = n_inst
+        self.src: list[int] = []
+        self.dst: list[int] = []
+
+    def node(self) -> int:
+        self.n += 1
+        return self.n - 1
+
+    def edge(self, a: int, b: int) -> None:
+        self.src.append(a)
+        self.dst.append(b)
+
+
+def _build(
+    items: dict[int, list], model: str, n_inst: int, with_hubs: bool = True
+) -> tuple[_Graph, list[Window]]:
+    """The graph of fixed edges, plus (with hubs) every free choice through one hub per window.
+
+    Returns the graph and the windows with two or more units (their closures computed)."""
+    g = _Graph(n_inst)
+    multi: list[Window] = []
+    for seq in items.values():
+        gate = -1
+        last_comm: dict = {}
+        prev_exit = -1
+        since_sync: list[int] = []
+        pending_block: list[int] = []  # blocking units of the last window: the next gate waits
+        for item in seq:
+            if isinstance(item, Window):
+                w = item
+                exit_node = g.node() if model == "single-queue" else -1
+                if prev_exit != -1:
+                    g.edge(prev_exit, exit_node)
+                for u in w.units:
+                    for x in u.insts:
+                        if gate != -1:
+                            g.edge(gate, x)
+                        if prev_exit != -1:
+                            g.edge(prev_exit, x)
+                        if exit_node != -1:
+                            g.edge(x, exit_node)
+                        if model == "nccl":
+                            for c in u.comms:
+                                if c in last_comm and last_comm[c] != x:
+                                    g.edge(last_comm[c], x)
+                        since_sync.append(x)
+                    if model == "nccl":
+                        for c in u.comms:
+                            last_comm[c] = u.insts[-1]
+                    if u.blocking:
+                        pending_block.extend(u.insts)
+                if exit_node != -1:
+                    prev_exit = exit_node
+                if len(w.units) > 1:
+                    if not w.issue_pred:
+                        _closures(w)
+                    if with_hubs:
+                        _hub(g, w, model)
+                    multi.append(w)
+                continue
+            kind = item[0]
+            if kind == "sync" and model == "gloo":
+                pending_block.clear()
+                continue
+            new_gate = g.node()
+            if gate != -1:
+                g.edge(gate, new_gate)
+            waited = item[1] if kind == "wait" else since_sync
+            for x in (*waited, *pending_block):
+                g.edge(x, new_gate)
+            if kind == "sync":
+                since_sync = []
+            pending_block = []
+            gate = new_gate
+    return g, multi
+
+
+def _hub(g: _Graph, w: Window, model: str) -> None:
+    by_thread = model == "gloo"
+    hubs: dict = {}
+    for u in w.units:
+        key = u.thread if by_thread else None
+        if key not in hubs:
+            hubs[key] = g.node()
+        h = hubs[key]
+        for x in u.insts:
+            g.edge(h, x)
+            if model == "single-queue" or u.blocking:
+                g.edge(x, h)
+
+
+def _sccs(g: _Graph) -> list[int]:
+    """Strongly connected component of every node (iterative Tarjan over CSR arrays).
+
+    Plain lists, not networkx: the graph has a node per matched communication (millions on
+    big plans)."""
+    n = g.n
+    start = [0] * (n + 1)
+    for a in g.src:
+        start[a + 1] += 1
+    for i in range(n):
+        start[i + 1] += start[i]
+    fill = start[:-1].copy()
+    nbr = [0] * len(g.src)
+    for a, b in zip(g.src, g.dst, strict=True):
+        nbr[fill[a]] = b
+        fill[a] += 1
+    index = [-1] * n
+    low = [0] * n
+    label = [-1] * n
+    on_stack = [False] * n
+    stack: list[int] = []
+    counter = comps = 0
+    for root in range(n):
+        if index[root] != -1:
+            continue
+        work = [(root, start[root])]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack[root] = True
+        while work:
+            v, k = work[-1]
+            end = start[v + 1]
+            while k < end:
+                w = nbr[k]
+                k += 1
+                if index[w] == -1:
+                    work[-1] = (v, k)
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on_stack[w] = True
+                    work.append((w, start[w]))
+                    break
+                if on_stack[w] and index[w] < low[v]:
+                    low[v] = index[w]
+            else:
+                work.pop()
+                if work and low[v] < low[work[-1][0]]:
+                    low[work[-1][0]] = low[v]
+                if low[v] == index[v]:
+                    while True:
+                        w = stack.pop()
+                        on_stack[w] = False
+                        label[w] = comps
+                        if w == v:
+                            break
+                    comps += 1
+    return label
+
+
+def _in_scc_free_pair(w: Window, model: str, labels: list[int]) -> bool:
+    """Does the window hold a free pair whose two instances share a strongly connected component?"""
+    comps: dict[int, set[int]] = {}
+    for v, u in enumerate(w.units):
+        for x in u.insts:
+            comps.setdefault(labels[x], set()).add(v)
+    for vs in comps.values():
+        if len(vs) > 1 and any(_can_block(w, model, x, y) for x in vs for y in vs if x != y):
+            return True
+    return False
+
+
+@dataclass
+class _Explicit:
+    adj: dict[int, list[int]]
+    fixed: set[tuple[int, int]]
+    # edge -> every (rank, window, x, y) that may choose it: x before y in that window
+    free: dict[tuple[int, int], list[tuple[int, int, int, int]]]
+
+
+def _explicit(
+    items: dict[int, list], model: str, n_inst: int, labels: list[int], keep: set[int]
+) -> _Explicit:
+    """Fixed edges of the whole trace, and the real free pairs of the kept components."""
+    g, multi = _build(items, model, n_inst, with_hubs=False)
+    ex = _Explicit({}, set(), {})
+    for a, b in zip(g.src, g.dst, strict=True):
+        ex.adj.setdefault(a, []).append(b)
+    wid_of: dict[int, int] = {}
+    for seq in items.values():
+        k = 0
+        for it in seq:
+            if isinstance(it, Window):
+                k += 1
+                wid_of[id(it)] = k
+    for w in multi:
+        live = [v for v, u in enumerate(w.units) if any(labels[x] in keep for x in u.insts)]
+        for x in live:
+            for y in live:
+                if x == y:
+                    continue
+                fixed = _fixed_block(w, model, x, y)
+                if not fixed and not _can_block(w, model, x, y):
+                    continue
+                for a in w.units[x].insts:
+                    for b in w.units[y].insts:
+                        if a == b:
+                            continue
+                        ex.adj.setdefault(a, []).append(b)
+                        if fixed:
+                            ex.fixed.add((a, b))
+                        else:
+                            ex.free.setdefault((a, b), []).append((w.rank, wid_of[id(w)], x, y))
+    for e in ex.fixed:
+        ex.free.pop(e, None)
+    return ex
+
+
+def _shortest_path(
+    adj: dict[int, list[int]], start: int, goal: int, labels: list[int], banned: set
+) -> list[int] | None:
+    """BFS inside the strongly connected component of `goal` (every cycle stays in one)."""
+    comp = labels[goal]
+    prev = {start: -1}
+    q = deque([start])
+    while q:
+        a = q.popleft()
+        if a == goal:
+            path = []
+            while a != -1:
+                path.append(a)
+                a = prev[a]
+            return path[::-1]
+        for b in adj.get(a, ()):
+            if b not in prev and labels[b] == comp and (a, b) not in banned:
+                prev[b] = a
+                q.append(b)
+    return None
+
+
+def _linearise(w: Window, model: str, extra: list[tuple[int, int]]) -> list[int] | None:
+    """A legal order of the window's units with the extra `u before v` pairs, or None.
+
+    Ties go to the earliest recorded unit, so only what the witness needs moves."""
+    n = len(w.units)
+    pred = w.exec_pred if model == "single-queue" else w.issue_pred
+    before = list(pred)
+    for u, v in extra:
+        before[v] |= 1 << u
+    order: list[int] = []
+    placed = 0
+    while len(order) < n:
+        for v in range(n):
+            if not placed >> v & 1 and before[v] & ~placed == 0:
+                order.append(v)
+                placed |= 1 << v
+                break
+        else:
+            return None  # the choices contradict the window's fixed order
+    return order
+
+
+def reorder_trace(trace: Trace, orders: dict[tuple[int, int], list[int]]) -> Trace:
+    """The trace with window `wid` (1-based) of `rank` put in unit order `orders[rank, wid]`."""
+    windows = _windows_of(trace)
+    ranks = {r: list(acts) for r, acts in trace.ranks.items()}
+    for (rank, wid), order in orders.items():
+        w = windows[rank][wid - 1]
+        slots = sorted(k for u in w.units for k in u.actions)
+        new = [trace.ranks[rank][k] for v in order for k in w.units[v].actions]
+        for slot, a in zip(slots, new, strict=True):
+            ranks[rank][slot] = a
+    return trace.model_copy(update={"ranks": ranks})
+
+
+def _instances(trace: Trace) -> tuple[dict[tuple[int, int], int], int]:
+    cg = compile_trace(trace, "gloo")  # matching does not depend on the model
+    inst_of = {(r, i): x for r, i, x in zip(cg.op_rank, cg.op_action, cg.op_inst, strict=True)}
+    return inst_of, len(cg.inst_need)
+
+
+def _windows_of(trace: Trace) -> dict[int, list[Window]]:
+    inst_of, _ = _instances(trace)
+    return {
+        r: [it for it in seq if isinstance(it, Window)]
+        for r, seq in split_windows(trace, inst_of).items()
+    }
+
+
+def _cycle_tags(ex: _Explicit, seed: tuple, path: list[int]) -> list[tuple[tuple, list]]:
+    """For each choice on the cycle (seed first): its edge and the (rank, window, x, y) that
+    can make it."""
+    out: list[tuple[tuple, list]] = [((path[-1], path[0]), [seed])]
+    for e in pairwise(path):
+        if e in ex.free and e not in ex.fixed:
+            out.append((e, ex.free[e]))
+    return out
+
+
+def _choose(
+    windows: dict[int, list[Window]], model: str, options: list[tuple[tuple, list]]
+) -> tuple[dict[tuple[int, int], list[int]] | None, tuple | None]:
+    """Pick one rank per choice so every window stays linearisable: the orders, or None and
+    the first edge no rank can take."""
+    pairs: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    orders: dict[tuple[int, int], list[int]] = {}
+    for edge, opts in options:
+        for rank, wid, x, y in opts:
+            key = (rank, wid)
+            trial = [*pairs.get(key, []), (x, y)]
+            order = _linearise(windows[rank][wid - 1], model, trial)
+            if order is not None:
+                pairs[key] = trial
+                orders[key] = order
+                break
+        else:
+            return None, edge
+    return orders, None
+
+
+def find_witnesses(trace: Trace, model: str, limit: int = 4, attempts: int = 64) -> list[Witness]:
+    """Legal reorderings of `trace` that deadlock under `model`, each confirmed by the checker.
+
+    Cost: one linear pass to build the union graph and one SCC pass; the quadratic
+    pair work and the BFS only run inside components that hold a free pair."""
+    from commlint.graph.check import check_trace
+
+    inst_of, n_inst = _instances(trace)
+    items = split_windows(trace, inst_of)
+    g, multi = _build(items, model, n_inst)
+    if not multi:
+        return []
+    labels = _sccs(g)
+    cands = [w for w in multi if _in_scc_free_pair(w, model, labels)]
+    if not cands:
+        return []
+    keep = {labels[x] for w in cands for u in w.units for x in u.insts}
+    ex = _explicit(items, model, n_inst, labels, keep)
+    windows = {r: [it for it in seq if isinstance(it, Window)] for r, seq in items.items()}
+    found: list[Witness] = []
+    seen: set = set()
+    deadlocked: set[frozenset] = set()
+    for (a, b), tags in ex.free.items():
+        if len(found) >= limit or attempts <= 0:
+            break
+        if labels[a] != labels[b]:
+            continue
+        for tag in tags:
+            orders = None
+            banned: set = set()
+            for _ in range(4):  # a shortest cycle may need contradictory choices: route around
+                attempts -= 1
+                path = _shortest_path(ex.adj, b, a, labels, banned)
+                if path is None:
+                    break
+                orders, bad = _choose(windows, model, _cycle_tags(ex, tag, path))
+                if orders is not None or bad == (a, b):
+                    break
+                banned.add(bad)
+            if orders is None:
+                continue
+            orders = {k: v for k, v in orders.items() if v != sorted(v)}
+            sig = tuple(sorted((k, tuple(v)) for k, v in orders.items()))
+            if sig in seen:
+                continue
+            seen.add(sig)
+            witness = reorder_trace(trace, orders)
+            res = check_trace(witness, model, reorder=False)
+            dl = next((f for f in res.findings if f.code == "CL201"), None)
+            if dl is None:
+                continue
+            ranks = frozenset(e.rank for e in dl.cycle or ())
+            if ranks not in deadlocked:
+                deadlocked.add(ranks)
+                found.append(Witness(model, orders, witness, dl))
+            break
+    return found
+
+
+def _act(trace: Trace, rank: int, k: int) -> str:
+    a = trace.ranks[rank][k]
+    site = f" @{a.site}" if a.site else ""
+    why = []
+    if a.bucket is not None:
+        why.append(f"bucket {a.bucket}")
+    if a.thread is not None:
+        why.append(f"thread {a.thread}")
+    return f"{a.describe()}{site}" + (f" [{', '.join(why)}]" if why else "")
+
+
+def _source_of(trace: Trace, rank: int, acts: list[int]) -> str:
+    a = [trace.ranks[rank][k] for k in acts]
+    if any(x.bucket is not None for x in a):
+        return "both are issued when gradients become ready"
+    if len({x.thread for x in a}) > 1:
+        return "different threads issue them"
+    return "the device may run async ops of different communicators in either order"
+
+
+def _moves(w: Witness, trace: Trace, windows: dict[int, list[Window]]) -> list[str]:
+    """One clause per reordered window: what rank r does instead of what was recorded."""
+    out = []
+    for (rank, wid), order in sorted(w.orders.items()):
+        win = windows[rank][wid - 1]
+        pos = {v: k for k, v in enumerate(order)}
+        pairs = [
+            (y, x) for x in range(len(order)) for y in range(x + 1, len(order)) if pos[y] < pos[x]
+        ]
+        if not pairs:
+            continue
+        y, x = pairs[0]
+        first, second = win.units[y].actions[0], win.units[x].actions[0]
+        more = f" (and {len(pairs) - 1} more swaps)" if len(pairs) > 1 else ""
+        out.append(
+            f"rank {rank} runs {_act(trace, rank, first)} before {_act(trace, rank, second)}"
+            f"{more} — recorded the other way, but {_source_of(trace, rank, [first, second])}"
+        )
+    return out
+
+
+def _moved_actions(w: Witness, windows: dict[int, list[Window]]) -> list[tuple[int, int]]:
+    out = []
+    for (rank, wid), order in sorted(w.orders.items()):
+        win = windows[rank][wid - 1]
+        for k, v in enumerate(order):
+            if v != k:
+                out.extend((rank, a) for a in win.units[v].actions)
+    return sorted(out)
 
 
 def potential_deadlocks(
-    trace: Trace, models: list[str], outcomes: dict, path: str | None = None, lines=None
+    trace: Trace,
+    models: list[str],
+    outcomes: dict,
+    path: str | None = None,
+    lines=None,
+    limit: int = 4,
 ) -> list[Finding]:
-    return []
+    """CL209 findings for the models under which the recorded order runs to completion.
+
+    `outcomes` is `TraceCheck.outcomes` of the ordinary check: a model under which a rank is
+    already blocked or failed is not searched (its CL201/CL202 come first)."""
+    verdicts: dict[str, str] = {}
+    per_model: dict[str, list[Witness]] = {}
+    for m in models:
+        outs = outcomes.get(m, {})
+        if any(o.status != "finished" for o in outs.values()):
+            verdicts[m] = "hangs or fails in the recorded order already"
+            continue
+        ws = find_witnesses(trace, m, limit)
+        per_model[m] = ws
+        verdicts[m] = "may deadlock under reordering" if ws else "no legal reordering deadlocks"
+    if not any(per_model.values()):
+        return []
+    windows = _windows_of(trace)
+    merged: dict[tuple, Finding] = {}
+    for m, ws in per_model.items():
+        for w in ws:
+            moves = _moves(w, trace, windows)
+            key = (tuple(moves), tuple(e.rank for e in w.deadlock.cycle or ()))
+            if key in merged:
+                merged[key].models.append(m)
+            else:
+                merged[key] = _finding(trace, w, moves, _moved_actions(w, windows), path, lines)
+    findings = list(merged.values())
+    for f in findings:
+        f.message += " " + _model_line(f.models, [m for m in models if m not in f.models], verdicts)
+        f.related = [Location(message=f"{m}: {verdicts[m]} — {MODEL_REASONS[m]}") for m in models]
+    return findings
+
+
+def _model_line(bad: list[str], others: list[str], verdicts: dict[str, str]) -> str:
+    """The one-line answer to "why here and not there"."""
+    ok = [m for m in others if verdicts.get(m) == "no legal reordering deadlocks"]
+    out = f"Deadlocks under {', '.join(bad)}"
+    if ok:
+        out += f", not under {', '.join(ok)}"
+    parts = "; ".join(f"under {m}, {MODEL_REASONS[m]}" for m in (*bad, *ok))
+    return out + f" — {parts}."
+
+
+def _finding(
+    trace: Trace,
+    w: Witness,
+    moves: list[str],
+    moved: list[tuple[int, int]],
+    path: str | None,
+    lines,
+) -> Finding:
+    dl = w.deadlock
+    locs = []
+    for rank, k in moved:
+        line = lines.action_line(rank, k) if lines else None
+        a = trace.ranks[rank][k]
+        locs.append(
+            Location(path=path, line=line, rank=rank, action=k, site=a.site, message="runs earlier")
+        )
+    first = next((loc for loc in locs if loc.line is not None), None)
+    cycle = dl.message.split(" — deadlock")[0]
+    message = (
+        "The recorded order completes, but another legal order deadlocks: "
+        + "; ".join(moves)
+        + f". Then {cycle} — deadlock."
+    )
+    return Finding(
+        code=CODE,
+        name=NAME,
+        severity="warning",
+        message=message,
+        path=path,
+        line=first.line if first else None,
+        col=1 if first else None,
+        ranks=sorted({e.rank for e in dl.cycle or ()} | {r for r, _ in moved}),
+        cycle=dl.cycle,
+        actions=locs,
+        fix=_fix(trace, moved),
+        models=[w.model],
+    )
+
+
+def _fix(trace: Trace, moved: list[tuple[int, int]]) -> str:
+    acts = [trace.ranks[r][k] for r, k in moved]
+    if any(a.bucket is not None for a in acts):
+        return (
+            "Do not issue a collective on another group from a gradient hook while DDP buckets "
+            "are in flight: issue it after backward, or wait on it in the hook before the "
+            "next bucket can launch, so every rank runs the same order."
+        )
+    if len({a.thread for a in acts}) > 1 or any(a.thread is not None for a in acts):
+        return (
+            "Issue collectives from one thread, or make the threads take turns (a lock held "
+            "from issue to wait) so every rank issues them in the same order."
+        )
+    return (
+        "Wait on an async op before issuing the next one on another group (or synchronise "
+        "between them), so the device cannot run them in different orders on different ranks."
+    )
+
+
+def explain_models(trace: Trace, models: tuple[str, ...] = ("gloo", "nccl", "single-queue")):
+    """One line per model: recorded-order verdict, reordering verdict, and why."""
+    from commlint.graph.check import check_trace
+
+    res = check_trace(trace, list(models), reorder=True)
+    lines = []
+    for m in models:
+        base = [f for f in res.findings if f.code != CODE and m in (f.models or [])]
+        pot = [f for f in res.findings if f.code == CODE and m in (f.models or [])]
+        if any(f.severity == "error" for f in base):
+            verdict = "hangs in the recorded order"
+        elif pot:
+            verdict = "potential deadlock under reordering"
+        else:
+            verdict = "safe, also under every legal reordering"
+        lines.append(f"{m:13s} {verdict}: {MODEL_REASONS[m]}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    from commlint.findings import CommlintInputError
+    from commlint.plans.io import load_trace
+
+    args = sys.argv[1:] if argv is None else argv
+    if not args:
+        print("usage: python -m commlint.graph.reorder PLAN...", file=sys.stderr)
+        return 2
+    status = 0
+    for p in args:
+        try:
+            loaded = load_trace(p)
+        except CommlintInputError as exc:
+            print(exc, file=sys.stderr)
+            status = 2
+            continue
+        print(f"{p}:")
+        for line in explain_models(loaded.trace):
+            print(f"  {line}")
+    return status
+
+
+__all__ = [
+    "MODEL_REASONS",
+    "explain_models",
+    "find_witnesses",
+    "potential_deadlocks",
+    "reorder_trace",
+]
+
+if __name__ == "__main__":
+    raise SystemExit(main())
