@@ -423,6 +423,16 @@ BLOCKING = {"style": "megatron", "blocking": True}
             id="blocking-fixed-order-5100",
         ),
         pytest.param({"mutations": ["fixed_order"]}, NCCL_ONLY, id="isend-fixed-order-5100"),
+        pytest.param(
+            {"p2p": BLOCKING, "mutations": [{"kind": "fixed_order", "stages": [0]}]},
+            OK,
+            id="fixed-order-on-first-stage-only-is-harmless",
+        ),
+        pytest.param(
+            {"p2p": BLOCKING, "mutations": [{"kind": "fixed_order", "stage": 2}]},
+            DEADLOCK,
+            id="fixed-order-on-one-middle-stage",
+        ),
         pytest.param({"p2p": "batched"}, OK, id="batched-fixed-order-is-fine"),
         pytest.param(
             {"p2p": {"style": "megatron", "order": "fixed"}}, NCCL_ONLY, id="unbatched-fixed-order"
