@@ -1,4 +1,4 @@
-"""Produce real Flight Recorder dumps with gloo on CPU: `python fr_scenarios.py SCENARIO OUTDIR`.
+"""Real Flight Recorder dumps with gloo on CPU: `python fr_scenarios.py SCENARIO|all OUT [PORT]`.
 
 Each scenario is a small program that hangs the way real jobs do. Every rank that times out
 (or, for a rank stuck on the CPU, that wakes up) writes its Flight Recorder buffer to
@@ -20,11 +20,11 @@ from datetime import timedelta
 
 os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 
-TIMEOUT = timedelta(seconds=3)
+TIMEOUT = timedelta(seconds=2)
 WORLD = {"cross_group": 2, "skipped_collective": 3, "stuck_rank": 3, "clean": 2}
 
 
@@ -116,5 +116,15 @@ def generate(scenario: str, out: str, port: int = 29611) -> None:
     )
 
 
+def generate_all(root: str, port: int = 29611) -> None:
+    """Every scenario, one after another, from one parent that imported torch once."""
+    for k, scenario in enumerate(WORLD):
+        generate(scenario, os.path.join(root, scenario), port + k)
+
+
 if __name__ == "__main__":
-    generate(sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 29611)
+    port = int(sys.argv[3]) if len(sys.argv) > 3 else 29611
+    if sys.argv[1] == "all":
+        generate_all(sys.argv[2], port)
+    else:
+        generate(sys.argv[1], sys.argv[2], port)
