@@ -703,11 +703,10 @@ def potential_deadlocks(
 def _model_line(bad: list[str], others: list[str], verdicts: dict[str, str]) -> str:
     """The one-line answer to "why here and not there"."""
     ok = [m for m in others if verdicts.get(m) == "no legal reordering deadlocks"]
-    out = f"Deadlocks under {', '.join(bad)}"
-    if ok:
-        out += f", not under {', '.join(ok)}"
+    if not ok:
+        return f"Possible under {', '.join(bad)}."
     parts = "; ".join(f"under {m}, {MODEL_REASONS[m]}" for m in (*bad, *ok))
-    return out + f" — {parts}."
+    return f"Possible under {', '.join(bad)}, not under {', '.join(ok)}: {parts}."
 
 
 def _finding(
