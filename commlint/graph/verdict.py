@@ -211,6 +211,18 @@ def _edge(ctx: _Ctx, b: Blocked, target: int) -> CycleEdge:
     )
 
 
+def _upstream(wfg: nx.DiGraph, nodes: list[int]) -> set[int]:
+    """Every rank that waits, directly or through others, on one of `nodes`."""
+    seen = set(nodes)
+    stack = list(nodes)
+    while stack:
+        for p in wfg.predecessors(stack.pop()):
+            if p not in seen:
+                seen.add(p)
+                stack.append(p)
+    return seen
+
+
 def _cycles(wfg: nx.DiGraph, limit: int) -> tuple[list[list[int]], bool]:
     """Elementary cycles, smallest first, at most `limit`; and whether more exist."""
     found: list[list[int]] = []
@@ -218,6 +230,9 @@ def _cycles(wfg: nx.DiGraph, limit: int) -> tuple[list[list[int]], bool]:
         if len(scc) < 2:
             continue
         sub = wfg.subgraph(scc)
+        if all(d == 1 for _, d in sub.out_degree()):  # one ring: the SCC is the cycle
+            found.append([u for u, _ in nx.find_cycle(sub)])
+            continue
         for bound in range(2, len(scc) + 1):
             for c in nx.simple_cycles(sub, length_bound=bound):
                 if len(c) == bound:
@@ -258,16 +273,18 @@ def verdict(
         if all(d["mismatch"] for d in data) and len(insts) == 1:
             continue  # the collective mismatch (CL203) already says it
         parts = []
+        shown = set(range(len(edges))) if len(edges) <= 8 else {*range(5), len(edges) - 1}
         for k, e in enumerate(edges):
-            who = f"rank {e.rank}" if k == 0 else "which"
+            if k not in shown:
+                if k == 5:
+                    parts.append(f"… ({len(edges) - 6} more ranks wait the same way) …")
+                continue
+            who = f"rank {e.rank}" if k == 0 or k - 1 not in shown else "which"
             parts.append(f"{who} waits in {ctx.ref(e.rank, e.action)} for rank {e.waits_for}")
             culprit = data[k]["op"]
             if g.op_rank[culprit] == e.rank and g.op_action[culprit] != e.action:
                 parts[-1] += f" (its {ctx.ref(e.rank, g.op_action[culprit])} is not matched)"
-        behind = set()
-        for r in c:
-            behind |= nx.ancestors(wfg, r)
-        behind -= set(c)
+        behind = _upstream(wfg, c) - set(c)
         tail = f" Also stuck behind it: ranks {format_ranks(behind)}." if behind else ""
         findings.append(
             ctx.finding(

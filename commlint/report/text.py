@@ -10,7 +10,17 @@ from commlint.findings import CycleEdge, Finding, Report
 def draw_cycle(cycle: list[CycleEdge]) -> str:
     """`rank 0 ─all_reduce(tp0) @train.py:41─▶ rank 1 ─barrier(WORLD) @train.py:57─▶ rank 0`"""
     parts = []
+    if len(cycle) > 8:  # the JSON output keeps every edge
+        hidden = len(cycle) - 6
+        cycle = [
+            *cycle[:5],
+            CycleEdge(rank=-1, action=-1, op=f"… {hidden} more", waits_for=-1),
+            cycle[-1],
+        ]
     for e in cycle:
+        if e.rank == -1:
+            parts.append(f"{e.op} ─▶ ")
+            continue
         site = f" @{e.site}" if e.site else ""
         parts.append(f"rank {e.rank} ─{e.op}{site}─▶ ")
     return "".join(parts) + f"rank {cycle[0].rank}"
