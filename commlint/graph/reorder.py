@@ -1,14 +1,16 @@
 """Potential deadlocks under reordering (CL209): orders a run could take but the trace did not.
 
 A trace is one interleaving. Within a *window* of a rank — the actions between two fences
-(`wait`, `sync`, a blocking call that is not a bucket op) — three things are decided at run
-time, not by the program text:
+(`wait`, `sync`, a blocking call of the main thread that is not a bucket op) — the issue order
+of two kinds of ops is decided at run time, not by the program text:
 
-- **issue order of ready-triggered ops**: ops with a `bucket` (DDP's fused all-reduces and ops
-  issued from gradient hooks) are issued when gradients become ready;
-- **issue order across threads**: ops of different `thread`s interleave freely;
-- **device order** (single-queue model only): when NCCL runs out of resources, the device runs
-  the async ops it was given in an order of its choosing, one at a time.
+- **ready-triggered ops**: ops with a `bucket` (DDP's fused all-reduces and ops issued from
+  gradient hooks) are issued when gradients become ready;
+- **ops of different threads** (`thread`) interleave freely.
+
+Which of those orders can hang depends on the queue model: under `gloo` only a blocking call
+orders ops of different groups (and only on its own thread), under `nccl` any blocking call
+or sync does (the compute stream is shared), under `single-queue` every op does.
 
 Never reordered: ops on one communicator (that would change which ops match), ops of one
 bucket, a thread's program order between non-bucket ops, and anything across a fence.
@@ -68,7 +70,6 @@ class Window:
     rank: int
     units: list[Unit]
     issue_pred: list[int] = field(default_factory=list)  # bitsets: units forced before unit v
-    exec_pred: list[int] = field(default_factory=list)  # single-queue: device-forced before v
 
 
 @dataclass
@@ -153,22 +154,18 @@ def _rank_windows(rank: int, actions: list[Action], inst_of: dict[tuple[int, int
 
 
 def _closures(w: Window) -> None:
-    """Bitsets of the units forced before each unit: at issue, and on the device."""
+    """Bitsets of the units forced before each unit (transitively closed)."""
     last_comm: dict = {}
     last_bucket: dict[int, int] = {}
     last_plain: dict = {}  # thread -> last non-bucket unit
     pending_bucket: dict = {}  # thread -> bucket units since its last non-bucket unit
     issue: list[int] = []
-    execp: list[int] = []
-    blocking_mask = 0
     for v, u in enumerate(w.units):
         preds: set[int] = set()
-        comm_preds: set[int] = set()
         for c in u.comms:
             if c in last_comm:
-                comm_preds.add(last_comm[c])
+                preds.add(last_comm[c])
             last_comm[c] = v
-        preds |= comm_preds
         if u.bucket is not None:
             if u.bucket in last_bucket:
                 preds.add(last_bucket[u.bucket])
@@ -185,26 +182,12 @@ def _closures(w: Window) -> None:
         for p in preds:
             bits |= issue[p] | (1 << p)
         issue.append(bits)
-        # on the device: same communicator, or a blocking call issued before it
-        ebits = 0
-        for p in comm_preds:
-            ebits |= execp[p] | (1 << p)
-        forced_blocking = bits & blocking_mask
-        while forced_blocking:
-            low = forced_blocking & -forced_blocking
-            p = low.bit_length() - 1
-            ebits |= execp[p] | low
-            forced_blocking ^= low
-        execp.append(ebits)
-        if u.blocking:
-            blocking_mask |= 1 << v
-    w.issue_pred, w.exec_pred = issue, execp
+    w.issue_pred = issue
 
 
 def _forced(w: Window, model: str, u: int, v: int) -> bool:
-    """Must unit u come before unit v (in the order that matters under `model`)?"""
-    pred = w.exec_pred if model == "single-queue" else w.issue_pred
-    return bool(pred[v] >> u & 1)
+    """Must unit u be issued before unit v in every legal order?"""
+    return bool(w.issue_pred[v] >> u & 1)
 
 
 def _can_block(w: Window, model: str, x: int, y: int) -> bool:
@@ -474,8 +457,7 @@ def _linearise(w: Window, model: str, extra: list[tuple[int, int]]) -> list[int]
 
     Ties go to the earliest recorded unit, so only what the witness needs moves."""
     n = len(w.units)
-    pred = w.exec_pred if model == "single-queue" else w.issue_pred
-    before = list(pred)
+    before = list(w.issue_pred)
     for u, v in extra:
         before[v] |= 1 << u
     order: list[int] = []
@@ -625,7 +607,7 @@ def _source_of(trace: Trace, rank: int, acts: list[int]) -> str:
         return "both are issued when gradients become ready"
     if len({x.thread for x in a}) > 1:
         return "different threads issue them"
-    return "the device may run async ops of different communicators in either order"
+    return "their order is not fixed by the program"
 
 
 def _moves(w: Witness, trace: Trace, windows: dict[int, list[Window]]) -> list[str]:
@@ -753,18 +735,15 @@ def _fix(trace: Trace, moved: list[tuple[int, int]]) -> str:
     if any(a.bucket is not None for a in acts):
         return (
             "Do not issue a collective on another group from a gradient hook while DDP buckets "
-            "are in flight: issue it after backward, or wait on it in the hook before the "
-            "next bucket can launch, so every rank runs the same order."
+            "are in flight: issue it after backward (after DDP's buckets completed), or from a "
+            "DDP comm hook, so every rank issues it at the same point of the bucket sequence."
         )
     if len({a.thread for a in acts}) > 1 or any(a.thread is not None for a in acts):
         return (
             "Issue collectives from one thread, or make the threads take turns (a lock held "
             "from issue to wait) so every rank issues them in the same order."
         )
-    return (
-        "Wait on an async op before issuing the next one on another group (or synchronise "
-        "between them), so the device cannot run them in different orders on different ranks."
-    )
+    return "Issue these collectives in one fixed order on every rank, whatever the timing."
 
 
 def explain_models(trace: Trace, models: tuple[str, ...] = ("gloo", "nccl", "single-queue")):

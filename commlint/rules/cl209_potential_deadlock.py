@@ -7,9 +7,10 @@ RULE = Rule(
     explanation="""
 A trace is one interleaving. Some orders are decided at run time, not by the program:
 ops issued from gradient hooks and DDP's fused bucket all-reduces go out when gradients
-become ready (`bucket` in the trace); ops of different threads interleave (`thread`); and when
-NCCL runs out of resources the device runs the async ops it holds one at a time, in an order
-of its choosing (the `single-queue` model, DFCCL §2.3). commlint explores the legal
+become ready (`bucket` in the trace), and ops of different threads interleave (`thread`).
+Whether another order can hang depends on the queue model: under gloo only a blocking call
+orders ops of different groups, under nccl any blocking call or device sync does, and under
+single-queue (NCCL out of resources, DFCCL §2.3) every op does. commlint explores the legal
 reorderings of each rank — within a window bounded by waits, syncs and blocking calls, never
 reordering ops of one communicator (which would change what matches) — and reports an order
 that closes a wait-for cycle. The finding names the ranks and the swapped ops, the cycle the
@@ -18,7 +19,7 @@ checkable: reorder the trace that way and `commlint plan` reports CL201.
 
 Severity is `warning`, not `error`: the recorded run completed, and whether the bad order
 occurs depends on timing (and, for single-queue, on the device running out of resources). It
-still exits 1, like every finding; a plan gate that must reject it can `--select CL209`.
+still exits 1, like every finding.
 See docs/nondeterminism.md for the search and why its pruning never loses a deadlock.
 """,
     severity="warning",
@@ -44,16 +45,18 @@ ranks:
         """
 version: 1
 world_size: 2
-groups: {tp: [0, 1], dp: [0, 1]}
+groups: {dp: [0, 1], aux: [0, 1]}
 ranks:
   0:
-    - {op: all_reduce, group: tp, async: true, handle: a, site: "step.py:40"}
-    - {op: all_reduce, group: dp, async: true, handle: b, site: "step.py:41"}
-    - {op: wait, handles: [a, b], site: "step.py:42"}
+    - {op: all_reduce, group: dp, async: true, handle: b0, bucket: 0, label: "DDP bucket 0"}
+    - {op: all_reduce, group: aux, async: true, handle: h, bucket: 1, site: "train.py:31"}
+    - {op: all_reduce, group: dp, async: true, handle: b1, bucket: 1, label: "DDP bucket 1"}
+    - {op: wait, handles: [b0, b1, h], site: "train.py:40"}
   1:
-    - {op: all_reduce, group: tp, async: true, handle: a, site: "step.py:40"}
-    - {op: all_reduce, group: dp, async: true, handle: b, site: "step.py:41"}
-    - {op: wait, handles: [a, b], site: "step.py:42"}
+    - {op: all_reduce, group: dp, async: true, handle: b0, bucket: 0, label: "DDP bucket 0"}
+    - {op: all_reduce, group: aux, async: true, handle: h, bucket: 1, site: "train.py:31"}
+    - {op: all_reduce, group: dp, async: true, handle: b1, bucket: 1, label: "DDP bucket 1"}
+    - {op: wait, handles: [b0, b1, h], site: "train.py:40"}
 """,
     ),
     valid=(
@@ -72,18 +75,20 @@ ranks:
         """
 version: 1
 world_size: 2
-groups: {tp: [0, 1], dp: [0, 1]}
+groups: {dp: [0, 1], aux: [0, 1]}
 ranks:
   0:
-    - {op: all_reduce, group: tp, async: true, handle: a, site: "step.py:40"}
-    - {op: wait, handles: [a], site: "step.py:41"}
-    - {op: all_reduce, group: dp, async: true, handle: b, site: "step.py:42"}
-    - {op: wait, handles: [b], site: "step.py:43"}
+    - {op: all_reduce, group: dp, async: true, handle: b0, bucket: 0, label: "DDP bucket 0"}
+    - {op: all_reduce, group: dp, async: true, handle: b1, bucket: 1, label: "DDP bucket 1"}
+    - {op: wait, handles: [b0, b1], label: "end of backward"}
+    - {op: all_reduce, group: aux, async: true, handle: h, site: "train.py:36"}
+    - {op: wait, handles: [h], site: "train.py:40"}
   1:
-    - {op: all_reduce, group: tp, async: true, handle: a, site: "step.py:40"}
-    - {op: wait, handles: [a], site: "step.py:41"}
-    - {op: all_reduce, group: dp, async: true, handle: b, site: "step.py:42"}
-    - {op: wait, handles: [b], site: "step.py:43"}
+    - {op: all_reduce, group: dp, async: true, handle: b0, bucket: 0, label: "DDP bucket 0"}
+    - {op: all_reduce, group: dp, async: true, handle: b1, bucket: 1, label: "DDP bucket 1"}
+    - {op: wait, handles: [b0, b1], label: "end of backward"}
+    - {op: all_reduce, group: aux, async: true, handle: h, site: "train.py:36"}
+    - {op: wait, handles: [h], site: "train.py:40"}
 """,
     ),
 )
