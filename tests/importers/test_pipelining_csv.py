@@ -1,0 +1,169 @@
+"""torch.distributed.pipelining CSV schedules: the lowering must equal torch 2.13's own."""
+
+from __future__ import annotations
+
+import pytest
+
+from commlint import check
+from commlint.cli import main
+from commlint.findings import CommlintInputError
+from commlint.plans.importers import detect_format, load_pipelining_csv
+from commlint.plans.importers.pipelining_csv import (
+    loads_pipelining_csv,
+    lower_compute_only,
+    parse_action,
+    read_csv,
+)
+
+schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
+
+
+class MockStage:
+    """What a schedule's constructor reads from its stages (no process group needed)."""
+
+    def __init__(self, index: int, num_stages: int, group_size: int) -> None:
+        self.stage_index = index
+        self.num_stages = num_stages
+        self.group_size = group_size
+        self.group_rank = 0
+        self.is_first = index == 0
+        self.is_last = index == num_stages - 1
+        self.stage_index_to_group_rank: dict[int, int] = {}
+        self.submod = None
+
+
+def strip_sites(trace) -> dict:
+    return {r: [a.model_dump(exclude={"site"}) for a in acts] for r, acts in trace.ranks.items()}
+
+
+MULTI = [
+    ("ScheduleInterleaved1F1B", False),
+    ("ScheduleLoopedBFS", False),
+    ("ScheduleInterleavedZeroBubble", False),
+    ("ScheduleZBVZeroBubble", True),
+    ("ScheduleDualPipeV", True),
+]
+
+
+def torch_schedule(name: str, v_shape: bool, pp: int, microbatches: int):
+    cls = getattr(schedules, name)
+    last = 2 * pp - 1 if v_shape else pp
+    stages = [MockStage(0, 2 * pp, pp), MockStage(last, 2 * pp, pp)]
+    return cls(stages, n_microbatches=microbatches)
+
+
+@pytest.mark.parametrize(("name", "v_shape"), MULTI)
+@pytest.mark.parametrize(("pp", "microbatches"), [(2, 4), (4, 8), (4, 12)])
+def test_lowering_equals_torch(tmp_path, name, v_shape, pp, microbatches):
+    sched = torch_schedule(name, v_shape, pp, microbatches)
+    compute = tmp_path / "compute.csv"
+    comms = tmp_path / "comms.csv"
+    sched._dump_csv(str(compute), "compute_only")
+    sched._dump_csv(str(comms), "compute_comms")
+    ours = lower_compute_only(read_csv(compute.read_text()))
+    theirs = {r: [str(a) for a in acts] for r, acts in sched.pipeline_order_with_comms.items()}
+    assert {r: [str(a) for a in acts] for r, acts in ours.items()} == theirs
+    a, b = load_pipelining_csv(compute), load_pipelining_csv(comms)
+    # lowering the compute-only CSV = reading torch's own comms CSV (sites name the file)
+    assert strip_sites(a) == strip_sites(b)
+    assert a.meta["pipelining"]["format"] == "compute_only"
+    assert b.meta["pipelining"]["format"] == "compute_comms"
+    assert [f.code for f in check(a, "all").findings] == []
+
+
+def _single_stage_csv(tmp_path, name: str):
+    sched = getattr(schedules, name)(MockStage(0, 4, 4), n_microbatches=6)
+    rows = [",".join("" if a is None else str(a) for a in sched.pipeline_order[r]) for r in
+            range(4)]  # fmt: skip
+    path = tmp_path / f"{name}.csv"
+    path.write_text("\n".join(rows) + "\n")
+    order = {r: [a for a in acts if a is not None] for r, acts in sched.pipeline_order.items()}
+    try:
+        schedules._add_send_recv(order, stage_to_rank=lambda s: s, num_stages=4)
+        torch_ok = True
+    except AssertionError:
+        torch_ok = False
+    return path, torch_ok
+
+
+def test_single_stage_gpipe_lowers_like_torch(tmp_path):
+    path, torch_ok = _single_stage_csv(tmp_path, "ScheduleGPipe")
+    assert torch_ok
+    trace = load_pipelining_csv(path)
+    sends = [a for acts in trace.ranks.values() for a in acts if a.op == "isend"]
+    assert len(sends) == 2 * 6 * 3  # F and B cross 3 stage boundaries per microbatch
+    assert [f.code for f in check(trace, "all").findings] == []
+
+
+def test_single_stage_1f1b_order_of_torch_2_13_is_rejected_by_both(tmp_path):
+    """torch 2.13's informational `Schedule1F1B.pipeline_order` numbers the last rank's
+    microbatches from 1 (`3F1 … 3F6`): torch's own `_add_send_recv` raises on it, and so do we."""
+    path, torch_ok = _single_stage_csv(tmp_path, "Schedule1F1B")
+    assert not torch_ok
+    with pytest.raises(CommlintInputError, match=r"cannot be lowered.*rank 3 at 3F6"):
+        load_pipelining_csv(path)
+
+
+def test_lowered_actions_wait_before_their_compute():
+    trace = loads_pipelining_csv("0F0,0B0\n1F0,1B0\n")
+    r1 = [(a.op, a.label) for a in trace.ranks[1]]
+    assert r1 == [
+        ("irecv", "1RECV_F0"),
+        ("wait", "before 1F0"),
+        ("isend", "1SEND_B0"),
+        ("wait", "end of step"),
+    ]
+    r0 = [(a.op, a.label) for a in trace.ranks[0]]
+    assert r0 == [
+        ("isend", "0SEND_F0"),
+        ("irecv", "0RECV_B0"),
+        ("wait", "before 0B0"),
+        ("wait", "end of step"),
+    ]
+
+
+def test_compute_comms_wait_cycle_is_a_deadlock(tmp_path):
+    path = tmp_path / "cycle.csv"
+    path.write_text("0RECV_B0,0B0,0F0,0SEND_F0\n1RECV_F0,1F0,1B0,1SEND_B0\n")
+    f = [f for f in check(load_pipelining_csv(path), "all").findings if f.code == "CL201"]
+    assert len(f) == 1
+    assert {(e.rank, e.op) for e in f[0].cycle} == {(0, "wait(0RECV_B0)"), (1, "wait(1RECV_F0)")}
+    assert {e.site for e in f[0].cycle} == {f"{path}:1", f"{path}:2"}
+
+
+def test_compute_comms_missing_send_is_a_hang():
+    trace = loads_pipelining_csv("0F0\n1RECV_F0,1F0\n", fmt="compute_comms")
+    codes = [f.code for f in check(trace, "gloo").findings]
+    assert codes == ["CL202"]
+
+
+def test_malformed_compute_only_schedule_is_an_input_error():
+    with pytest.raises(CommlintInputError, match=r"cannot be lowered.*rank 0 at 0B0"):
+        loads_pipelining_csv("0B0,0F0\n1F0,1B0\n", path="bad.csv")
+
+
+def test_parse_errors_name_row_and_column():
+    assert parse_action("2RECV_F13") is not None and str(parse_action("2RECV_F13")) == "2RECV_F13"
+    assert parse_action(" ") is None
+    overlap = parse_action("(0F1;1B0)OVERLAP_F_B")
+    assert [str(p) for p in overlap.parts] == ["0F1", "1B0"]
+    with pytest.raises(CommlintInputError) as exc:
+        loads_pipelining_csv("0F0,0B0\n1F0,1X0\n", path="s.csv")
+    assert str(exc.value).startswith("s.csv:2: rank 1 (row 2), column 2: invalid action '1X0'")
+    with pytest.raises(CommlintInputError, match="stage 0 is computed on ranks 0 and 1"):
+        loads_pipelining_csv("0F0\n0B0\n")
+    with pytest.raises(CommlintInputError, match=r"stages \[1\] are never computed"):
+        loads_pipelining_csv("0F0\n2F0\n")
+
+
+def test_cli_detects_csv_and_reports(tmp_path, capsys):
+    good = tmp_path / "good.csv"
+    good.write_text("0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("0B0,0F0\n1F0,1B0\n")
+    assert detect_format(good) == "pipelining-csv"
+    assert main(["plan", str(good)]) == 0
+    assert main(["plan", str(good), str(bad)]) == 2
+    captured = capsys.readouterr()
+    assert f"{bad}: the compute-only schedule cannot be lowered" in captured.err
+    assert "1 checked" in captured.out  # the good file was still checked
