@@ -53,6 +53,7 @@ CLASSES = (
     "main_helper",
 )
 IN_PLACE = {"all_reduce", "broadcast", "reduce"}
+STEPS_OPS = {"ddp_step", "module_step"}  # a whole training step whose collectives are hidden
 COLLECTIVES = IN_PLACE | {"all_gather", "reduce_scatter", "all_to_all_single", "barrier"}
 
 
@@ -139,6 +140,14 @@ def render_comm(c: Comm, indent: int, *, t: str | None = None, splits: str = "")
         call = [f"dist.send({t}, dst={c.root}, group={c.g})"]
     elif c.op == "recv":
         call = [f"dist.recv({t}, src={c.root}, group={c.g})"]
+    elif c.op == "module_step":
+        call = [
+            f"y = {t}(x)",
+            "loss = (y - 1.0).pow(2).mean()",
+            "loss.backward()",
+            "opt.step()",
+            "opt.zero_grad()",
+        ]
     elif c.op == "ddp_step":
         call = [
             "loss = (model(x) - 1.0).pow(2).mean()",
@@ -713,6 +722,86 @@ def fam_ddp(world: int) -> Family:
     return Family("ddp", "DDP", DDP_SETUP, pre, body, checks)
 
 
+FSDP_SETUP = """\
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import fully_shard
+
+world = dist.new_group(list(range(world_size)), timeout=timeout)
+dp_group = dist.new_group(list(range(world_size)), timeout=timeout)
+probe_gen = torch.Generator().manual_seed(500 + rank)"""
+
+
+def fam_fsdp2(world: int) -> Family:
+    pre = [
+        L(1, "torch.manual_seed(6000)"),
+        L(
+            1,
+            "net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), "
+            "torch.nn.Linear(8, 4))",
+        ),
+        L(1, 'mesh = DeviceMesh.from_group(dp_group, "cpu")'),
+        L(1, "fully_shard(net[0], mesh=mesh)"),
+        L(1, "fully_shard(net, mesh=mesh)"),
+        L(1, "opt = torch.optim.SGD(net.parameters(), lr=0.05)"),
+        L(1, "gen = torch.Generator().manual_seed(100 + rank)"),
+        L(1, "loss = torch.zeros(())"),
+    ]
+    body = [
+        L(2, "x = torch.randn(4, 8, generator=gen)"),
+        C(2, Comm("fsdp_step", "module_step", "net", "dp_group")),
+        L(2, "lossv = loss.detach().reshape(1)"),
+        C(
+            2,
+            Comm("log_ar", "all_reduce", "lossv", "world", alt_group="dp_group", twin="world_twin"),
+        ),
+    ]
+    return Family("fsdp2", "FSDP2", FSDP_SETUP, pre, body, '[("loss", float(lossv.sum()))]')
+
+
+DTENSOR_SETUP = (
+    """\
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    RowwiseParallel,
+    parallelize_module,
+)
+
+"""
+    + TP_SETUP
+)
+
+
+def fam_dtensor(world: int) -> Family:
+    pre = [
+        L(1, "torch.manual_seed(7000)"),
+        L(
+            1,
+            "mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), "
+            "torch.nn.Linear(16, 8))",
+        ),
+        L(1, 'mesh = DeviceMesh.from_group(tp_group, "cpu")'),
+        L(1, 'parallelize_module(mlp, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})'),
+        L(1, "opt = torch.optim.SGD(mlp.parameters(), lr=0.05)"),
+        L(1, "gen = torch.Generator().manual_seed(100 + dp_rank)"),
+        L(1, "loss = torch.zeros(())"),
+    ]
+    body = [
+        L(2, "x = torch.randn(4, 8, generator=gen)"),
+        C(2, Comm("tp_step", "module_step", "mlp", "tp_group")),
+        L(2, "lossv = loss.detach().reshape(1)"),
+        C(
+            2,
+            Comm("log_ar", "all_reduce", "lossv", "world", alt_group="tp_group", twin="world_twin"),
+        ),
+    ]
+    checks = '[(f"act/dp{dp_rank}", float(y.sum())), ("loss", float(lossv.sum()))]'
+    return Family("dtensor", "DTensor TP", DTENSOR_SETUP, pre, body, checks)
+
+
+EXTRA_FAMILIES = ("fsdp2", "dtensor")
+
+
 def build_family(name: str, world: int, rng: random.Random) -> Family:
     if name == "hier":
         return fam_hier(world, rng.choice(HIER_OPS))
@@ -722,6 +811,8 @@ def build_family(name: str, world: int, rng: random.Random) -> Family:
         "encdec": fam_encdec,
         "convnet": fam_convnet,
         "ddp": fam_ddp,
+        "fsdp2": fam_fsdp2,
+        "dtensor": fam_dtensor,
     }[name](world)
 
 
@@ -795,7 +886,7 @@ def applicable(fam: Family, world: int) -> list[tuple[str, str, bool]]:
             out.append(("data_cond", site, harmless))
             if (not harmless) or c.op == "barrier":
                 out.append(("drop", site, harmless))
-            if (not harmless) or (coll and c.op != "ddp_step"):
+            if (not harmless) or (coll and c.op not in STEPS_OPS):
                 out.append(("duplicate", site, harmless))
             if c.alt_group and (harmless or c.alt_group != c.g):
                 out.append(("wrong_group", site, harmless))
@@ -807,7 +898,7 @@ def applicable(fam: Family, world: int) -> list[tuple[str, str, bool]]:
                 out.append(("size", site, harmless))
             if c.op == "all_to_all_single":
                 out.append(("splits", site, harmless))
-        if c.op != "ddp_step" and c.in_loop:
+        if c.op not in STEPS_OPS and c.in_loop:
             out.append(("main_helper", site, False))
             out.append(("main_helper", site, True))
     for a, b in fam.reorder_pairs:
@@ -1083,12 +1174,15 @@ def render_program(pid: str, fam: Family, world: int, pre, body, m: Mutation | N
     return "\n".join(out)
 
 
-def generate(count: int, seed: int) -> list[dict]:
+def generate(
+    count: int, seed: int, families: tuple[str, ...] = FAMILIES, start: int = 0
+) -> list[dict]:
+    """`count` programs numbered from `start`; the families take turns."""
     rng = random.Random(seed)
     records = []
-    for n in range(count):
+    for n in range(start, start + count):
         world = rng.choices(WORLD_SIZES, WORLD_WEIGHTS)[0]
-        family = FAMILIES[n % len(FAMILIES)]
+        family = families[n % len(families)]
         if family == "hier" and world == 2:
             world = 4
         fam = build_family(family, world, rng)
@@ -1149,8 +1243,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--count", type=int, default=600)
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument(
+        "--extra", type=int, default=80, help="FSDP2 / DTensor programs, numbered after the rest"
+    )
     args = p.parse_args(argv)
+    # The library front ends come as a second stream, so adding them never changes the others.
     records = generate(args.count, args.seed)
+    records += generate(args.extra, args.seed + 1, EXTRA_FAMILIES, start=args.count)
     write(records)
     from collections import Counter
 

@@ -51,10 +51,22 @@ def save_labels(data: dict) -> None:
         f"(torch {torch.__version__}) by bench/accuracy/runner.py; "
         "labels ok / hang / fail / corrupt (see runner.py)."
     )
-    data["labels"] = dict(sorted(data["labels"].items()))
+    out = dict(data, labels=dict(sorted(data["labels"].items())))
     tmp = LABELS.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    tmp.write_text(json.dumps(out, indent=1) + "\n")
     tmp.replace(LABELS)
+
+
+def needs_own_launch(prog: dict) -> bool:
+    """DTensor caches meshes by their ranks, not their groups: a later program on the same
+    ranks would reuse an earlier program's (possibly wedged) groups. Run it alone."""
+    return "parallelize_module" in (HERE / prog["path"]).read_text()
+
+
+def _launches(progs: list[dict], chunk: int) -> list[list[dict]]:
+    shared = [p for p in progs if not needs_own_launch(p)]
+    alone = [[p] for p in progs if needs_own_launch(p)]
+    return [shared[i : i + chunk] for i in range(0, len(shared), chunk)] + alone
 
 
 def rerun(programs: list[dict], chunk: int, timeout: float | None) -> dict[str, dict]:
@@ -65,8 +77,7 @@ def rerun(programs: list[dict], chunk: int, timeout: float | None) -> dict[str, 
         by_world.setdefault(p["world_size"], []).append(p)
     for world, progs in sorted(by_world.items()):
         t = timeout or default_timeout(world)
-        for start in range(0, len(progs), chunk):
-            part = progs[start : start + chunk]
+        for part in _launches(progs, chunk):
             print(f"world size {world}: {len(part)} programs (timeout {t:g}s)", flush=True)
             began = time.monotonic()
             outcomes = run_batch(

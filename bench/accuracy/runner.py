@@ -111,7 +111,8 @@ def worker(port: int, rank: int, world_size: int, timeout: float, paths: list[st
         except Exception:
             os._exit(3)
         statuses = [json.loads(store.get(k))["status"] for k in keys]
-        if all(s == "ok" for s in statuses):
+        # DTensor keeps caches keyed by group names: keep the groups of mesh programs alive.
+        if all(s == "ok" for s in statuses) and "DeviceMesh" not in Path(path).read_text():
             # Nothing is pending on these groups: release their sockets. Groups of a program
             # that hung or failed are abandoned instead (destroying a wedged group can hang).
             for pg in set(c10d._world.pg_map) - before:

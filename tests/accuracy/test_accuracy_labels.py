@@ -96,11 +96,16 @@ def test_confusion_and_table_rows():
 
 @pytest.mark.real
 def test_a_random_sample_of_labels_holds_when_rerun():
+    from bench.accuracy.label import needs_own_launch
     from bench.accuracy.runner import run_batch
 
     seed = int(os.environ.get("ACCURACY_SAMPLE_SEED", random.randrange(1 << 30)))
     rng = random.Random(seed)
-    pool = [p for p in PROGRAMS if p["world_size"] == 2 and p["id"] in LABELS]
+    pool = [
+        p
+        for p in PROGRAMS
+        if p["world_size"] == 2 and p["id"] in LABELS and not needs_own_launch(p)
+    ]
     by_label: dict[str, list[dict]] = {}
     for p in pool:
         by_label.setdefault(LABELS[p["id"]]["label"], []).append(p)
@@ -116,6 +121,9 @@ def test_a_random_sample_of_labels_holds_when_rerun():
     outcomes = run_batch(
         [str(HERE / p["path"]) for p in sample], 2, LABELS[sample[0]["id"]]["timeout"], log=str
     )
-    got = {p["id"]: o.label for p, o in zip(sample, outcomes, strict=True)}
-    stored = {p["id"]: LABELS[p["id"]]["label"] for p in sample}
+    # A mismatch that aborts one rank in gloo may instead leave both waiting, depending on
+    # which side reads first: hang and fail are one verdict (the job does not finish).
+    verdict = {"ok": "ok", "corrupt": "corrupt", "hang": "stops", "fail": "stops"}
+    got = {p["id"]: verdict[o.label] for p, o in zip(sample, outcomes, strict=True)}
+    stored = {p["id"]: verdict[LABELS[p["id"]]["label"]] for p in sample}
     assert got == stored, f"ACCURACY_SAMPLE_SEED={seed}"
