@@ -276,9 +276,12 @@ def _build(
                 if len(w.units) > 1:
                     if not w.issue_pred:
                         _closures(w)
-                    if with_hubs:
-                        _hub(g, w, model)
-                    multi.append(w)
+                    if _has_free_pair(w, model):
+                        if with_hubs:
+                            _hub(g, w, model)
+                        multi.append(w)
+                    else:
+                        _fixed_edges(g, w, model)
                 continue
             kind = item[0]
             if kind == "sync" and model == "gloo":
@@ -295,6 +298,29 @@ def _build(
             pending_block = []
             gate = new_gate
     return g, multi
+
+
+def _has_free_pair(w: Window, model: str) -> bool:
+    """Can some legal order of this window make one op wait for another it did not?"""
+    if all(u.bucket is None and u.thread is None for u in w.units):
+        return False  # one thread, program order: nothing to choose
+    n = len(w.units)
+    return any(_can_block(w, model, x, y) for x in range(n) for y in range(n) if x != y)
+
+
+def _fixed_edges(g: _Graph, w: Window, model: str) -> None:
+    """The waits inside a window whose order is fixed (no hub needed)."""
+    n = len(w.units)
+    for x in range(n):
+        if model != "single-queue" and not w.units[x].blocking:
+            continue
+        for y in range(x + 1, n):
+            if _fixed_block(w, model, x, y):
+                for a in w.units[x].insts:
+                    for b in w.units[y].insts:
+                        g.edge(a, b)
+                if model == "single-queue":
+                    break  # the window is a chain: the next unit carries the rest
 
 
 def _hub(g: _Graph, w: Window, model: str) -> None:
@@ -531,15 +557,39 @@ def _choose(
     return orders, None
 
 
-def find_witnesses(trace: Trace, model: str, limit: int = 4, attempts: int = 64) -> list[Witness]:
+def has_floating_ops(trace: Trace) -> bool:
+    """Does any op carry a `bucket` or a `thread`? Without one, every window is in program
+    order on every rank and no reordering exists (one linear scan, no compile)."""
+    return any(
+        a.bucket is not None or a.thread is not None for acts in trace.ranks.values() for a in acts
+    )
+
+
+@dataclass
+class _Prepared:
+    inst_of: dict[tuple[int, int], int]
+    n_inst: int
+    items: dict[int, list]
+
+
+def _prepare(trace: Trace) -> _Prepared:
+    inst_of, n_inst = _instances(trace)
+    return _Prepared(inst_of, n_inst, split_windows(trace, inst_of))
+
+
+def find_witnesses(
+    trace: Trace, model: str, limit: int = 4, attempts: int = 64, prepared: _Prepared | None = None
+) -> list[Witness]:
     """Legal reorderings of `trace` that deadlock under `model`, each confirmed by the checker.
 
     Cost: one linear pass to build the union graph and one SCC pass; the quadratic
     pair work and the BFS only run inside components that hold a free pair."""
     from commlint.graph.check import check_trace
 
-    inst_of, n_inst = _instances(trace)
-    items = split_windows(trace, inst_of)
+    if not has_floating_ops(trace):
+        return []
+    prep = prepared or _prepare(trace)
+    n_inst, items = prep.n_inst, prep.items
     g, multi = _build(items, model, n_inst)
     if not multi:
         return []
@@ -655,17 +705,22 @@ def potential_deadlocks(
     already blocked or failed is not searched (its CL201/CL202 come first)."""
     verdicts: dict[str, str] = {}
     per_model: dict[str, list[Witness]] = {}
+    floating = has_floating_ops(trace)
+    prepared = None
     for m in models:
         outs = outcomes.get(m, {})
         if any(o.status != "finished" for o in outs.values()):
             verdicts[m] = "hangs or fails in the recorded order already"
             continue
-        ws = find_witnesses(trace, m, limit)
+        if floating and prepared is None:
+            prepared = _prepare(trace)
+        ws = find_witnesses(trace, m, limit, prepared=prepared) if floating else []
         per_model[m] = ws
         verdicts[m] = "may deadlock under reordering" if ws else "no legal reordering deadlocks"
     if not any(per_model.values()):
         return []
-    windows = _windows_of(trace)
+    items = prepared.items if prepared is not None else _prepare(trace).items
+    windows = {r: [it for it in seq if isinstance(it, Window)] for r, seq in items.items()}
     merged: dict[tuple, Finding] = {}
     for m, ws in per_model.items():
         for w in ws:
