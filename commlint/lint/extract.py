@@ -314,8 +314,14 @@ class Extractor:
             before = len(self.out)
             self.expr(s.value)
             if isinstance(s.value, cst.Call):
+                whole = self.pos(s.value)
                 for n in self.out[before:]:
-                    if isinstance(n, Comm) and not n.blocking and n.kind != "create":
+                    if (
+                        isinstance(n, Comm)
+                        and not n.blocking
+                        and n.kind != "create"
+                        and (n.pos.line, n.pos.col) == (whole.line, whole.col)
+                    ):
                         self._async_fact(n, "discarded")
         elif isinstance(s, cst.Assign):
             before = len(self.out)
@@ -662,12 +668,19 @@ class Extractor:
         if env_name is not None:
             return self._env_val(env_name, key)
         base = self.expr(node.value)
-        idx = [self.expr(s.slice.value) for s in node.slice if isinstance(s.slice, cst.Index)]
-        if base.mesh is not None and len(node.slice) == 1:
+        idx: list[Val] = []
+        for el in node.slice:
+            if isinstance(el.slice, cst.Index):
+                idx.append(self.expr(el.slice.value))
+            elif isinstance(el.slice, cst.Slice):
+                idx.extend(self.expr(x) for x in (el.slice.lower, el.slice.upper, el.slice.step))
+        if (base.mesh is not None or "mesh" in self.text(node.value).lower()) and len(
+            node.slice
+        ) == 1:
             sl = node.slice[0].slice
             if isinstance(sl, cst.Index) and isinstance(sl.value, cst.SimpleString):
                 dim = sl.value.evaluated_value
-                return Val(mesh=base.mesh, submesh=str(dim))
+                return Val(mesh=base.mesh or ((), ()), submesh=str(dim))
         if base.ints is not None and idx and idx[0].ints and len(idx[0].ints) == 1:
             i = idx[0].ints[0]
             if -len(base.ints) <= i < len(base.ints):
@@ -859,8 +872,9 @@ class Extractor:
             res = self.method_call(node, func, recv_val, args, callee_text)
             if res is not None:
                 return res
-        if recv_val is not None and recv_val.typ and recv_val.typ.startswith("wrapped:"):
-            _, op, grp = recv_val.typ.split(":", 2)
+        func_val = self._peek(func) if isinstance(func, cst.Attribute) else recv_val
+        if func_val is not None and func_val.typ and func_val.typ.startswith("wrapped:"):
+            _, op, grp = func_val.typ.split(":", 2)
             return self._emit_comm(
                 node, CallFact(name=op, kind="collective", op=op), grp, callee_text, via=op
             )
@@ -986,7 +1000,12 @@ class Extractor:
     def method_call(self, node, func: cst.Attribute, recv: Val, args, text) -> Val | None:
         meth = func.attr.value
         recv_text = self.text(func.value)
-        # process groups, meshes
+        # process groups, meshes (a DeviceMesh's methods are recognised by name)
+        mesh_like = meth in ("get_group", "get_local_rank") and (
+            not node.args or isinstance(node.args[0].value, cst.SimpleString)
+        )
+        if recv.mesh is None and mesh_like:
+            recv = replace(recv, mesh=((), ()))
         if recv.mesh is not None:
             dim = None
             if node.args:
