@@ -757,6 +757,9 @@ def _payload(opts: Options, m: int) -> list[int] | None:
     return opts.shape
 
 
+_PP_ON_WORLD = "pp@WORLD"  # peer addressed in the pipeline group, sent on WORLD
+
+
 def _emit_call(em: _Emitter, ops: list[tuple]) -> None:
     """One Megatron-style p2p call: isend/irecv (or send/recv) in the style's order, then wait."""
     if not ops:
@@ -772,18 +775,23 @@ def _emit_call(em: _Emitter, ops: list[tuple]) -> None:
     rank_of_slot = {s: i for i, s in enumerate(slots)}
     ops = sorted(ops, key=lambda o: rank_of_slot[o[0]])
     batch = em.batch() if opts.style == "batched" and not blocking else None
+    # Megatron's _p2p_ops on a pipeline of 2: even → odd traffic on the pipeline group,
+    # odd → even on WORLD, so the two directions are separate communicators
+    split = opts.style == "megatron" and em.lay.pp == 2
     handles: list[str] = []
     for slot, peer, label, m in ops:
         is_send = slot.startswith("send")
         tag = m if opts.tags else 0
         shape = _payload(opts, m)
+        sender_even = (p if is_send else peer) % 2 == 0
+        kind = "pp" if not split or sender_even else _PP_ON_WORLD
         if blocking:
-            em.p2p("send" if is_send else "recv", "pp", ("pos", peer), label, tag=tag, shape=shape)
+            em.p2p("send" if is_send else "recv", kind, ("pos", peer), label, tag=tag, shape=shape)
         else:
             h = em.handle()
             handles.append(h)
             em.p2p(
-                "isend" if is_send else "irecv", "pp", ("pos", peer), label, h, batch, tag, shape
+                "isend" if is_send else "irecv", kind, ("pos", peer), label, h, batch, tag, shape
             )
     em.wait(handles, "wait " + "; ".join(o[2] for o in ops))
 
@@ -1107,7 +1115,11 @@ def _instantiate(prep: _Prepared, place: dict[str, tuple[str, list[int], int]]) 
         if shared is not None:
             append(shared)
             continue
-        name, members, idx = place[kind]
+        if kind == _PP_ON_WORLD:
+            _, members, idx = place["pp"]
+            name = "WORLD"
+        else:
+            name, members, idx = place[kind]
         if peer is None:
             key = (i, name)
             a = cache.get(key)

@@ -621,3 +621,20 @@ def test_schedule_csv_path_is_relative_to_the_plan(tmp_path: Path, monkeypatch) 
         "B1 stage 1 send grad",
         "B2 stage 1 send grad",
     ]
+
+
+def test_megatron_pipeline_of_two_sends_one_direction_on_world() -> None:
+    """_p2p_ops with a pipeline group of 2: even → odd on the group, odd → even on WORLD."""
+    t = generate(world_size=4, degrees={"pp": 2}, microbatches=2)
+    p2p = {(r, a.op, a.group) for r in (0, 2) for a in t.ranks[r] if a.op in ("isend", "irecv")}
+    assert p2p == {
+        (0, "isend", "pp0"),
+        (0, "irecv", "WORLD"),
+        (2, "irecv", "pp0"),
+        (2, "isend", "WORLD"),
+    }
+    # so a fixed send-first order no longer meets head to head on one NCCL communicator
+    fixed = generate(world_size=4, degrees={"pp": 2}, microbatches=8, mutations=["fixed_order"])
+    assert verdicts(fixed) == {"gloo": "ok", "nccl": "ok", "single-queue": ["CL201"]}
+    batched = generate(world_size=4, degrees={"pp": 2}, microbatches=2, p2p="batched")
+    assert {a.group for a in batched.ranks[0] if a.op == "isend"} == {"pp0"}
