@@ -499,9 +499,13 @@ def _linearise(w: Window, model: str, extra: list[tuple[int, int]]) -> list[int]
     return order
 
 
-def reorder_trace(trace: Trace, orders: dict[tuple[int, int], list[int]]) -> Trace:
+def reorder_trace(
+    trace: Trace,
+    orders: dict[tuple[int, int], list[int]],
+    windows: dict[int, list[Window]] | None = None,
+) -> Trace:
     """The trace with window `wid` (1-based) of `rank` put in unit order `orders[rank, wid]`."""
-    windows = _windows_of(trace)
+    windows = windows or _windows_of(trace)
     ranks = {r: list(acts) for r, acts in trace.ranks.items()}
     for (rank, wid), order in orders.items():
         w = windows[rank][wid - 1]
@@ -578,7 +582,12 @@ def _prepare(trace: Trace) -> _Prepared:
 
 
 def find_witnesses(
-    trace: Trace, model: str, limit: int = 4, attempts: int = 64, prepared: _Prepared | None = None
+    trace: Trace,
+    model: str,
+    limit: int = 4,
+    attempts: int = 64,
+    prepared: _Prepared | None = None,
+    checks: int = 8,
 ) -> list[Witness]:
     """Legal reorderings of `trace` that deadlock under `model`, each confirmed by the checker.
 
@@ -627,7 +636,10 @@ def find_witnesses(
             if sig in seen:
                 continue
             seen.add(sig)
-            witness = reorder_trace(trace, orders)
+            if checks <= 0:
+                return found
+            checks -= 1  # each confirmation is one run of the ordinary checker
+            witness = reorder_trace(trace, orders, windows)
             res = check_trace(witness, model, reorder=False)
             dl = next((f for f in res.findings if f.code == "CL201"), None)
             if dl is None:
@@ -697,7 +709,7 @@ def potential_deadlocks(
     outcomes: dict,
     path: str | None = None,
     lines=None,
-    limit: int = 4,
+    limit: int = 2,
 ) -> list[Finding]:
     """CL209 findings for the models under which the recorded order runs to completion.
 
