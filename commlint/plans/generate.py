@@ -717,7 +717,10 @@ def _pipeline(spec: GenerateSpec, lay: Layout, microbatches: int) -> PipelinePla
         )
     if lay.vpp > 1 and name != "interleaved":
         raise _fail(f"degrees.vpp {lay.vpp} needs schedule: interleaved (not {name})")
-    steps = sch.build(name, lay.pp, lay.vpp, microbatches)
+    try:
+        steps = sch.build(name, lay.pp, lay.vpp, microbatches)
+    except CommlintInputError as exc:
+        raise _fail(exc.error.message) from None
     warmup = None
     if name == "interleaved":
         warmup = {
