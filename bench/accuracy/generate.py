@@ -23,6 +23,7 @@ import json
 import random
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -924,7 +925,13 @@ def mutate(fam: Family, world: int, cls: str, site: str, harmless: bool, rng: ra
         normal = render_comm(ca, 0) + render_comm(cb, 0)
         swapped = render_comm(cb, 0) + render_comm(ca, 0)
         if cls == "reorder":
-            if harmless:
+            if harmless and ca.op in ("send", "recv"):
+                # Reordered on every rank that runs this arm: the senders only. Their
+                # receivers still expect the old order, so this is a bug after all.
+                m.harmless = False
+                new = _indent_block(_if_else(f"rank == {k}", 0, swapped, swapped), ind)
+                m.detail = f"{b_site} before {a_site} on every sender; receivers keep the order"
+            elif harmless:
                 new = _indent_block(_if_else(f"rank == {k}", 0, swapped, swapped), ind)
                 m.detail = f"{b_site} before {a_site} on every rank (both arms of `rank == {k}`)"
             else:
@@ -1228,14 +1235,31 @@ extend-ignore = ["F841", "B007", "B905", "E501", "SIM105", "SIM108", "SIM114"]
 
 
 def write(records: list[dict]) -> None:
+    """Write programs (formatted with ruff) and the manifest; touch only files that change,
+    so a labelling run in progress never sees a program missing or half written."""
     PROGRAMS.mkdir(parents=True, exist_ok=True)
+    # Staged next to programs/, so the relative `extend` of ruff.toml resolves the same way.
+    with tempfile.TemporaryDirectory(dir=HERE, prefix=".staging_") as tmp:
+        staged = Path(tmp)
+        (staged / "ruff.toml").write_text(RUFF_TOML, encoding="utf-8")
+        for r in records:
+            (staged / Path(r["path"]).name).write_text(r.pop("_text"), encoding="utf-8")
+        # Generated code is held to the same style as the rest of the tree.
+        subprocess.run(
+            [sys.executable, "-m", "ruff", "format", "-q", "--no-cache", str(staged)], check=True
+        )
+        wanted = set()
+        for f in sorted(staged.glob("*.py")) + [staged / "ruff.toml"]:
+            wanted.add(f.name)
+            dest = PROGRAMS / f.name
+            text = f.read_text(encoding="utf-8")
+            if not dest.exists() or dest.read_text(encoding="utf-8") != text:
+                part = dest.with_suffix(".part")
+                part.write_text(text, encoding="utf-8")
+                part.replace(dest)
     for old in PROGRAMS.glob("*.py"):
-        old.unlink()
-    (PROGRAMS / "ruff.toml").write_text(RUFF_TOML, encoding="utf-8")
-    for r in records:
-        (HERE / r["path"]).write_text(r.pop("_text"), encoding="utf-8")
-    # Generated code is held to the same style as the rest of the tree.
-    subprocess.run([sys.executable, "-m", "ruff", "format", "-q", str(PROGRAMS)], check=False)
+        if old.name not in wanted:
+            old.unlink()
     MANIFEST.write_text(json.dumps({"programs": records}, indent=1) + "\n", encoding="utf-8")
 
 

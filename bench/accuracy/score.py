@@ -273,6 +273,8 @@ def render(programs: list[dict], labels: dict, results: dict[str, dict]) -> str:
         "Positives: hang, fail, corrupt. Labels are in `bench/accuracy/labels.json`; CI "
         "re-runs a random sample of them (`tests/accuracy/`).",
         "",
+        _label_cost(labelled, labels),
+        "",
         "Intended effect vs. observed label (intent is what the generator meant; the label is "
         "what happened):",
         "",
@@ -381,6 +383,23 @@ def render(programs: list[dict], labels: dict, results: dict[str, dict]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _label_cost(labelled: list[dict], labels: dict) -> str:
+    secs = [labels[p["id"]]["seconds"] for p in labelled]
+    if not secs:
+        return ""
+    by = defaultdict(list)
+    for p in labelled:
+        by[labels[p["id"]]["label"]].append(labels[p["id"]]["seconds"])
+    parts = ", ".join(f"{k} {statistics.median(v):.1f} s" for k, v in sorted(by.items()) if v)
+    return (
+        f"Labelling cost: {sum(secs) / 60:.0f} min of program time for {len(secs)} programs "
+        f"(median per label: {parts}; a hang costs its timeout, 3 s at W ≤ 4 and 6 s above), "
+        "plus about 8-15 s of start-up per launch of W processes — a launch runs up to 40 "
+        "programs, and a gloo abort ends it. On this 2-core machine, shared, the whole set "
+        "took about an hour of wall time under `nice -n 10`."
+    )
 
 
 def _cause(causes: dict, tool: str, p: dict, kind: str) -> str:

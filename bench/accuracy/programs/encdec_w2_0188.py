@@ -1,7 +1,7 @@
 """commlint accuracy benchmark program encdec_w2_0188.
 
 family: encdec (pp+dp), world size 2
-mutation: reorder (harmless): enc_send_mem before enc_send_header on every rank (both arms of `rank == 0`)
+mutation: reorder (bug): enc_send_mem before enc_send_header on every sender; receivers keep the order
 
 Run: torchrun --nproc-per-node 2 encdec_w2_0188.py
 """

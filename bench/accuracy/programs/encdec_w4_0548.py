@@ -1,7 +1,7 @@
 """commlint accuracy benchmark program encdec_w4_0548.
 
 family: encdec (pp+dp), world size 4
-mutation: reorder (harmless): enc_send_mem before enc_send_header on every rank (both arms of `rank == 2`)
+mutation: reorder (bug): enc_send_mem before enc_send_header on every sender; receivers keep the order
 
 Run: torchrun --nproc-per-node 4 encdec_w4_0548.py
 """
