@@ -1,16 +1,22 @@
 """The real `pre-commit try-repo` against a sample repository: the hook fails on a file with a
 rank-conditional collective and passes on a correct one.
 
-pre-commit builds a fresh virtualenv and `pip install`s a clone of the project's HEAD into it;
-a pip constraint that no torch can satisfy proves that the install never pulls torch.
+pre-commit builds a fresh virtualenv and `pip install`s a clone of the project's HEAD into it,
+once per `try-repo`. Most of that time is pip crawling the package index for every dependency
+(the resolver reads each project's whole release page), so the dependencies are downloaded
+once into a wheelhouse kept in pytest's cache (keyed by the dependency list) and the installs
+run with `PIP_NO_INDEX` from it. A pip constraint that no torch can satisfy proves that the
+install never pulls torch.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -85,10 +91,42 @@ def sample_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repo
 
 
-def try_repo(hook_repo: Path, sample_repo: Path, *files: str) -> subprocess.CompletedProcess:
+def install_requirements(project: Path) -> list[str]:
+    """What `pip install project` needs: its build requirements and its dependencies."""
+    tomllib = pytest.importorskip("tomllib")
+    meta = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))
+    return sorted(meta["build-system"]["requires"] + meta["project"]["dependencies"])
+
+
+@pytest.fixture(scope="module")
+def wheelhouse(pytestconfig: pytest.Config, hook_repo: Path) -> Path:
+    requirements = install_requirements(hook_repo)
+    assert not any(r.lower().startswith("torch") for r in requirements)
+    key = hashlib.sha256("\n".join(requirements).encode()).hexdigest()[:12]
+    folder = pytestconfig.cache.mkdir(f"commlint-wheelhouse-{key}")
+    if not (folder / ".complete").exists():
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "-d", str(folder), *requirements],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        (folder / ".complete").write_text("\n".join(requirements), encoding="utf-8")
+    return folder
+
+
+def try_repo(
+    hook_repo: Path, sample_repo: Path, wheelhouse: Path, *files: str
+) -> subprocess.CompletedProcess:
     constraints = sample_repo.parent / "no-torch.txt"
     constraints.write_text("torch==0.0.0\n", encoding="utf-8")
-    env = dict(os.environ, PIP_CONSTRAINT=str(constraints), NO_COLOR="1")
+    env = dict(
+        os.environ,
+        PIP_CONSTRAINT=str(constraints),
+        PIP_NO_INDEX="1",
+        PIP_FIND_LINKS=str(wheelhouse),
+        NO_COLOR="1",
+    )
     env.pop("PRE_COMMIT_HOME", None)  # try-repo uses a fresh store anyway
     return subprocess.run(
         ["pre-commit", "try-repo", str(hook_repo), "commlint", "--color=never", "--files", *files],
@@ -101,15 +139,17 @@ def try_repo(hook_repo: Path, sample_repo: Path, *files: str) -> subprocess.Comp
 
 
 @pytest.mark.real
-def test_try_repo_fails_on_the_bad_file_and_passes_on_the_good_one(hook_repo, sample_repo):
-    bad = try_repo(hook_repo, sample_repo, "bad.py", "notes.txt")
+def test_try_repo_fails_on_the_bad_file_and_passes_on_the_good_one(
+    hook_repo, sample_repo, wheelhouse
+):
+    bad = try_repo(hook_repo, sample_repo, wheelhouse, "bad.py", "notes.txt")
     out = bad.stdout + bad.stderr
     assert bad.returncode == 1, out
     assert re.search(r"^commlint\.+Failed$", out, re.M), out
     assert re.search(r"bad\.py:6:\d+: CL1\d\d", out), out  # the barrier under `if rank == 0`
     assert "notes.txt" not in out  # types: [python]
 
-    good = try_repo(hook_repo, sample_repo, "good.py")
+    good = try_repo(hook_repo, sample_repo, wheelhouse, "good.py")
     out = good.stdout + good.stderr
     assert good.returncode == 0, out
     assert re.search(r"^commlint\.+Passed$", out, re.M), out
