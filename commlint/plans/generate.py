@@ -868,53 +868,26 @@ def _skeleton_iterations(
     return marks
 
 
-def torch_lowering(
-    steps: dict[int, list[sch.Step]], stages: sch.StageMap
-) -> dict[int, list[sch.Step]]:
-    """Insert SEND/RECV actions the way torch.distributed.pipelining's runtime orders them.
+def runtime_lowering(plan: PipelinePlan) -> dict[int, list[sch.Step]]:
+    """The SEND/RECV order torch's `_PipelineScheduleRuntime` runs a compute-only schedule in.
 
-    Ranks take turns; a rank runs its next compute step once its input is there (its RECV
-    was placed, or the producing stage is local), then places its SEND right after it and
-    the peer's matching RECV at the end of the peer's list at that moment.
+    The runtime first inserts UNSHARD/RESHARD/REDUCE_GRAD steps, which take turns in the
+    round-robin of `_add_send_recv` and so move where receives land; the pipelining-CSV
+    importer reproduces that lowering. Those steps carry no p2p and are dropped here (the
+    generator models FSDP and gradient sync as collectives of their own).
     """
-    out: dict[int, list[sch.Step]] = {p: [] for p in steps}
-    have: dict[int, set[tuple]] = {p: set() for p in steps}
-    queue = {p: list(reversed(s)) for p, s in steps.items()}
-    last = stages.num_stages - 1
-    while any(queue.values()):
-        progressed = False
-        for p in sorted(queue):
-            if not queue[p]:
-                continue
-            step = queue[p][-1]
-            kind, v, m = step
-            if kind == "F" and v > 0:
-                ready = ("RECV_F", v, m) in have[p] or ("F", v - 1, m) in have[p]
-            elif kind in ("B", "I") and v < last:
-                ready = (
-                    ("RECV_B", v, m) in have[p]
-                    or ("B", v + 1, m) in have[p]
-                    or ("I", v + 1, m) in have[p]
-                )
-            else:
-                ready = True
-            if not ready:
-                continue
-            queue[p].pop()
-            progressed = True
-            out[p].append(step)
-            have[p].add(tuple(step))
-            _, sends = _comm_of(step, stages)
-            if sends:
-                send_kind, recv_kind = ("SEND_F", "RECV_F") if kind == "F" else ("SEND_B", "RECV_B")
-                dest = sends[0][1]
-                out[p].append(sch.Step(send_kind, v, m))
-                target_stage = v + 1 if kind == "F" else v - 1
-                out[dest].append(sch.Step(recv_kind, target_stage, m))
-                have[dest].add((recv_kind, target_stage, m))
-        if not progressed:
-            stuck = {p: str(q[-1]) for p, q in queue.items() if q}
-            raise _fail(f"the schedule cannot make progress (next steps: {stuck})")
+    from commlint.plans.importers import pipelining_csv as pcsv
+
+    rows = pcsv.read_csv(sch.dump_csv(plan.steps))
+    lowered = pcsv.lower_compute_only(rows, n_microbatches=plan.microbatches)
+    out: dict[int, list[sch.Step]] = {}
+    for rank, actions in lowered.items():
+        row: list[sch.Step] = []
+        for a in actions:
+            for part in a.parts if a.parts is not None else (a,):
+                if part.kind in sch.COMPUTE_KINDS or part.kind in sch.COMM_KINDS:
+                    row.append(sch.Step(part.kind, part.stage, part.mb))
+        out[rank] = row
     return out
 
 
@@ -980,7 +953,7 @@ def _skeleton(
     moe = lay.ep > 1 and opts.ep != "none"
     if opts.style == "torch" and not plan.with_comms:
         if plan.lowered is None:
-            plan.lowered = torch_lowering(plan.steps, plan.stages)
+            plan.lowered = runtime_lowering(plan)
         steps = plan.lowered[position]
     swap = opts.fifo.get(position)
     if swap:  # this stage processes the microbatches in another order than its neighbours

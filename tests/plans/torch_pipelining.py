@@ -32,8 +32,8 @@ class _MockStage(_PipelineStageBase):
         return ()
 
 
-def pipeline_order(name: str, pp: int, microbatches: int) -> dict[int, list]:
-    """Compute-only `pipeline_order` of a torch schedule class (rank 0's view; all ranks)."""
+def schedule(name: str, pp: int, microbatches: int):
+    """A torch schedule object built for rank 0 (its orders cover every rank)."""
     if name == "1f1b":
         sched = ts.Schedule1F1B(_MockStage(0, pp, pp, 0), n_microbatches=microbatches)
     elif name == "gpipe":
@@ -46,7 +46,19 @@ def pipeline_order(name: str, pp: int, microbatches: int) -> dict[int, list]:
         sched = ts.ScheduleZBVZeroBubble(stages, n_microbatches=microbatches)
     else:
         raise ValueError(name)
+    return sched
+
+
+def pipeline_order(name: str, pp: int, microbatches: int) -> dict[int, list]:
+    """Compute-only `pipeline_order` of a torch schedule class."""
+    sched = schedule(name, pp, microbatches)
     return {r: [a for a in acts if a is not None] for r, acts in sched.pipeline_order.items()}
+
+
+def runtime_order(name: str, pp: int, microbatches: int) -> dict[int, list]:
+    """What `_PipelineScheduleRuntime` executes: `pipeline_order_with_comms`."""
+    sched = schedule(name, pp, microbatches)
+    return {r: list(acts) for r, acts in sched.pipeline_order_with_comms.items()}
 
 
 def without_reduce_grad(order: dict[int, list]) -> dict[int, list]:
