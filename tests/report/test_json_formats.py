@@ -210,3 +210,47 @@ def test_every_format_works_for_plan(fmt, capsys, monkeypatch, sarif_validator):
         assert result["relatedLocations"][0]["physicalLocation"]["region"]["startLine"] == 9
     if fmt == "rdjson":
         jsonschema.validate(json.loads(out), RDJSON_SCHEMA)
+
+
+CONDITIONAL = """\
+import torch.distributed as dist
+
+
+def save(model, step):
+    if dist.get_rank() == 0:
+        dist.barrier()
+        print("saved", step)
+"""
+
+
+@pytest.mark.parametrize("fmt", ["sarif", "rdjson", "github", "concise", "full"])
+def test_check_findings_in_every_format(fmt, tmp_path, monkeypatch, capsys, sarif_validator):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "save.py").write_text(CONDITIONAL, encoding="utf-8")
+    code = main(["check", "save.py", "--no-cache", "--select", "CL101", "--format", fmt])
+    out = capsys.readouterr().out
+    assert code == 1
+    if fmt == "sarif":
+        log = json.loads(out)
+        assert_valid_sarif(sarif_validator, log)
+        (result,) = log["runs"][0]["results"]
+        region = result["locations"][0]["physicalLocation"]["region"]
+        assert (region["startLine"], region["startColumn"]) == (6, 9)
+        assert region["endColumn"] == 9 + len("dist.barrier()")
+        condition = result["relatedLocations"][0]
+        assert condition["physicalLocation"]["region"]["startLine"] == 5
+        assert "rank" in condition["message"]["text"]
+    elif fmt == "rdjson":
+        (diag,) = json.loads(out)["diagnostics"]
+        jsonschema.validate(json.loads(out), RDJSON_SCHEMA)
+        assert diag["location"]["range"]["start"] == {"line": 6, "column": 9}
+        assert diag["related_locations"][0]["location"]["range"]["start"]["line"] == 5
+    elif fmt == "github":
+        assert out.startswith("::error file=save.py,line=6,col=9,endLine=6,endColumn=23,title=")
+    elif fmt == "concise":
+        assert out.splitlines()[0].startswith("save.py:6:9: CL101 ")
+    else:
+        lines = out.splitlines()
+        assert lines[lines.index("6 |         dist.barrier()") + 1].startswith("  |         ^^^^^")
+        condition = lines.index("5 |     if dist.get_rank() == 0:")
+        assert lines[condition + 1].startswith("  |        ---")
