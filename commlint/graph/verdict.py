@@ -296,7 +296,7 @@ def verdict(
                 cycle=edges,
             )
         )
-    if more:
+    if more and findings and findings[-1].code == "CL201":
         findings[
             -1
         ].message += f" More than {max_cycles} elementary cycles exist; the smallest are shown."
