@@ -101,6 +101,32 @@ def related_locations(finding: Finding) -> list[dict[str, Any]]:
     return out
 
 
+def _site_location(site: str | None) -> dict[str, Any] | None:
+    path, _, line = (site or "").rpartition(":")
+    if path and line.isdigit():
+        return physical_location(path, int(line), None, None, None)
+    return None
+
+
+def primary_location(finding: Finding) -> dict[str, Any] | None:
+    """Where the result points. GitHub code scanning rejects a whole SARIF file if one result
+    has no location, so a trace finding without a file borrows the first place it names: a
+    related location or action with a file, else a call site `file:line` of its cycle."""
+    if finding.path:
+        return physical_location(
+            finding.path, finding.line, finding.col, finding.end_line, finding.end_col
+        )
+    for loc, _ in secondary_locations(finding):
+        if loc.path:
+            return physical_location(loc.path, loc.line, loc.col, loc.end_line, loc.end_col)
+    sites = [loc.site for loc in finding.actions] + [e.site for e in finding.cycle or ()]
+    for site in sites:
+        found = _site_location(site)
+        if found:
+            return found
+    return None
+
+
 def _message(finding: Finding) -> str:
     text = finding.message
     if finding.cycle:
@@ -119,14 +145,9 @@ def result(finding: Finding, rule_index: int, occurrence: int) -> dict[str, Any]
         "locations": [],
         "partialFingerprints": {FINGERPRINT_KEY: f"{fingerprint(finding)}:{occurrence}"},
     }
-    if finding.path:
-        res["locations"].append(
-            {
-                "physicalLocation": physical_location(
-                    finding.path, finding.line, finding.col, finding.end_line, finding.end_col
-                )
-            }
-        )
+    anchor = primary_location(finding)
+    if anchor:
+        res["locations"].append({"physicalLocation": anchor})
     related = related_locations(finding)
     if related:
         res["relatedLocations"] = related

@@ -63,8 +63,11 @@ def test_sarif_locations(sarif_validator, every_shape):
     assert related[0]["physicalLocation"]["region"]["startLine"] == 6
     assert related[1]["physicalLocation"]["artifactLocation"]["uri"] == "helpers.py"
     assert "Fix: Move the all_reduce" in source["message"]["text"]
-    # a pure trace finding: no location, but ranks, the cycle and the drawing
-    assert trace["locations"] == []
+    # a trace finding without a file points at the first call site of its cycle (GitHub
+    # rejects a SARIF file with one unlocated result)
+    trace_physical = trace["locations"][0]["physicalLocation"]
+    assert trace_physical["artifactLocation"]["uri"] == "train.py"
+    assert trace_physical["region"] == {"startLine": 8}
     assert trace["properties"]["ranks"] == [0, 1]
     assert "rank 0 ─send(→1) @train.py:8─▶ rank 1" in trace["message"]["text"]
     # a file without a line; characters that need percent-encoding in a URI
@@ -89,6 +92,14 @@ def test_sarif_fingerprints_survive_moved_lines_and_separate_twins(project):
     twins = json.loads(render(make_report(moved, moved), "sarif"))["runs"][0]["results"]
     prints = [r["partialFingerprints"]["commlintFingerprint/v1"] for r in twins]
     assert prints[0] != prints[1]
+
+
+def test_sarif_finding_with_nothing_to_point_at_is_still_valid(sarif_validator, cycle):
+    cycle.actions = []
+    cycle.cycle = None
+    log = json.loads(render(make_report(cycle), "sarif"))
+    assert_valid_sarif(sarif_validator, log)
+    assert log["runs"][0]["results"][0]["locations"] == []
 
 
 def test_sarif_of_a_clean_run_is_valid(sarif_validator):
