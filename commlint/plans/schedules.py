@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import csv
 import io
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -26,9 +25,6 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved", "zbh1")
 COMPUTE_KINDS = frozenset({"F", "B", "I", "W"})
 COMM_KINDS = frozenset({"SEND_F", "RECV_F", "SEND_B", "RECV_B"})
 _TORCH_ONLY = frozenset({"UNSHARD", "RESHARD", "REDUCE_GRAD"})
-_ACTION_RE = re.compile(
-    r"^(\d+)(SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD|F|B|I|W)(\d*)$"
-)
 
 
 class Step(NamedTuple):
@@ -191,24 +187,36 @@ class CsvSchedule:
 
 
 def parse_action(text: str, where: str) -> Step | None:
-    """`2F13` → Step('F', 2, 13); empty → None (idle)."""
-    text = text.strip()
-    if not text:
-        return None
-    match = _ACTION_RE.match(text)
-    if match is None:
+    """`2F13` → Step('F', 2, 13); empty or a torch runtime-only action → None."""
+    steps = parse_cell(text, where)
+    return steps[0] if steps else None
+
+
+def parse_cell(text: str, where: str) -> list[Step]:
+    """One CSV cell: an action, `(0F1;1B0)OVERLAP_F_B` (its parts in order), or nothing.
+
+    UNSHARD / RESHARD / REDUCE_GRAD, which torch's runtime inserts for FSDP, carry no p2p;
+    they are skipped (the generator models FSDP and gradient sync as collectives).
+    """
+    from commlint.plans.importers.pipelining_csv import parse_action as parse_torch_action
+
+    try:
+        action = parse_torch_action(text)
+    except ValueError:
         raise CommlintInputError(
-            f"{where}: cannot read action {text!r} (expected e.g. 0F3, 1B2, 0W1, 1SEND_F3)"
-        )
-    stage, kind, mb = match.groups()
-    if kind in _TORCH_ONLY:
-        raise CommlintInputError(
-            f"{where}: {kind} is a torch runtime action without a microbatch order "
-            "(drop UNSHARD/RESHARD/REDUCE_GRAD, or use degrees.dp_shard for FSDP)"
-        )
-    if not mb:
-        raise CommlintInputError(f"{where}: action {text!r} has no microbatch index")
-    return Step(kind, int(stage), int(mb))
+            f"{where}: cannot read action {text.strip()!r} (expected e.g. 0F3, 1B2, 0W1, "
+            "1SEND_F3, (0F1;1B0)OVERLAP_F_B)"
+        ) from None
+    if action is None:
+        return []
+    out: list[Step] = []
+    for part in action.parts if action.parts is not None else (action,):
+        if part.kind in _TORCH_ONLY:
+            continue
+        if part.mb is None:
+            raise CommlintInputError(f"{where}: action {str(part)!r} has no microbatch index")
+        out.append(Step(part.kind, part.stage, part.mb))
+    return out
 
 
 def read_csv(text: str, source: str = "csv") -> CsvSchedule:
@@ -224,25 +232,25 @@ def read_csv(text: str, source: str = "csv") -> CsvSchedule:
     for r, row in enumerate(rows):
         out: list[Step] = []
         for c, cell in enumerate(row):
-            step = parse_action(cell, f"{source}: row {r + 1}, column {c + 1}")
-            if step is None:
-                continue
-            if step.kind in COMM_KINDS:
-                with_comms = True
-            else:
-                prev = owner.setdefault(step.stage, r)
-                if prev != r:
-                    raise CommlintInputError(
-                        f"{source}: row {r + 1}: stage {step.stage} is also computed on row "
-                        f"{prev + 1}; a stage lives on one pipeline rank"
-                    )
-            out.append(step)
+            for step in parse_cell(cell, f"{source}: row {r + 1}, column {c + 1}"):
+                if step.kind in COMM_KINDS:
+                    with_comms = True
+                else:
+                    prev = owner.setdefault(step.stage, r)
+                    if prev != r:
+                        raise CommlintInputError(
+                            f"{source}: row {r + 1}: stage {step.stage} is also computed on "
+                            f"row {prev + 1}; a stage lives on one pipeline rank"
+                        )
+                out.append(step)
         steps[r] = out
     pp = len(rows)
     num_stages = max(owner) + 1 if owner else 0
     missing = [s for s in range(num_stages) if s not in owner]
     if missing:
         raise CommlintInputError(f"{source}: stages {missing} are never computed")
+    if not owner:
+        raise CommlintInputError(f"{source}: no compute actions (F, B, I, W) in the schedule")
     mbs = {s.microbatch for row in steps.values() for s in row}
     _check_counts(steps, num_stages, mbs, source)
     return CsvSchedule(

@@ -86,7 +86,6 @@ def test_csv_with_comms_and_v_shape() -> None:
     [
         ("0F0,0X1\n", "row 1, column 2: cannot read action '0X1'"),
         ("0F0,0B\n", "has no microbatch index"),
-        ("0F0,0UNSHARD0,0B0\n", "UNSHARD is a torch runtime action"),
         ("0F0,0B0\n0F1,0B1\n", "stage 0 is also computed on row 1"),
         ("0F0,0F0,0B0\n", "runs F for microbatch 0 2 times"),
         ("\n\n", "the schedule CSV is empty"),
@@ -95,6 +94,12 @@ def test_csv_with_comms_and_v_shape() -> None:
 def test_csv_errors_are_located(text: str, message: str) -> None:
     with pytest.raises(CommlintInputError, match=message.replace("(", "\\(").replace("[", "\\[")):
         sch.read_csv(text, "sched.csv")
+
+
+def test_csv_skips_fsdp_steps_and_flattens_overlapped_actions() -> None:
+    text = "0UNSHARD,0F0,0F1,(0F2;0B0)OVERLAP_F_B,0B1,0B2,0REDUCE_GRAD\n"
+    parsed = sch.read_csv(text)
+    assert _kinds(parsed.steps[0]) == "0F0 0F1 0F2 0B0 0B1 0B2"
 
 
 def test_unknown_schedule_and_vpp_mismatch() -> None:
