@@ -66,17 +66,22 @@ def _matches(code: str, specs: Iterable[str]) -> bool:
 
 
 def enabled_codes(config: LintConfig, opts: LintOptions) -> set[str]:
-    """ruff semantics: select (CLI over config) replaces, extend-select adds, ignore removes."""
+    """ruff semantics, layer by layer (config, then flags): a layer's `select` resets the
+    selection, its `extend-select` adds to it, its `ignore` removes from it."""
     from commlint.rules import all_rules
 
     codes = [r.code for r in all_rules().values() if r.kind == "source"]
-    select = opts.select if opts.select is not None else config.select
-    base = [c.upper() for c in (select or ["CL1"])]
-    extend = [c.upper() for c in (config.extend_select + opts.extend_select)]
-    ignore = [c.upper() for c in (config.ignore + opts.ignore)]
-    chosen = {c for c in codes if _matches(c, base) or _matches(c, extend)}
-    explicit = set(base + extend)
-    return {c for c in chosen if c in explicit or not _matches(c, ignore)}
+    chosen = {c for c in codes if _matches(c, ["CL1"])}
+    layers = (
+        (config.select, config.extend_select, config.ignore),
+        (opts.select, opts.extend_select, opts.ignore),
+    )
+    for select, extend, ignore in layers:
+        if select is not None:
+            chosen = {c for c in codes if _matches(c, [s.upper() for s in select])}
+        chosen |= {c for c in codes if _matches(c, [s.upper() for s in extend])}
+        chosen -= {c for c in codes if _matches(c, [s.upper() for s in ignore])}
+    return chosen
 
 
 # ------------------------------------------------------------------ discovery

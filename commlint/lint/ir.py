@@ -15,7 +15,7 @@ class Pos:
     col: int  # 1-based
     end_line: int
     end_col: int
-    stmt_line: int  # first line of the enclosing statement (for `# noqa`)
+    stmt_line: int  # first line of the enclosing statement (suppression comments)
 
 
 @dataclass(frozen=True)
