@@ -152,20 +152,45 @@ def _signature(a: Action) -> tuple:
     return (a.op, a.root, a.dtype, a.payload_bytes())
 
 
+def _odd_ranks(trace: Trace, lanes: dict[str, dict[int, list[tuple[int, Action]]]]) -> set[int]:
+    """Ranks that differ from the majority of their group at some position, or lack an entry
+    the others have: the ones a truncated grid must still show."""
+    odd: set[int] = set()
+    for group, lane in lanes.items():
+        members = trace.group_ranks(group) if (group == WORLD or group in trace.groups) else []
+        width = max((len(v) for v in lane.values()), default=0)
+        for k in range(min(width, MAX_COLS)):
+            sigs: dict[tuple, list[int]] = defaultdict(list)
+            for r in members:
+                entries = lane.get(r, [])
+                sigs[_signature(entries[k][1]) if k < len(entries) else ("missing",)].append(r)
+            if len(sigs) > 1:
+                majority = max(sigs.values(), key=len)
+                odd.update(r for rs in sigs.values() if rs is not majority for r in rs)
+    return odd
+
+
+def _pick_rows(rows: list[int], odd: set[int], hits: dict[tuple[int, int], list[str]]) -> list:
+    """At most MAX_ROWS ranks: the odd ones first, then those named by findings, then the rest."""
+    hit_ranks = {r for (r, _) in hits}
+    keep = [r for r in rows if r in odd][: MAX_ROWS // 2]
+    keep += [r for r in rows if r in hit_ranks and r not in keep][: MAX_ROWS // 2]
+    keep += [r for r in rows if r not in keep][: MAX_ROWS - len(keep)]
+    return sorted(keep)
+
+
 def _grid(
     trace: Trace,
     group: str,
     lanes: dict[int, list[tuple[int, Action]]],
     hits: dict[tuple[int, int], list[str]],
+    odd: set[int],
 ) -> str:
     members = trace.group_ranks(group) if (group == WORLD or group in trace.groups) else []
     rows = sorted(set(members) | set(lanes))
-    hit_ranks = {r for (r, _) in hits}
     truncated_rows = False
     if len(rows) > MAX_ROWS:
-        keep = [r for r in rows if r in hit_ranks][: MAX_ROWS // 2]
-        keep += [r for r in rows if r not in keep][: MAX_ROWS - len(keep)]
-        rows = sorted(keep)
+        rows = _pick_rows(rows, odd, hits)
         truncated_rows = True
     width = max((len(v) for v in lanes.values()), default=0)
     cols = min(width, MAX_COLS)
@@ -233,14 +258,11 @@ def _grid(
     return "".join(out)
 
 
-def _rank_grid(trace: Trace, hits: dict[tuple[int, int], list[str]]) -> str:
+def _rank_grid(trace: Trace, hits: dict[tuple[int, int], list[str]], odd: set[int]) -> str:
     """Every action of each rank in issue order, across groups: shows cross-group orders."""
     rows = sorted(trace.ranks)
-    hit_ranks = {r for (r, _) in hits}
     if len(rows) > MAX_ROWS:
-        keep = [r for r in rows if r in hit_ranks][: MAX_ROWS // 2]
-        keep += [r for r in rows if r not in keep][: MAX_ROWS - len(keep)]
-        rows = sorted(keep)
+        rows = _pick_rows(rows, odd, hits)
     width = max((len(trace.ranks[r]) for r in rows), default=0)
     cols = min(width, MAX_COLS)
     out = ['<div class="gridwrap"><table class="grid ranks"><thead><tr><th>rank</th>']
@@ -405,7 +427,8 @@ def _trace_section(path: str, trace: Trace | None, findings: list[Finding]) -> s
         ops = {a.op for acts in trace.ranks.values() for a in acts}
         out.append(_legend(ops))
         out.append('<h3 class="issue-order">Issue order per rank, all groups</h3>')
-        out.append(_rank_grid(trace, hits))
+        odd = _odd_ranks(trace, lanes) if len(trace.ranks) > MAX_ROWS else set()
+        out.append(_rank_grid(trace, hits, odd))
         out.append("<h3>Rank × sequence, per process group</h3>")
         order = sorted(lanes, key=lambda g: (g != WORLD, g))
         for group in order:
@@ -414,7 +437,7 @@ def _trace_section(path: str, trace: Trace | None, findings: list[Finding]) -> s
                 f'<h3 class="group" data-group="{escape(group)}">{escape(group)} '
                 f'<small class="note">ranks {escape(_ranks(members))}</small></h3>'
             )
-            out.append(_grid(trace, group, lanes[group], hits))
+            out.append(_grid(trace, group, lanes[group], hits, odd))
     out.append("</section>")
     return "".join(out)
 

@@ -1,0 +1,164 @@
+"""`--format html`: the page's structure, from real traces through the CLI."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from commlint.cli import main
+from commlint.findings import Finding, Location, Report
+from commlint.graph.check import check_trace
+from commlint.plans.io import loads_trace
+from commlint.report import html as html_report
+
+CROSS_GROUP = """\
+version: 1
+world_size: 2
+groups: {tp: [0, 1], dp: [0, 1]}
+ranks:
+  0:
+    - {op: all_reduce, site: "train.py:10"}
+    - {op: all_reduce, group: tp, site: "train.py:41"}
+    - {op: all_reduce, group: dp, site: "train.py:42"}
+  1:
+    - {op: all_reduce, site: "train.py:10"}
+    - {op: all_reduce, group: dp, site: "train.py:42"}
+    - {op: all_reduce, group: tp, site: "train.py:41"}
+"""
+
+MISMATCH = """\
+version: 1
+world_size: 3
+ranks:
+  0: [{op: all_reduce}, {op: all_reduce, site: "metrics.py:7"}, {op: barrier}]
+  1: [{op: all_reduce}, {op: all_reduce, site: "metrics.py:7"}, {op: barrier}]
+  2: [{op: all_reduce}, {op: barrier, site: "metrics.py:9"}]
+"""
+
+
+class Page(HTMLParser):
+    """Elements as (tag, attrs) plus the text, enough to check the structure."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.elements: list[tuple[str, dict[str, str]]] = []
+        self.text: list[str] = []
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        self.elements.append((tag, {k: v or "" for k, v in attrs}))
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+    def find(self, tag: str, cls: str | None = None, **attrs: str) -> list[dict[str, str]]:
+        out = []
+        for t, a in self.elements:
+            if t != tag:
+                continue
+            if cls and cls not in a.get("class", "").split():
+                continue
+            if all(a.get(k.replace("_", "-")) == v for k, v in attrs.items()):
+                out.append(a)
+        return out
+
+
+def render_cli(tmp_path: Path, text: str, name: str = "plan.yaml") -> tuple[str, Page]:
+    plan = tmp_path / name
+    plan.write_text(text)
+    out = tmp_path / "report.html"
+    code = main(["plan", str(plan), "--format", "html", "-o", str(out)])
+    assert code == 1
+    page_text = out.read_text()
+    return page_text, Page(page_text)
+
+
+def test_cross_group_deadlock_page(tmp_path):
+    text, page = render_cli(tmp_path, CROSS_GROUP)
+    assert text.startswith("<!DOCTYPE html>")
+    # self-contained: nothing fetched, nothing scripted
+    assert "http" not in text
+    assert not page.find("script") and not page.find("link") and not page.find("img")
+    [finding] = page.find("div", "finding")
+    assert finding["data-code"] == "CL201"
+    # the cycle drawn: two ranks, two wait-for edges, each edge listed with its site
+    assert len(page.find("circle", "node")) == 2
+    assert len(page.find("path", "edge")) == 2
+    joined = "".join(page.text)
+    assert "waits in all_reduce(tp)" in joined and "@train.py:41" in joined
+    # one grid per process group, a row per member
+    assert [h["data-group"] for h in page.find("h3", "group")] == ["WORLD", "dp", "tp"]
+    # the issue-order grid shows each rank's blocked collective, across groups
+    blocked = {(c["data-rank"], c["data-action"]) for c in page.find("td", "blocked")}
+    assert ("0", "1") in blocked and ("1", "1") in blocked
+    # both ranks issue both collectives, so no group grid has a missing cell
+    assert page.find("td", "miss") == []
+    ops = {c["data-op"] for c in page.find("td", "c") if "data-op" in c}
+    assert ops == {"all_reduce"}
+
+
+def test_mismatch_column_is_marked(tmp_path):
+    _, page = render_cli(tmp_path, MISMATCH)
+    assert [f["data-code"] for f in page.find("div", "finding")] == ["CL203"]
+    assert len(page.find("th", "mm")) == 1  # column 1 of WORLD: all_reduce vs barrier
+    mm_cells = page.find("td", "mm")
+    assert sorted(c["data-rank"] for c in mm_cells) == ["0", "1", "2"]
+    # rank 2 never issues a third collective: its cell in column 2 is missing
+    assert [(c["data-rank"], c["data-missing"]) for c in page.find("td", "miss")] == [("2", "2")]
+    hit_cells = {(c["data-rank"], c["data-op"]) for c in page.find("td", "hit")}
+    assert ("2", "barrier") in hit_cells and ("0", "all_reduce") in hit_cells
+
+
+def test_findings_only_page_without_traces():
+    f = Finding(
+        code="CL101",
+        name="conditional-collective",
+        severity="error",
+        message="all_reduce only on rank 0 <hangs>",
+        path="train.py",
+        line=8,
+        actions=[Location(path="train.py", line=8)],
+        fix="Call it on every rank.",
+    )
+    text = html_report.render(Report(findings=[f], checked=1))
+    page = Page(text)
+    assert [d["data-code"] for d in page.find("div", "finding")] == ["CL101"]
+    assert "&lt;hangs&gt;" in text and "<hangs>" not in text
+    assert not page.find("table")
+
+
+def test_large_traces_are_truncated_keeping_the_ranks_in_findings():
+    world = 100
+    ranks = {r: [{"op": "all_reduce"}] * 3 for r in range(world)}
+    ranks[97] = [{"op": "all_reduce"}] * 2 + [{"op": "barrier", "site": "x.py:1"}]
+    trace = loads_trace(
+        "version: 1\nworld_size: 100\nranks:\n"
+        + "".join(f"  {r}: {acts}\n".replace("'", "") for r, acts in ranks.items())
+    )
+    result = check_trace(trace, "gloo")
+    report = Report(findings=result.findings, checked=1)
+    for f in report.findings:
+        f.path = "big.yaml"
+    page = Page(html_report.render(report, {"big.yaml": trace}))
+    rows = [c["data-rank"] for c in page.find("td", "c") if c.get("data-action") == "0"]
+    assert "97" in rows  # the mismatched rank is shown
+    assert len(set(rows)) == html_report.MAX_ROWS
+    assert any("showing 64 of 100 ranks" in t for t in page.text)
+
+
+def test_sites_are_escaped(tmp_path):
+    evil = CROSS_GROUP.replace("train.py:41", "<b>x</b>.py:41")
+    text, page = render_cli(tmp_path, evil)  # titles are unescaped by the parser
+    assert "<b>x</b>" not in text
+    assert "&lt;b&gt;x&lt;/b&gt;.py:41" in text
+    # …and read back as the very same text
+    assert "@ <b>x</b>.py:41" in "".join(c["title"] for c in page.find("td", "hit"))
+
+
+@pytest.mark.parametrize("fmt", ["html"])
+def test_html_is_listed_as_a_format(fmt, capsys):
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    assert fmt in capsys.readouterr().out
