@@ -223,6 +223,7 @@ class _Graph:
         self.n = n_inst
         self.src: list[int] = []
         self.dst: list[int] = []
+        self.hubs: set[int] = set()
 
     def node(self) -> int:
         self.n += 1
@@ -233,9 +234,7 @@ class _Graph:
         self.dst.append(b)
 
 
-def _build(
-    items: dict[int, list], model: str, n_inst: int, with_hubs: bool = True
-) -> tuple[_Graph, list[Window]]:
+def _build(items: dict[int, list], model: str, n_inst: int) -> tuple[_Graph, list[Window]]:
     """The graph of fixed edges, plus (with hubs) every free choice through one hub per window.
 
     Returns the graph and the windows with two or more units (their closures computed)."""
@@ -277,8 +276,7 @@ def _build(
                     if not w.issue_pred:
                         _closures(w)
                     if _has_free_pair(w, model):
-                        if with_hubs:
-                            _hub(g, w, model)
+                        _hub(g, w, model)
                         multi.append(w)
                     else:
                         _fixed_edges(g, w, model)
@@ -330,6 +328,7 @@ def _hub(g: _Graph, w: Window, model: str) -> None:
         key = u.thread if by_thread else None
         if key not in hubs:
             hubs[key] = g.node()
+            g.hubs.add(hubs[key])
         h = hubs[key]
         for x in u.insts:
             g.edge(h, x)
@@ -419,13 +418,21 @@ class _Explicit:
 
 
 def _explicit(
-    items: dict[int, list], model: str, n_inst: int, labels: list[int], keep: set[int]
+    g: _Graph,
+    multi: list[Window],
+    items: dict[int, list],
+    model: str,
+    labels: list[int],
+    keep: set[int],
 ) -> _Explicit:
-    """Fixed edges of the whole trace, and the real free pairs of the kept components."""
-    g, multi = _build(items, model, n_inst, with_hubs=False)
+    """The fixed edges inside kept components (an edge between components is on no cycle),
+    and the real free pairs there in place of the hubs."""
     ex = _Explicit({}, set(), {})
+    hubs = g.hubs
     for a, b in zip(g.src, g.dst, strict=True):
-        ex.adj.setdefault(a, []).append(b)
+        la = labels[a]
+        if la == labels[b] and la in keep and a not in hubs and b not in hubs:
+            ex.adj.setdefault(a, []).append(b)
     wid_of: dict[int, int] = {}
     for seq in items.values():
         k = 0
@@ -435,6 +442,8 @@ def _explicit(
                 wid_of[id(it)] = k
     for w in multi:
         live = [v for v, u in enumerate(w.units) if any(labels[x] in keep for x in u.insts)]
+        if len(live) < 2:
+            continue
         for x in live:
             for y in live:
                 if x == y:
@@ -607,7 +616,7 @@ def find_witnesses(
     if not cands:
         return []
     keep = {labels[x] for w in cands for u in w.units for x in u.insts}
-    ex = _explicit(items, model, n_inst, labels, keep)
+    ex = _explicit(g, multi, items, model, labels, keep)
     windows = {r: [it for it in seq if isinstance(it, Window)] for r, seq in items.items()}
     found: list[Witness] = []
     seen: set = set()
