@@ -123,8 +123,13 @@ def _excluded(path: Path, patterns: list[str], root: Path) -> bool:
         rel = path.resolve().relative_to(root)
     except ValueError:
         rel = path
+    text = rel.as_posix()
     return any(
-        rel.match(p) or path.name == p or str(rel).startswith(p.rstrip("/") + "/") for p in patterns
+        rel.match(p)
+        or path.name == p
+        or text == p.rstrip("/")
+        or text.startswith(p.rstrip("/") + "/")
+        for p in patterns
     )
 
 

@@ -225,3 +225,34 @@ def test_diff_reports_only_changed_lines(tmp_path, capsys, monkeypatch):
     assert codes(out) == [("CL101", 11)]
     code, _, err = run(capsys, "--diff", "no-such-ref", "old.py")
     assert code == 2 and "no-such-ref" in err
+
+
+def test_user_wrappers_group_getters_and_exclude_from_config(tmp_path, capsys):
+    write(
+        tmp_path,
+        "pyproject.toml",
+        "[tool.commlint]\n"
+        'exclude = ["vendored/"]\n'
+        "[tool.commlint.calls]\n"
+        '"mylib.comm.sync_grads" = { kind = "collective", op = "all_reduce", '
+        'group = [1, "group"] }\n'
+        "[tool.commlint.rank-sources]\n"
+        '"mylib.groups.tp_rank" = { dims = ["tp"] }\n'
+        "[tool.commlint.group-getters]\n"
+        '"mylib.groups.tp_group" = { group = "tp", dims = ["tp"] }\n'
+        '"mylib.groups.dp_group" = { group = "dp", dims = ["dp"] }\n',
+    )
+    write(
+        tmp_path,
+        "src/train.py",
+        "from mylib.comm import sync_grads\n"
+        "from mylib.groups import dp_group, tp_group, tp_rank\n\n\n"
+        "def step(g):\n"
+        "    if tp_rank() == 0:\n"
+        "        sync_grads(g, dp_group())\n"  # orthogonal group: fine
+        "        sync_grads(g, group=tp_group())\n",  # the group the condition splits
+    )
+    write(tmp_path, "src/vendored/bad.py", BAD)
+    out = run(capsys, "--format", "json", str(tmp_path / "src"))[1]
+    got = [(Path(f["path"]).name, f["line"], f["code"]) for f in json.loads(out)["findings"]]
+    assert got == [("train.py", 8, "CL101")]
