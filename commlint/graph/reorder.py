@@ -43,13 +43,12 @@ NAME = "potential-deadlock"
 
 #: What makes a rank wait, under each queue model, for an op on another group.
 MODEL_REASONS = {
-    "gloo": "ops on different groups wait for each other only through a blocking call of the "
-    "same thread (each process group has its own worker threads)",
-    "nccl": "ops on different groups wait for each other through any blocking call (the shared "
-    "compute stream waits) or device sync (DFCCL's synchronisation model)",
-    "single-queue": "any two ops wait for each other: the device runs one communication at a "
-    "time, in an order it picks among the async ops it holds (NCCL out of resources, DFCCL's "
-    "single-queue model)",
+    "gloo": "async ops on different groups progress independently (a worker pool per group); "
+    "only a blocking call orders them, and only on its own thread",
+    "nccl": "one stream per group: only a blocking call (the shared compute stream waits) or a "
+    "sync orders ops of different groups (DFCCL's synchronisation model)",
+    "single-queue": "the device runs one communication at a time, in issue order (NCCL out of "
+    "resources; DFCCL's single-queue model)",
 }
 
 

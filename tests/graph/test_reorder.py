@@ -205,7 +205,7 @@ def test_explain_models_says_why_one_model_is_safe():
     text, _ = BROKEN["two threads, blocking"]
     lines = dict(line.split(None, 1) for line in explain_models(loads_trace(text)))
     assert lines["gloo"].startswith("safe")
-    assert "same thread" in lines["gloo"]
+    assert "own thread" in lines["gloo"]
     assert lines["nccl"].startswith("potential deadlock")
     assert "compute stream" in lines["nccl"]
 
