@@ -261,3 +261,14 @@ def test_ddp_exposure_grows_with_bucket_count(buckets, hook_bucket, exposed):
     trace = trace_from_data(ddp_trace(buckets, hook_bucket))
     codes = {f.code for f in check_trace(trace, "single-queue").findings}
     assert ("CL209" in codes) == exposed
+
+
+def test_module_cli_prints_models_and_reports_bad_input(tmp_path, capsys):
+    from commlint.graph.reorder import main
+
+    good = tmp_path / "threads.yaml"
+    good.write_text(BROKEN["two threads, blocking"][0])
+    assert main([str(good), str(tmp_path / "missing.yaml")]) == 2
+    out, err = capsys.readouterr()
+    assert "gloo" in out and "nccl          potential deadlock" in out
+    assert err.count("\n") == 1 and "missing.yaml" in err and "Traceback" not in err
