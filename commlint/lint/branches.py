@@ -15,7 +15,7 @@ from commlint.lint.analyze import (
     leaf_tok,
     short,
 )
-from commlint.lint.ir import Branch, Cond, Exit, Function, Loop
+from commlint.lint.ir import Branch, CallSite, Cond, Exit, Function, Loop
 
 HANG = "they wait there for a partner that never comes, and the job hangs"
 
@@ -35,6 +35,8 @@ def branch_findings(program: Program) -> list[RawFinding]:
                     continue
                 out.extend(_compare_arms(program, fn, node, cond))
                 out.extend(_early_exits(program, fn, node, cond, cont))
+            elif isinstance(node, CallSite):
+                out.extend(_exiting_call(program, fn, node, cont))
             elif isinstance(node, Loop) and node.cond is not None:
                 cond = program.effective(node.cond)
                 if cond is not None and cond.divergent:
@@ -252,6 +254,66 @@ def _early_exits(program: Program, fn: Function, node: Branch, cond: Cond, cont)
                 break
             break
     return out
+
+
+def may_exit(program: Program, fn: Function, depth: int = 0):
+    """(exit, condition, function, chain) if `fn` may end the process on some ranks only."""
+    memo = program.__dict__.setdefault("_may_exit", {})
+    if fn.key in memo:
+        return memo[fn.key]
+    memo[fn.key] = None
+    found = None
+    for node, conds, _cont in program.walk(fn):
+        if isinstance(node, Exit) and node.kind == "exit":
+            cond = next(
+                (program.effective(c) for c in conds if c and program.effective(c).divergent),
+                None,
+            )
+            if cond is not None:
+                found = (node, cond, fn, ())
+                break
+        elif isinstance(node, CallSite) and depth < 6:
+            callee = program.resolve(node)
+            if callee is not None and callee.key != fn.key:
+                inner = may_exit(program, callee, depth + 1)
+                if inner is not None:
+                    found = (inner[0], inner[1], inner[2], (f"{node.text}()", *inner[3]))
+                    break
+    memo[fn.key] = found
+    return found
+
+
+def _exiting_call(program: Program, fn: Function, site: CallSite, cont) -> list[RawFinding]:
+    callee = program.resolve(site)
+    if callee is None or callee.key == fn.key:
+        return []
+    found = may_exit(program, callee)
+    if found is None:
+        return []
+    exit_node, cond, where, chain = found
+    skipped = program.continuation(cont, "exit", fn)
+    missed = [t for t in skipped if leaf_tok(t).cat in ("coll", "create")]
+    if not missed:
+        return []
+    real = leaf_tok(missed[0])
+    via = " → ".join((f"{site.text}()", *chain))
+    return [
+        RawFinding(
+            code="CL103",
+            message=(
+                f"{via} ends the process at {short(where.path)}:{exit_node.pos.line} "
+                f"(`{exit_node.text}`) on the ranks where `{cond.text}` holds; they never reach "
+                f"{real.op} at {real.describe()}, which the other ranks enter: {HANG}"
+            ),
+            path=fn.path,
+            pos=site.pos,
+            fix=(
+                f"Let every rank reach {real.op} before exiting, or have all ranks exit "
+                "together after agreeing on it."
+            ),
+            related=[cond_related(where, cond)],
+        )
+    ]
 
 
 def _fmt_pos(path: str, line: int) -> str:
