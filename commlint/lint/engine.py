@@ -267,14 +267,21 @@ def lint_paths(paths: list[str], config: LintConfig, opts: LintOptions) -> Repor
             keys[path] = key
         todo.append((path, module, data, extra_key))
     jobs = opts.jobs if opts.jobs > 0 else (os.cpu_count() or 1)
-    if jobs > 1 and len(todo) >= 16:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            fresh = list(pool.map(_extract_job, todo, chunksize=max(1, len(todo) // (jobs * 4))))
-    else:
-        fresh = [_extract_job(t) for t in todo]
-    for ff in fresh:
+    fresh: list[FileFacts] = []
+
+    def keep(ff: FileFacts) -> None:
+        fresh.append(ff)
         if cache_obj is not None and ff.path in keys:
             cache_obj.put(keys[ff.path], ff)
+
+    if jobs > 1 and len(todo) >= 16:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            chunk = max(1, min(8, len(todo) // (jobs * 4)))
+            for ff in pool.map(_extract_job, todo, chunksize=chunk):
+                keep(ff)
+    else:
+        for t in todo:
+            keep(_extract_job(t))
     facts.extend(fresh)
     facts.sort(key=lambda x: x.path)
     report.checked = len(facts)
