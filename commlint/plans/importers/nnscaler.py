@@ -319,6 +319,7 @@ class _Reader(cst.CSTVisitor):
                 comm.ranks = sorted({*ranks, kw.get("src")} - {None})
             elif fn == "rvgather":
                 comm.src = kw.get("dst")
+                comm.ranks = sorted({*ranks, kw.get("dst")} - {None})
             method.forward.append(comm)
             return
         self.errors.append((line, f"unknown nnScaler adapter function {fn!r}"))
