@@ -1005,6 +1005,11 @@ def mutate(fam: Family, world: int, cls: str, site: str, harmless: bool, rng: ra
             m.twins.add(c.g)
             new = render_comm(replace(c, g=twin), 0)
             m.detail = f"{site} on {twin} (same members as {c.g}) on every rank"
+            if c.op in ("send", "recv"):
+                # Only this side of the pair moves: its peer stays on the old group, and
+                # point-to-point messages never match across groups. A bug after all.
+                m.harmless = False
+                m.detail = f"{site} on {twin} (same members as {c.g}); its peer stays on {c.g}"
         else:
             alt = render_comm(replace(c, g=c.alt_group), 0)
             new = _if_else(f"rank == {k}", 0, alt, call)
@@ -1249,7 +1254,7 @@ def write(records: list[dict]) -> None:
             [sys.executable, "-m", "ruff", "format", "-q", "--no-cache", str(staged)], check=True
         )
         wanted = set()
-        for f in sorted(staged.glob("*.py")) + [staged / "ruff.toml"]:
+        for f in [*sorted(staged.glob("*.py")), staged / "ruff.toml"]:
             wanted.add(f.name)
             dest = PROGRAMS / f.name
             text = f.read_text(encoding="utf-8")

@@ -147,14 +147,21 @@ def save_results(tool: str, data: dict) -> None:
     tmp.replace(RESULTS / f"{tool}.json")
 
 
-def score_tool(tool: str, programs: list[dict], rerun: bool, isolated: bool, limit: int | None):
+def score_tool(
+    tool: str,
+    programs: list[dict],
+    rerun: bool,
+    isolated: bool,
+    limit: int | None,
+    keep_stale: bool = False,
+) -> None:
     data = load_results(tool)
     th = tool_hash(tool)
     todo = []
     for p in programs:
         key = f"{program_hash(HERE / p['path'])}:{th}"
         old = data["results"].get(p["id"])
-        if rerun or not old or old.get("key") != key:
+        if rerun or not old or (old.get("key") != key and not keep_stale):
             todo.append((p, key))
     if limit is not None:
         todo = todo[:limit]
@@ -217,7 +224,7 @@ def _q(values: list[float], q: float) -> float:
 
 
 def render(programs: list[dict], labels: dict, results: dict[str, dict]) -> str:
-    causes = json.loads(CAUSES.read_text()) if CAUSES.exists() else {}
+    causes = json.loads(CAUSES.read_text())["rules"] if CAUSES.exists() else []
     labelled = [p for p in programs if p["id"] in labels]
     lab = {p["id"]: labels[p["id"]]["label"] for p in labelled}
     counts = Counter(lab.values())
@@ -234,14 +241,16 @@ def render(programs: list[dict], labels: dict, results: dict[str, dict]) -> str:
         "## The programs",
         "",
         f"{len(programs)} programs (`bench/accuracy/programs/`, manifest `programs.json`) from "
-        "`python -m bench.accuracy.generate`: six families written by hand with "
+        "`python -m bench.accuracy.generate`: eight families written by hand with "
         "`torch.distributed` — an MLP (Megatron-style column/row tensor parallelism + data "
         "parallelism), a GPT-like block stack (TP broadcast of the batch, all-reduces in "
         "attention and MLP, sequence all-gather, bucketed DP gradients), an encoder-decoder "
         "pipeline (header + payload send/recv, a metadata exchange), a convolutional net with "
         "four parallel Inception-style branches on different groups, hierarchical collectives "
         "synthesised from p2p and plain collectives (all-reduce, all-gather, broadcast, "
-        "reduce-scatter, all-to-all: dl2 Table 2), and a DDP model — at world size 2, 4, 6, 8. "
+        "reduce-scatter, all-to-all: dl2 Table 2), and library front ends: a DDP model, an "
+        "FSDP2 (`fully_shard`) model and a DTensor tensor-parallel MLP (`parallelize_module`) "
+        "— at world size 2, 4, 6, 8 (most at 2 and 4: real runs stay small). "
         "Each program has at most one mutation from the bug classes of the seed notes; some "
         "are harmless by construction (every rank still issues matching communication, often "
         "behind a rank or data condition whose arms match).",
@@ -365,7 +374,7 @@ def render(programs: list[dict], labels: dict, results: dict[str, dict]) -> str:
                     "error: " + (r["errors"] or ["?"])[0][:80] if r["exit"] == 2 else "nothing"
                 )
                 kind = "false alarm" if r["flagged"] else "miss"
-                cause = _cause(causes, tool, p, kind)
+                cause = _cause(causes, tool, p, kind, r["codes"])
                 lines.append(
                     f"| `{p['id']}` | {lab[p['id']]} | {p['mutation']}: {p['detail']} | "
                     f"{kind}: {said} | {cause} |"
@@ -402,15 +411,24 @@ def _label_cost(labelled: list[dict], labels: dict) -> str:
     )
 
 
-def _cause(causes: dict, tool: str, p: dict, kind: str) -> str:
-    for key in (
-        f"{tool}:{p['id']}",
-        f"{tool}:{p['family']}:{p['mutation']}:{kind}",
-        f"{tool}:*:{p['mutation']}:{kind}",
-        f"{tool}:{p['family']}:*:{kind}",
-    ):
-        if key in causes:
-            return causes[key]
+def _cause(causes: list, tool: str, p: dict, kind: str, codes: list[str]) -> str:
+    """The first rule of causes.json whose every field matches this program and verdict."""
+    facts = dict(p, tool=tool, kind=kind)
+    for rule in causes:
+        ok = True
+        for field, want in rule["match"].items():
+            if field == "codes":
+                ok = ok and set(want) <= set(codes)
+            elif field == "detail_contains":
+                ok = ok and want in p["detail"]
+            elif field == "ids":
+                ok = ok and p["id"] in want
+            elif isinstance(want, list):
+                ok = ok and facts.get(field) in want
+            else:
+                ok = ok and facts.get(field) == want
+        if ok:
+            return rule["cause"]
     return "not analysed yet"
 
 
@@ -419,6 +437,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tool", choices=TOOLS, action="append", help="only this tool")
     ap.add_argument("--table-only", action="store_true", help="only re-render docs/accuracy.md")
     ap.add_argument("--rerun", action="store_true", help="ignore stored results")
+    ap.add_argument(
+        "--keep-stale",
+        action="store_true",
+        help="keep results of an older tool version; run only programs without a result",
+    )
     ap.add_argument("--isolated", action="store_true", help="one commlint process per program")
     ap.add_argument("--limit", type=int, help="run at most this many programs per tool")
     ap.add_argument("--ids", nargs="*", help="only these program ids")
@@ -433,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     tools = args.tool or list(TOOLS)
     if not args.table_only:
         for tool in tools:
-            score_tool(tool, todo, args.rerun, args.isolated, args.limit)
+            score_tool(tool, todo, args.rerun, args.isolated, args.limit, args.keep_stale)
     results = {t: load_results(t)["results"] for t in TOOLS}
     DOC.write_text(render(programs, labels, results))
     print(f"wrote {DOC.relative_to(ROOT)}")

@@ -1,7 +1,7 @@
 """commlint accuracy benchmark program encdec_w8_0068.
 
 family: encdec (pp+dp), world size 8
-mutation: wrong_group (harmless): xchg_send_b on pp_twin (same members as pp_group) on every rank
+mutation: wrong_group (bug): xchg_send_b on pp_twin (same members as pp_group); its peer stays on pp_group
 
 Run: torchrun --nproc-per-node 8 encdec_w8_0068.py
 """

@@ -1,7 +1,7 @@
 """commlint accuracy benchmark program hier_w4_0208.
 
 family: hier (hierarchical reducescatter), world size 4
-mutation: wrong_group (harmless): h_send on local_twin (same members as local_group) on every rank
+mutation: wrong_group (bug): h_send on local_twin (same members as local_group); its peer stays on local_group
 
 Run: torchrun --nproc-per-node 4 hier_w4_0208.py
 """
