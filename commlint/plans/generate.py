@@ -1051,16 +1051,23 @@ def _action(**values: Any) -> Action:
 
 @dataclass
 class _Prepared:
-    """A skeleton with each op's field values resolved except its group and peer."""
+    """A skeleton split for fast instantiation: a template holding the rank-independent
+    actions, the slots of each group kind's collectives, and the p2p slots."""
 
-    # per op: (kind, peer, prototype dict, fields set, shared Action when rank-independent)
-    ops: list[tuple]
-    cache: dict = field(default_factory=dict)
+    template: list[Action | None]
+    # kind -> (slot indices, prototypes); one Action list per group name, built once
+    collectives: dict[str, tuple[list[int], list[tuple[dict, set]]]]
+    by_group: dict[tuple[str, str], list[Action]]
+    # (slot, kind, peer, prototype, fields set)
+    p2p: list[tuple[int, str, tuple, dict, set]]
 
 
 def _prepare(skeleton: list[SkOp]) -> _Prepared:
-    out = []
-    for op, kind, peer, label, handle, handles, batch, tag, is_async, shape, dtype in skeleton:
+    template: list[Action | None] = []
+    collectives: dict[str, tuple[list[int], list[tuple[dict, set]]]] = {}
+    p2p: list[tuple[int, str, tuple, dict, set]] = []
+    for i, sk in enumerate(skeleton):
+        op, kind, peer, label, handle, handles, batch, tag, is_async, shape, dtype = sk
         values: dict[str, Any] = {"op": op, "label": label}
         if handles is not None:
             values["handles"] = list(handles)
@@ -1076,43 +1083,52 @@ def _prepare(skeleton: list[SkOp]) -> _Prepared:
             values["shape"] = list(shape)
             values["dtype"] = dtype
         if kind is None:
-            out.append((None, None, None, None, _action(**values)))
+            template.append(_action(**values))
             continue
+        template.append(None)
         fields_set = set(values) | ({"group", "peer"} if peer is not None else {"group"})
-        out.append((kind, peer, {**_DEFAULTS, **values}, fields_set, None))
-    return _Prepared(out)
+        proto = {**_DEFAULTS, **values}
+        if peer is None:
+            slots, protos = collectives.setdefault(kind, ([], []))
+            slots.append(i)
+            protos.append((proto, fields_set))
+        else:
+            p2p.append((i, kind, peer, proto, fields_set))
+    return _Prepared(template, collectives, {}, p2p)
 
 
 def _instantiate(prep: _Prepared, place: dict[str, tuple[str, list[int], int]]) -> list[Action]:
-    out: list[Action] = []
-    append = out.append
-    cache = prep.cache
-    for i, (kind, peer, proto, fields_set, shared) in enumerate(prep.ops):
-        if shared is not None:
-            append(shared)
-            continue
+    out = prep.template.copy()
+    by_group = prep.by_group
+    for kind, (slots, protos) in prep.collectives.items():
+        name = place[kind][0]
+        actions = by_group.get((kind, name))
+        if actions is None:  # first rank of this group: the others share these objects
+            actions = by_group[(kind, name)] = [
+                _action_from({**proto, "group": name}, fields_set) for proto, fields_set in protos
+            ]
+        for i, a in zip(slots, actions, strict=True):
+            out[i] = a
+    new, set_ = _new, _set
+    for i, kind, peer, proto, fields_set in prep.p2p:
         if kind == _PP_ON_WORLD:
             _, members, idx = place["pp"]
             name = "WORLD"
         else:
             name, members, idx = place[kind]
-        if peer is None:
-            key = (i, name)
-            a = cache.get(key)
-            if a is None:
-                data = proto.copy()
-                data["group"] = name
-                a = cache[key] = _action_from(data, fields_set)
-            append(a)
-            continue
         data = proto.copy()
         data["group"] = name
         if peer[0] == "pos":
             data["peer"] = members[peer[1]]
         else:
             data["peer"] = members[(idx + peer[1]) % len(members)]
-        append(_action_from(data, fields_set))
-    return out
+        a = new(Action)  # _action_from, inlined: this runs once per p2p op of every rank
+        set_(a, "__dict__", data)
+        set_(a, "__pydantic_fields_set__", fields_set)
+        set_(a, "__pydantic_extra__", None)
+        set_(a, "__pydantic_private__", None)
+        out[i] = a
+    return out  # type: ignore[return-value]
 
 
 def _pp_position(lay: Layout, rank: int) -> int:
