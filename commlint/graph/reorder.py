@@ -281,13 +281,13 @@ def _build(items: dict[int, list], model: str, n_inst: int) -> tuple[_Graph, lis
                         _fixed_edges(g, w, model)
                 continue
             kind = item[0]
-            if kind == "sync" and model == "gloo":
-                pending_block.clear()
-                continue
             new_gate = g.node()
             if gate != -1:
                 g.edge(gate, new_gate)
-            waited = item[1] if kind == "wait" else since_sync
+            if kind == "wait":
+                waited = item[1]
+            else:  # a sync waits for everything outstanding, except on gloo (a CPU no-op)
+                waited = since_sync if model != "gloo" else []
             for x in (*waited, *pending_block):
                 g.edge(x, new_gate)
             if kind == "sync":
