@@ -284,10 +284,9 @@ def _build(items: dict[int, list], model: str, n_inst: int) -> tuple[_Graph, lis
             new_gate = g.node()
             if gate != -1:
                 g.edge(gate, new_gate)
-            if kind == "wait":
-                waited = item[1]
-            else:  # a sync waits for everything outstanding, except on gloo (a CPU no-op)
-                waited = since_sync if model != "gloo" else []
+            # a sync waits for everything outstanding, except on gloo (a CPU no-op)
+            synced = since_sync if model != "gloo" else []
+            waited = item[1] if kind == "wait" else synced
             for x in (*waited, *pending_block):
                 g.edge(x, new_gate)
             if kind == "sync":
