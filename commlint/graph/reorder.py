@@ -248,6 +248,13 @@ def _build(items: dict[int, list], model: str, n_inst: int) -> tuple[_Graph, lis
         for item in seq:
             if isinstance(item, Window):
                 w = item
+                if pending_block:  # the window before ended in a blocking call, not a fence
+                    new_gate = g.node()
+                    if gate != -1:
+                        g.edge(gate, new_gate)
+                    for x in pending_block:
+                        g.edge(x, new_gate)
+                    gate, pending_block = new_gate, []
                 exit_node = g.node() if model == "single-queue" else -1
                 if prev_exit != -1:
                     g.edge(prev_exit, exit_node)
