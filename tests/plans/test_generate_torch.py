@@ -87,6 +87,18 @@ def _as_torch(label: str) -> str:
     return f"{stage}{kind}{what[1:]}"
 
 
+def test_dualpipev_overlapped_actions_and_its_runtime_order() -> None:
+    """DualPipeV has OVERLAP_F_B cells; torch's simulator cannot run the runtime's own order
+    (it rejects the UNSHARD steps the runtime inserts), commlint checks both forms."""
+    compute = tp.pipeline_order("dualpipev", 4, 8)
+    assert any("OVERLAP_F_B" in str(a) for a in compute[0])
+    runtime = tp.runtime_order("dualpipev", 4, 8)
+    err = tp.simulate(runtime, "dualpipev", 4)
+    assert err is not None and "Unsupported action type" in err
+    assert gate(compute) == OK
+    assert gate(runtime) == OK
+
+
 # ----------------------------------------------------------------------------- disagreement
 
 H2H = """

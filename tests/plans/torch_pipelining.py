@@ -44,6 +44,9 @@ def schedule(name: str, pp: int, microbatches: int):
     elif name == "zbv":
         stages = [_MockStage(0, 2 * pp, pp, 0), _MockStage(2 * pp - 1, 2 * pp, pp, 0)]
         sched = ts.ScheduleZBVZeroBubble(stages, n_microbatches=microbatches)
+    elif name == "dualpipev":
+        stages = [_MockStage(0, 2 * pp, pp, 0), _MockStage(2 * pp - 1, 2 * pp, pp, 0)]
+        sched = ts.ScheduleDualPipeV(stages, n_microbatches=microbatches)
     else:
         raise ValueError(name)
     return sched
@@ -69,13 +72,13 @@ def without_reduce_grad(order: dict[int, list]) -> dict[int, list]:
 
 
 def stage_to_rank(name: str, pp: int):
-    if name == "zbv":
+    if name in ("zbv", "dualpipev"):
         return lambda s: s if s < pp else 2 * pp - 1 - s
     return lambda s: s % pp
 
 
 def num_stages(name: str, pp: int) -> int:
-    return 2 * pp if name in ("interleaved", "zbv") else pp
+    return 2 * pp if name in ("interleaved", "zbv", "dualpipev") else pp
 
 
 def add_send_recv(order: dict[int, list], name: str, pp: int) -> dict[int, list]:
