@@ -748,6 +748,7 @@ def potential_deadlocks(
     items = prepared.items if prepared is not None else _prepare(trace).items
     windows = {r: [it for it in seq if isinstance(it, Window)] for r, seq in items.items()}
     merged: dict[tuple, Finding] = {}
+    orders: dict[tuple, list[tuple[int, list[int]]]] = {}
     for m, ws in per_model.items():
         for w in ws:
             moves = _moves(w, trace, windows)
@@ -756,11 +757,27 @@ def potential_deadlocks(
                 merged[key].models.append(m)
             else:
                 merged[key] = _finding(trace, w, moves, _moved_actions(w, windows), path, lines)
-    findings = list(merged.values())
-    for f in findings:
+                orders[key] = witness_orders(w, windows)
+    findings = []
+    for key, f in merged.items():
         f.message += " " + _model_line(f.models, [m for m in models if m not in f.models], verdicts)
         f.related = [Location(message=f"{m}: {verdicts[m]} — {MODEL_REASONS[m]}") for m in models]
+        f.related += [
+            Location(rank=r, message=f"witness: rank {r} issues actions {order} in this order")
+            for r, order in orders[key]
+        ]
+        findings.append(f)
     return findings
+
+
+def witness_orders(w: Witness, windows: dict[int, list[Window]]) -> list[tuple[int, list[int]]]:
+    """Per reordered window: the rank and its action indices in the witness's order (the
+    slots they fill are the same indices, sorted)."""
+    out = []
+    for (rank, wid), order in sorted(w.orders.items()):
+        win = windows[rank][wid - 1]
+        out.append((rank, [k for v in order for k in win.units[v].actions]))
+    return out
 
 
 def _model_line(bad: list[str], others: list[str], verdicts: dict[str, str]) -> str:

@@ -272,3 +272,22 @@ def test_module_cli_prints_models_and_reports_bad_input(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert "gloo" in out and "nccl          potential deadlock" in out
     assert err.count("\n") == 1 and "missing.yaml" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("name", list(BROKEN))
+def test_witness_in_the_finding_alone_reproduces_the_deadlock(name):
+    """The JSON finding is enough: permute the listed actions into their slots and check."""
+    text, expected = BROKEN[name]
+    trace = loads_trace(text)
+    finding = next(f for f in check_trace(trace, "all").findings if f.code == "CL209")
+    ranks = {r: list(a) for r, a in trace.ranks.items()}
+    orders = [loc for loc in finding.related if loc.message.startswith("witness:")]
+    assert orders
+    for loc in orders:
+        order = [int(k) for k in loc.message.split("[")[1].split("]")[0].split(", ")]
+        for slot, k in zip(sorted(order), order, strict=True):
+            ranks[loc.rank][slot] = trace.ranks[loc.rank][k]
+    reordered = trace.model_copy(update={"ranks": ranks})
+    for model in finding.models:
+        codes = {f.code for f in check_trace(reordered, model, reorder=False).findings}
+        assert "CL201" in codes
