@@ -24,12 +24,14 @@ Gloo (torch 2.13) leaves `pg_config` empty, records no send/recv and keeps every
 from __future__ import annotations
 
 import ast
+import gc
 import io
 import json
 import pickle
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -200,26 +202,46 @@ def load_flight_recorder(
         files = {rank if rank is not None else 0: root}
     else:
         raise CommlintInputError("no such file or directory", str(root))
-    dumps = {rank: read_dump(f) for rank, f in files.items()}
-    return dumps_to_trace(
-        dumps,
-        groups=groups,
-        world_size=world_size,
-        keep_completed=keep_completed,
-        path=str(root),
-        files={r: str(f) for r, f in files.items()},
-    )
+    collecting = gc.isenabled()
+    gc.disable()  # millions of small dicts: the cyclic collector would rescan them repeatedly
+    try:
+        dumps = {rank: read_dump(f) for rank, f in files.items()}
+        return dumps_to_trace(
+            dumps,
+            groups=groups,
+            world_size=world_size,
+            keep_completed=keep_completed,
+            path=str(root),
+            files={r: str(f) for r, f in files.items()},
+        )
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def _parse_ranks(value: Any) -> list[int]:
     if isinstance(value, str):
-        try:
-            value = ast.literal_eval(value) if value.strip() else []
-        except (ValueError, SyntaxError):
-            return []
+        return list(_parse_rank_string(value))
     if isinstance(value, (list, tuple, set)):
         return sorted(int(v) for v in value)
     return []
+
+
+@lru_cache(maxsize=1024)
+def _parse_rank_string(text: str) -> tuple[int, ...]:
+    """`pg_config` ranks are a string such as `"[0, 1]"` (JSON; Python syntax as a fallback)."""
+    if not text.strip():
+        return ()
+    try:
+        value = json.loads(text)
+    except ValueError:
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            return ()
+    if not isinstance(value, (list, tuple, set)):
+        return ()
+    return tuple(sorted(int(v) for v in value))
 
 
 def _entry_pg(entry: dict[str, Any]) -> tuple[str, str]:
@@ -231,7 +253,11 @@ def _entry_pg(entry: dict[str, Any]) -> tuple[str, str]:
 
 def _op_name(entry: dict[str, Any]) -> tuple[str, str, str | None]:
     """(backend, raw op name, p2p detail such as `0->1`) from `profiling_name`."""
-    profiling = str(entry.get("profiling_name") or "")
+    return _split_profiling_name(str(entry.get("profiling_name") or ""))
+
+
+@lru_cache(maxsize=8192)
+def _split_profiling_name(profiling: str) -> tuple[str, str, str | None]:
     backend, _, rest = profiling.partition(":")
     if not rest:
         backend, rest = "", profiling
@@ -331,24 +357,26 @@ def _aligned_entries(
     dumps: Mapping[int, dict[str, Any]], groups: _Groups, keep_completed: bool
 ) -> tuple[dict[int, list[dict[str, Any]]], dict[int, int]]:
     """Per rank, the entries to check: evicted-on-some-rank and done-everywhere ones dropped."""
-    per_rank = {
-        r: sorted(
-            (e for e in d["entries"] if _op_name(e)[1] not in ("",)),
-            key=lambda e: int(e.get("record_id", 0)),
-        )
-        for r, d in dumps.items()
-    }
+    # (entry, pg, is p2p, seq) once per entry: dumps hold thousands of entries per rank
+    per_rank: dict[int, list[tuple[dict[str, Any], str, bool, int]]] = {}
+    for r, d in dumps.items():
+        rows = []
+        for e in sorted(d["entries"], key=lambda e: int(e.get("record_id", 0))):
+            raw = _op_name(e)[1]
+            if not raw:
+                continue
+            p2p = bool(e.get("is_p2p")) or raw in ("send", "recv")
+            rows.append((e, _entry_pg(e)[0], p2p, int(e.get("collective_seq_id", 0) or 0)))
+        per_rank[r] = rows
     start: dict[str, int] = {}  # first collective seq every dumped member still holds
     done: dict[str, int] = {}  # last seq completed on every dumped member
-    for entries in per_rank.values():
+    for rows in per_rank.values():
         first: dict[str, int] = {}
         leading: dict[str, int] = {}
         broken: set[str] = set()
-        for e in entries:
-            if e.get("is_p2p") or _op_name(e)[1] in ("send", "recv"):
+        for e, pg, p2p, seq in rows:
+            if p2p:
                 continue
-            pg, _ = _entry_pg(e)
-            seq = int(e.get("collective_seq_id", 0))
             first.setdefault(pg, seq)
             if pg not in broken and e.get("state") == "completed":
                 leading[pg] = seq
@@ -358,24 +386,23 @@ def _aligned_entries(
             start[pg] = max(start.get(pg, seq), seq)
             last_done = leading.get(pg, seq - 1)
             done[pg] = min(done.get(pg, last_done), last_done)
-    # p2p: per channel, the ops completed on both sides
-    sends: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
-    recvs: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
-    for r, entries in per_rank.items():
-        for e in entries:
-            op = _op_name(e)[1]
-            if op not in ("send", "recv"):
-                continue
-            pg, _ = _entry_pg(e)
-            peer = _p2p_peer(e, r, groups.ranks.get(pg, []))
-            if peer is None:
-                continue
-            if op == "send":
-                sends.setdefault((pg, r, peer), []).append(e)
-            else:
-                recvs.setdefault((pg, peer, r), []).append(e)
     dropped_ids: set[int] = set()
     if not keep_completed:
+        # p2p: per channel, the leading ops completed on both sides
+        sends: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
+        recvs: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
+        for r, rows in per_rank.items():
+            for e, pg, p2p, _ in rows:
+                op = _op_name(e)[1] if p2p else ""
+                if op not in ("send", "recv"):
+                    continue
+                peer = _p2p_peer(e, r, groups.ranks.get(pg, []))
+                if peer is None:
+                    continue
+                if op == "send":
+                    sends.setdefault((pg, r, peer), []).append(e)
+                else:
+                    recvs.setdefault((pg, peer, r), []).append(e)
         for chan, ss in sends.items():
             rs = recvs.get(chan, [])
             k = 0
@@ -390,18 +417,16 @@ def _aligned_entries(
                 k += 1
     out: dict[int, list[dict[str, Any]]] = {}
     dropped: dict[int, int] = {}
-    for r, entries in per_rank.items():
+    for r, rows in per_rank.items():
         kept = []
-        for e in entries:
-            pg, _ = _entry_pg(e)
-            if id(e) in dropped_ids:
-                continue
-            if not (e.get("is_p2p") or _op_name(e)[1] in ("send", "recv")):
-                seq = int(e.get("collective_seq_id", 0))
-                if seq < start.get(pg, 0) or (not keep_completed and seq <= done.get(pg, -1)):
+        for e, pg, p2p, seq in rows:
+            if p2p:
+                if id(e) in dropped_ids:
                     continue
+            elif seq < start.get(pg, 0) or (not keep_completed and seq <= done.get(pg, -1)):
+                continue
             kept.append(e)
-        dropped[r] = len(entries) - len(kept)
+        dropped[r] = len(rows) - len(kept)
         out[r] = kept
     return out, dropped
 
