@@ -287,7 +287,8 @@ def fam_mlp(world: int) -> Family:
         C(2, Comm("step_barrier", "barrier", "", "world", alt_group="dp_group", twin="world_twin")),
     ]
     checks = (
-        '[(f"params/tp{tp_rank}", float(w1.sum() + w2.sum())), '
+        # One check per weight: a swapped pair of same-size gradients keeps their total.
+        '[(f"w1/tp{tp_rank}", float(w1.sum())), (f"w2/tp{tp_rank}", float(w2.sum())), '
         '(f"act/dp{dp_rank}", float(y.sum())), ("loss", float(loss.sum()))]'
     )
     return Family(

@@ -64,7 +64,8 @@ def main(rank: int, world_size: int) -> list[tuple[str, float]]:
         dist.all_reduce(loss, group=world)
         dist.barrier(group=world)
     return [
-        (f"params/tp{tp_rank}", float(w1.sum() + w2.sum())),
+        (f"w1/tp{tp_rank}", float(w1.sum())),
+        (f"w2/tp{tp_rank}", float(w2.sum())),
         (f"act/dp{dp_rank}", float(y.sum())),
         ("loss", float(loss.sum())),
     ]
