@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from commlint import check
@@ -167,3 +169,12 @@ def test_cli_detects_csv_and_reports(tmp_path, capsys):
     captured = capsys.readouterr()
     assert f"{bad}: the compute-only schedule cannot be lowered" in captured.err
     assert "1 checked" in captured.out  # the good file was still checked
+
+
+def test_findings_carry_the_row_as_line(tmp_path, capsys):
+    path = tmp_path / "cycle.csv"
+    path.write_text("0RECV_B0,0B0,0F0,0SEND_F0\n1RECV_F0,1F0,1B0,1SEND_B0\n")
+    assert main(["plan", str(path), "--format", "json"]) == 1
+    [finding] = json.loads(capsys.readouterr().out)["findings"]
+    assert (finding["path"], finding["line"]) == (str(path), 1)
+    assert [a["line"] for a in finding["actions"]] == [1, 2]

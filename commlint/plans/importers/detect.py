@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from commlint.findings import CommlintInputError
-from commlint.plans.io import PLAN_SUFFIXES, LoadedTrace, load_trace
+from commlint.plans.io import PLAN_SUFFIXES, LineMap, LoadedTrace, load_trace
 
 FORMATS = ("auto", "trace", "fr", "nnscaler", "pipelining-csv", "sketchdlc")
 _GENCODE = re.compile(r"^gencode\d+\.py$")
@@ -83,7 +83,13 @@ def load_any(path: str | Path, fmt: str = "auto") -> LoadedTrace:
     if fmt == "pipelining-csv":
         from commlint.plans.importers.pipelining_csv import load_pipelining_csv
 
-        return LoadedTrace(load_pipelining_csv(path), name)
+        trace = load_pipelining_csv(path)
+        # row r of the CSV is rank r: findings then carry a line, as for plan files
+        lines = LineMap(
+            actions={(r, i): r + 1 for r, acts in trace.ranks.items() for i in range(len(acts))},
+            ranks={r: r + 1 for r in trace.ranks},
+        )
+        return LoadedTrace(trace, name, lines)
     from commlint.plans.importers.sketchdlc import load_sketchdlc
 
     return LoadedTrace(load_sketchdlc(path), name)
