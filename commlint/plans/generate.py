@@ -33,12 +33,15 @@ from math import prod
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from commlint.findings import CommlintInputError
 from commlint.plans import schedules as sch
 from commlint.plans.io import GENERATORS
 from commlint.trace import Action, Trace
+
+_YamlLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 # ----------------------------------------------------------------------------- the spec
 
@@ -169,12 +172,15 @@ def _spec_error(exc: ValidationError) -> CommlintInputError:
     if err["type"] == "extra_forbidden":
         parent = _parent_model(loc[:-1])
         known = ", ".join(parent.model_fields) if parent is not None else ""
-        return CommlintInputError(f"{where}: unknown field (expected one of: {known})")
-    msg = re.sub(r"a valid dictionary or instance of \w+", "a mapping", err["msg"])
-    msg = msg.removeprefix("Value error, ")
-    if err["type"] == "literal_error":
-        msg = f"got {err['input']!r}; expected {err['ctx']['expected']}"
-    return CommlintInputError(f"{where}: {msg[0].lower() + msg[1:]}")
+        exc = CommlintInputError(f"{where}: unknown field (expected one of: {known})")
+    else:
+        msg = re.sub(r"a valid dictionary or instance of \w+", "a mapping", err["msg"])
+        msg = msg.removeprefix("Value error, ")
+        if err["type"] == "literal_error":
+            msg = f"got {err['input']!r}; expected {err['ctx']['expected']}"
+        exc = CommlintInputError(f"{where}: {msg[0].lower() + msg[1:]}")
+    exc.field = ".".join(loc) or None  # type: ignore[attr-defined]
+    return exc
 
 
 def _parent_model(path: list[str]) -> type[BaseModel] | None:
@@ -197,8 +203,35 @@ def _parent_model(path: list[str]) -> type[BaseModel] | None:
     return model
 
 
-def _fail(message: str) -> CommlintInputError:
-    return CommlintInputError(f"generate: {message}")
+def _fail(message: str, at: str | None = None) -> CommlintInputError:
+    """A located error; `at` is the dotted key in the block it is about (`degrees.vpp`)."""
+    exc = CommlintInputError(f"generate: {message}")
+    exc.field = at  # type: ignore[attr-defined]
+    return exc
+
+
+def _locate(plan_path: str, field: str) -> tuple[int, int] | None:
+    """(line, column) of `generate.<field>` in the plan file, or of its nearest parent."""
+    try:
+        root = yaml.compose(Path(plan_path).read_text(encoding="utf-8"), Loader=_YamlLoader)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    node, found = root, None
+    for part in ["generate", *field.split(".")]:
+        nxt = None
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if key.value == part:
+                    nxt, found = value, key
+                    break
+        elif isinstance(node, yaml.SequenceNode) and part.isdigit() and int(part) < len(node.value):
+            nxt = found = node.value[int(part)]
+        if nxt is None:
+            break
+        node = nxt
+    if found is None:
+        return None
+    return found.start_mark.line + 1, found.start_mark.column + 1
 
 
 # ----------------------------------------------------------------------------- layout
@@ -301,7 +334,10 @@ def resolve_layout(spec: GenerateSpec) -> Layout:
     if d.dp is not None and (d.dp_replicate is not None or d.dp_shard is not None):
         rep, shard = d.dp_replicate or 1, d.dp_shard or 1
         if rep * shard != d.dp:
-            raise _fail(f"degrees.dp ({d.dp}) must equal dp_replicate × dp_shard ({rep} × {shard})")
+            raise _fail(
+                f"degrees.dp ({d.dp}) must equal dp_replicate × dp_shard ({rep} × {shard})",
+                at="degrees.dp",
+            )
     dp_style = spec.collectives.dp
     if d.dp_replicate is not None or d.dp_shard is not None:
         rep = d.dp_replicate or 1
@@ -317,7 +353,8 @@ def resolve_layout(spec: GenerateSpec) -> Layout:
             elif spec.world_size % base:
                 raise _fail(
                     f"world_size {spec.world_size} is not a multiple of tp × cp × pp "
-                    f"({d.tp} × {d.cp} × {d.pp} = {base})"
+                    f"({d.tp} × {d.cp} × {d.pp} = {base})",
+                    at="world_size",
                 )
             else:
                 dp = spec.world_size // base
@@ -326,7 +363,8 @@ def resolve_layout(spec: GenerateSpec) -> Layout:
     if spec.world_size is not None and spec.world_size != world:
         raise _fail(
             f"world_size {spec.world_size} does not equal tp × cp × pp × dp "
-            f"({d.tp} × {d.cp} × {d.pp} × {rep * shard} = {world})"
+            f"({d.tp} × {d.cp} × {d.pp} × {rep * shard} = {world})",
+            at="world_size",
         )
     etp = d.etp or d.tp
     if spec.layout == "megatron":
@@ -336,21 +374,29 @@ def resolve_layout(spec: GenerateSpec) -> Layout:
     order = (spec.order or default_order).split("-")
     unknown = [t for t in order if t not in _ORDER_TOKENS]
     if unknown:
-        raise _fail(f"order: unknown token {unknown[0]!r} (expected {', '.join(_ORDER_TOKENS)})")
+        raise _fail(
+            f"order: unknown token {unknown[0]!r} (expected {', '.join(_ORDER_TOKENS)})", at="order"
+        )
     if len(set(order)) != len(order):
-        raise _fail(f"order {spec.order!r} names an axis twice")
+        raise _fail(f"order {spec.order!r} names an axis twice", at="order")
     for tok, size in (("tp", d.tp), ("cp", d.cp), ("pp", d.pp)):
         if tok not in order:
             if size != 1:
-                raise _fail(f"order {'-'.join(order)!r} has no '{tok}' but degrees.{tok} is {size}")
+                raise _fail(
+                    f"order {'-'.join(order)!r} has no '{tok}' but degrees.{tok} is {size}",
+                    at="order",
+                )
             order.append(tok)
     has_dp = "dp" in order
     has_split = "dp_shard" in order or "dp_replicate" in order
     if has_dp and has_split:
-        raise _fail("order: use either 'dp' or 'dp_shard'/'dp_replicate', not both")
+        raise _fail("order: use either 'dp' or 'dp_shard'/'dp_replicate', not both", at="order")
     if not has_dp and not has_split:
         if rep * shard != 1:
-            raise _fail(f"order {'-'.join(order)!r} has no 'dp' but the dp degree is {rep * shard}")
+            raise _fail(
+                f"order {'-'.join(order)!r} has no 'dp' but the dp degree is {rep * shard}",
+                at="order",
+            )
         order.append("dp")
     if has_split:
         for tok in ("dp_shard", "dp_replicate"):
@@ -382,14 +428,15 @@ def _expert_groups(spec: GenerateSpec, lay: Layout, names: list[str], dims: list
         if lay.world_size % (etp * ep * lay.pp):
             raise _fail(
                 f"world_size {lay.world_size} is not a multiple of etp × ep × pp "
-                f"({etp} × {ep} × {lay.pp})"
+                f"({etp} × {ep} × {lay.pp})",
+                at="world_size",
             )
         edp = lay.world_size // (etp * ep * lay.pp)
         order = [t for t in lay.order if t not in ("dp_shard", "dp_replicate")]
         if "dp" not in order:
             order.insert(order.index("pp"), "dp")
         if "ep" not in order:
-            raise _fail("order must contain 'ep' when degrees.ep > 1")
+            raise _fail("order must contain 'ep' when degrees.ep > 1", at="order")
         sizes = {"tp": etp, "cp": 1, "ep": ep, "dp": edp, "pp": lay.pp}
         enames = order
         edims = [sizes[t] for t in order]
@@ -404,13 +451,14 @@ def _expert_groups(spec: GenerateSpec, lay: Layout, names: list[str], dims: list
         return
     # torchtitan: EP borrows all of cp (and tp when etp == 1) and part of dp_shard
     if etp not in (lay.tp, 1):
-        raise _fail(f"layout torchtitan supports etp == tp or etp == 1, not {etp}")
+        raise _fail(f"layout torchtitan supports etp == tp or etp == 1, not {etp}", at="degrees.ep")
     borrowed = lay.cp * (lay.tp if etp == 1 and lay.tp > 1 else 1)
     if ep % borrowed or (lay.dp_shard * borrowed) % ep:
         raise _fail(
             f"layout torchtitan: ep ({ep}) must be a multiple of {borrowed} "
             f"(cp{' × tp' if borrowed != lay.cp else ''}) and divide dp_shard × that "
-            f"({lay.dp_shard * borrowed})"
+            f"({lay.dp_shard * borrowed})",
+            at="degrees.ep",
         )
     in_ep = ep // borrowed
     mod_ep = lay.dp_shard // in_ep
@@ -595,7 +643,10 @@ def _resolve_options(spec: GenerateSpec, lay: Layout) -> Options:
         p2p = P2P(style="torch")  # a torch.distributed.pipelining schedule runs on its runtime
     dp = spec.collectives.dp or ("fsdp" if lay.dp_shard > 1 else "all_reduce")
     if dp != "fsdp" and lay.dp_shard > 1 and lay.dp_replicate > 1:
-        raise _fail("degrees.dp_shard > 1 with dp_replicate > 1 needs collectives.dp: fsdp")
+        raise _fail(
+            "degrees.dp_shard > 1 with dp_replicate > 1 needs collectives.dp: fsdp",
+            at="collectives.dp",
+        )
     shape = list(spec.activation.shape) if spec.activation else None
     if spec.seq_lengths is not None and shape is None:
         shape = [1, 1]
@@ -621,7 +672,10 @@ def _resolve_options(spec: GenerateSpec, lay: Layout) -> Options:
         early_embedding=False,
     )
     if p2p.style == "torch" and p2p.order is not None:
-        raise _fail("p2p.order does not apply to style 'torch' (its order comes from the lowering)")
+        raise _fail(
+            "p2p.order does not apply to style 'torch' (its order comes from the lowering)",
+            at="order",
+        )
     return opts
 
 
@@ -636,7 +690,9 @@ def _apply_mutations(
 
         def stage_ok(s: int, where: str = where) -> int:
             if not 0 <= s < lay.pp:
-                raise _fail(f"{where}: stage {s} is outside 0..{lay.pp - 1} (pp {lay.pp})")
+                raise _fail(
+                    f"{where}: stage {s} is outside 0..{lay.pp - 1} (pp {lay.pp})", at=where
+                )
             return s
 
         if m.kind == "fixed_order":
@@ -648,10 +704,12 @@ def _apply_mutations(
             opts.fixed_stages |= {stage_ok(s) for s in stages}
         elif m.kind == "head_to_head":
             if lay.pp < 2:
-                raise _fail(f"{where}: head_to_head needs pp >= 2")
+                raise _fail(f"{where}: head_to_head needs pp >= 2", at=where)
             s = stage_ok(m.stage if m.stage is not None else 0)
             if s + 1 >= lay.pp:
-                raise _fail(f"{where}: head_to_head pairs stage {s} with {s + 1}; pp is {lay.pp}")
+                raise _fail(
+                    f"{where}: head_to_head pairs stage {s} with {s + 1}; pp is {lay.pp}", at=where
+                )
             opts.h2h_stages |= {s, s + 1}
         elif m.kind == "fifo_mismatch":
             s = stage_ok(m.stage if m.stage is not None else min(1, lay.pp - 1))
@@ -659,23 +717,27 @@ def _apply_mutations(
             if len(mbs) != 2 or not all(0 <= x < microbatches for x in mbs) or mbs[0] == mbs[1]:
                 raise _fail(
                     f"{where}: fifo_mismatch needs microbatches: [a, b], two different "
-                    f"microbatches in 0..{microbatches - 1}"
+                    f"microbatches in 0..{microbatches - 1}",
+                    at=where,
                 )
             a, b = mbs
             opts.fifo.setdefault(s, {}).update({a: b, b: a})
         elif m.kind == "early_embedding_allreduce":
             if lay.pp < 2 or not opts.embedding:
                 raise _fail(
-                    f"{where}: early_embedding_allreduce needs pp >= 2 and collectives.embedding"
+                    f"{where}: early_embedding_allreduce needs pp >= 2 and collectives.embedding",
+                    at=where,
                 )
             opts.early_embedding = True
         elif m.kind == "last_microbatch":
             r = m.dp_rank if m.dp_rank is not None else 0
             if not 0 <= r < lay.dp:
-                raise _fail(f"{where}: dp_rank {r} is outside 0..{lay.dp - 1} (dp {lay.dp})")
+                raise _fail(
+                    f"{where}: dp_rank {r} is outside 0..{lay.dp - 1} (dp {lay.dp})", at=where
+                )
             n = m.microbatches if isinstance(m.microbatches, int) else microbatches - 1
             if n < 1:
-                raise _fail(f"{where}: last_microbatch needs microbatches >= 1")
+                raise _fail(f"{where}: last_microbatch needs microbatches >= 1", at=where)
             counts[r] = n
     return counts
 
@@ -699,28 +761,43 @@ def _pipeline(spec: GenerateSpec, lay: Layout, microbatches: int) -> PipelinePla
             try:
                 text = Path(schedule.csv).read_text(encoding="utf-8")
             except OSError as exc:
-                raise _fail(f"schedule.csv: cannot read {schedule.csv!r}: {exc.strerror}") from None
+                raise _fail(
+                    f"schedule.csv: cannot read {schedule.csv!r}: {exc.strerror}", at="schedule.csv"
+                ) from None
             source = f"generate.schedule.csv {schedule.csv}"
         else:
             text, source = schedule.csv_text or "", "generate.schedule.csv_text"
-        parsed = sch.read_csv(text, source)
+        try:
+            parsed = sch.read_csv(text, source)
+        except CommlintInputError as exc:
+            exc.field = "schedule"  # type: ignore[attr-defined]
+            raise
         if parsed.stages.pp != lay.pp:
-            raise _fail(f"the schedule CSV has {parsed.stages.pp} rows but degrees.pp is {lay.pp}")
+            raise _fail(
+                f"the schedule CSV has {parsed.stages.pp} rows but degrees.pp is {lay.pp}",
+                at="schedule",
+            )
         return PipelinePlan(parsed.steps, parsed.stages, parsed.microbatches, parsed.with_comms)
     name = schedule.lower()
     if name == "csv":
-        raise _fail("schedule: csv needs a file: schedule: {csv: path/to/schedule.csv}")
+        raise _fail(
+            "schedule: csv needs a file: schedule: {csv: path/to/schedule.csv}", at="schedule"
+        )
     if name not in sch.SCHEDULES:
         raise _fail(
             f"schedule: unknown schedule {schedule!r} "
-            f"(expected {', '.join(sch.SCHEDULES)}, or {{csv: PATH}})"
+            f"(expected {', '.join(sch.SCHEDULES)}, or {{csv: PATH}})",
+            at="schedule",
         )
     if lay.vpp > 1 and name != "interleaved":
-        raise _fail(f"degrees.vpp {lay.vpp} needs schedule: interleaved (not {name})")
+        raise _fail(
+            f"degrees.vpp {lay.vpp} needs schedule: interleaved (not {name})", at="degrees.vpp"
+        )
     try:
         steps = sch.build(name, lay.pp, lay.vpp, microbatches)
     except CommlintInputError as exc:
-        raise _fail(exc.error.message) from None
+        field = "microbatches" if "microbatches" in exc.error.message else "schedule"
+        raise _fail(exc.error.message, at=field) from None
     warmup = None
     if name == "interleaved":
         warmup = {
@@ -913,7 +990,7 @@ def _skeleton_torch(
             else:
                 peer_stage, label = v + 1, f"B{m} stage {v} recv grad"
             if not 0 <= peer_stage <= last:
-                raise _fail(f"schedule: {step} has no peer stage {peer_stage}")
+                raise _fail(f"schedule: {step} has no peer stage {peer_stage}", at="schedule")
             peer = stages.rank_of(peer_stage)
             tag = m if opts.tags else 0
             is_send = kind.startswith("SEND")
@@ -1148,14 +1225,22 @@ def generate_from_spec(data: dict[str, Any], plan_path: str | None = None) -> Tr
     relative to its folder.
     """
     try:
-        spec = GenerateSpec.model_validate(data)
-    except ValidationError as exc:
-        raise _spec_error(exc) from None
-    if plan_path and isinstance(spec.schedule, ScheduleFile) and spec.schedule.csv:
-        csv_path = Path(spec.schedule.csv)
-        if not csv_path.is_absolute():
-            spec.schedule.csv = str(Path(plan_path).parent / csv_path)
-    return _generate(spec)
+        try:
+            spec = GenerateSpec.model_validate(data)
+        except ValidationError as exc:
+            raise _spec_error(exc) from None
+        if plan_path and isinstance(spec.schedule, ScheduleFile) and spec.schedule.csv:
+            csv_path = Path(spec.schedule.csv)
+            if not csv_path.is_absolute():
+                spec.schedule.csv = str(Path(plan_path).parent / csv_path)
+        return _generate(spec)
+    except CommlintInputError as exc:
+        field = getattr(exc, "field", None)
+        if plan_path and field and exc.error.line is None:
+            where = _locate(plan_path, field)
+            if where is not None:
+                exc.error.line, exc.error.col = where
+        raise
 
 
 def _generate(spec: GenerateSpec) -> Trace:
@@ -1166,11 +1251,12 @@ def _generate(spec: GenerateSpec) -> Trace:
         given = spec.microbatches
         if given is not None and given != base_plan.microbatches:
             raise _fail(
-                f"microbatches is {given} but the schedule CSV runs {base_plan.microbatches}"
+                f"microbatches is {given} but the schedule CSV runs {base_plan.microbatches}",
+                at="microbatches",
             )
     counts = _apply_mutations(spec, lay, opts, base_plan.microbatches)
     if counts and isinstance(spec.schedule, ScheduleFile):
-        raise _fail("mutation last_microbatch needs a built-in schedule, not a CSV")
+        raise _fail("mutation last_microbatch needs a built-in schedule, not a CSV", at="mutations")
     fuse_all = opts.style == "deepspeed"
     skeletons: dict[tuple[int, int], _Prepared] = {}
     ranks: dict[int, list[Action]] = {}

@@ -570,10 +570,37 @@ def test_bad_specs_are_one_located_line(tmp_path: Path, capsys, block: str, mess
     assert main(["plan", str(plan)]) == 2
     err = capsys.readouterr()
     text = err.out + err.err
-    assert f"{plan}:3: " in text and message in text
+    assert f"{plan}:3:" in text and message in text
     assert "Traceback" not in text
     with pytest.raises(CommlintInputError):
         loads_trace(plan.read_text())
+
+
+def test_errors_point_at_the_key_in_a_block_style_plan(tmp_path: Path, capsys) -> None:
+    plan = tmp_path / "plan.yaml"
+    text = (
+        "version: 1\n"
+        "generate:\n"
+        "  world_size: 64\n"
+        "  degrees:\n"
+        "    tp: 2\n"
+        "    pp: 4\n"
+        "    vpp: 2\n"
+        "  schedule: 1f1b\n"
+        "  mutations:\n"
+        "    - kind: head_to_head\n"
+        "      stage: 3\n"
+    )
+    cases = [
+        (text, "7:5: generate: degrees.vpp 2 needs schedule: interleaved"),
+        (text.replace("1f1b", "interleaved"), "10:7: generate: mutations.0: head_to_head pairs"),
+        (text.replace("tp: 2", "tp: 0"), "5:5: generate.degrees.tp: input should be greater"),
+        (text.replace("world_size: 64", "world_size: 60"), "3:3: generate: world_size 60"),
+    ]
+    for body, expected in cases:
+        plan.write_text(body)
+        assert main(["plan", str(plan)]) == 2
+        assert f"{plan}:{expected}" in capsys.readouterr().err
 
 
 def test_good_plan_file_on_the_cli(tmp_path: Path, capsys) -> None:
