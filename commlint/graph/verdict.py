@@ -337,6 +337,8 @@ def _stranded(ctx: _Ctx, st: State, inst: int, target: int, waiters: list[Blocke
     elif end is not None and end.kind == "timeout":
         code = "CL202"
         why = f"rank {target} never gets there: it was still running at the recording time limit"
+        if end.message:
+            why += f" ({end.message})"
         fix = "Look for a loop on that rank whose exit condition differs across ranks."
     else:
         code = "CL202"

@@ -586,11 +586,11 @@ def dumps_to_trace(
         else:
             where = stuck.get(rank)
             if not states_known:
-                message = "its Flight Recorder dump ends here (entry states not recorded)"
+                message = "its Flight Recorder dump ends there, entry states not recorded"
             elif where:
-                message = f"its Flight Recorder dump ends here; first unfinished entry: {where}"
+                message = f"its Flight Recorder dump ends there, first unfinished entry {where}"
             else:
-                message = "its Flight Recorder dump ends here with every entry completed"
+                message = "its Flight Recorder dump ends there, every entry completed"
             ends[rank] = RankEnd(kind="timeout", message=message)
     backend = sorted(backends)[0] if len(backends) == 1 else None
     meta: dict[str, object] = {
