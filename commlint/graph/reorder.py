@@ -844,7 +844,9 @@ def _fix(trace: Trace, moved: list[tuple[int, int]]) -> str:
     return "Issue these collectives in one fixed order on every rank, whatever the timing."
 
 
-def explain_models(trace: Trace, models: tuple[str, ...] = ("gloo", "nccl", "single-queue")):
+def explain_models(
+    trace: Trace, models: tuple[str, ...] = ("gloo", "nccl", "single-queue")
+) -> list[str]:
     """One line per model: recorded-order verdict, reordering verdict, and why."""
     from commlint.graph.check import check_trace
 
