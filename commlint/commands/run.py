@@ -184,10 +184,17 @@ def run(args: argparse.Namespace) -> int:
     result = _record(options)
     for note in result.notes:
         print(f"commlint: note: {note}", file=sys.stderr)
-
     crashed = _crashed_everywhere(result, ranks, program)
+    for rank in sorted(result.runs):
+        end = result.runs[rank].end
+        if end and not crashed:
+            verb = {"exception": "raised", "exit": "exited", "timeout": "was stopped"}[end["kind"]]
+            where = f" at {end['site']}" if end.get("site") else ""
+            print(f"commlint: note: rank {rank} {verb}{where}: {end['message']}", file=sys.stderr)
+
     if crashed:
         report.errors.append(crashed)
+        return emit(report, args)
     if args.save_trace:
         _save(result, options, Path(args.save_trace))
     if len(ranks) < world:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import runpy
 import signal
 import sys
@@ -256,6 +257,8 @@ def _install(spec: RankSpec, recorder: Recorder) -> None:
     for mod in (dist, c10d):
         _wrap(mod, "batch_isend_irecv", make_batch)
 
+    _meshes_on_cpu()
+    _modules_stay_on_cpu()
     if spec.mode == "fake":
         _install_fake_helpers(c10d)
 
@@ -294,8 +297,110 @@ def _install(spec: RankSpec, recorder: Recorder) -> None:
     os._exit = _exit
 
 
+def _meshes_on_cpu() -> None:
+    """A "cuda" DeviceMesh becomes a "cpu" one, so DTensor/FSDP find their tensors where
+    the mesh says they are."""
+    with contextlib.suppress(ImportError):
+        import torch.distributed.device_mesh as dm
+
+        mesh_init = dm.DeviceMesh.__init__
+
+        def mesh_on_cpu(self: Any, device_type: str, *a: Any, **k: Any) -> None:
+            mesh_init(self, "cpu" if _is_cuda(device_type) else device_type, *a, **k)
+
+        dm.DeviceMesh.__init__ = mesh_on_cpu
+        init_mesh = dm.init_device_mesh
+
+        def init_device_mesh(device_type: str, *a: Any, **k: Any) -> Any:
+            return init_mesh("cpu" if _is_cuda(device_type) else device_type, *a, **k)
+
+        dm.init_device_mesh = init_device_mesh
+
+
+def _modules_stay_on_cpu() -> None:
+    """`model.cuda()` / `model.to("cuda")` leave the module where it is (no copy, no swap of
+    fake parameters); a dtype change still applies."""
+    module = torch.nn.Module
+    to = module.to
+
+    def module_to(self: Any, *a: Any, **k: Any) -> Any:
+        if not any(_is_cuda(x) for x in (*a, k.get("device"))):
+            return to(self, *a, **k)
+        a = tuple(x for x in a if not _is_cuda(x))
+        k.pop("device", None)
+        k.pop("non_blocking", None)
+        return to(self, *a, **k) if a or k else self
+
+    module.to = module_to
+    module.cuda = lambda self, device=None: self
+    apply = module._apply
+
+    def apply_without_swap(self: Any, fn: Any, recurse: bool = True) -> Any:
+        # torch swaps fake parameters instead of assigning `.data`, and the swap fails when
+        # the fake tensor is referenced weakly (always, inside FakeTensorMode).
+        try:
+            return apply(self, fn, recurse)
+        except RuntimeError as exc:
+            if "Couldn't swap" not in str(exc):
+                raise
+        for m in self.modules() if recurse else [self]:
+            for p in m._parameters.values():
+                if p is not None:
+                    with torch.no_grad():
+                        new = fn(p)
+                    if new is not p:
+                        p.data = new
+            for key, b in m._buffers.items():
+                if b is not None:
+                    m._buffers[key] = fn(b)
+        return self
+
+    module._apply = apply_without_swap
+
+
+_NO_COMM_OPTIMIZERS = ("SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "Adamax", "NAdam", "RAdam")
+_INIT_FUNCTIONS = (
+    "uniform_",
+    "normal_",
+    "trunc_normal_",
+    "constant_",
+    "ones_",
+    "zeros_",
+    "xavier_uniform_",
+    "xavier_normal_",
+    "kaiming_uniform_",
+    "kaiming_normal_",
+    "orthogonal_",
+)
+
+
+def _skip_computation_without_communication() -> None:
+    """Under fake tensors, weight initialisation and the updates of torch's own optimizers
+    compute nothing anyone can see and never communicate: skip them (they dominate the cost
+    of a dry-run step). The optimizer step hooks still run."""
+    import torch.nn.init as init
+
+    def keep(tensor: Any, *a: Any, **k: Any) -> Any:
+        return tensor
+
+    for name in _INIT_FUNCTIONS:
+        if hasattr(init, name):
+            setattr(init, name, keep)
+    for name in _NO_COMM_OPTIMIZERS:
+        cls = getattr(torch.optim, name, None)
+        if cls is None:
+            continue
+
+        def step(self: Any, closure: Any = None) -> Any:
+            return closure() if closure is not None else None
+
+        # profile_hook_step runs the global and per-optimizer step hooks around the call.
+        cls.step = torch.optim.Optimizer.profile_hook_step(step)
+
+
 def _install_fake_helpers(c10d: Any) -> None:
     """What fake tensors cannot do: object collectives, DeviceMesh set-up, DDP's checks."""
+    _skip_computation_without_communication()
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     def real_tensors(orig: Any) -> Any:
@@ -374,6 +479,8 @@ def run_rank(spec: RankSpec, table: ValueTable, conn: Any) -> None:
         _install(spec, recorder)
         end = _run_program(spec, recorder)
         recorder.flush()
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        send(("usage", usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024))
         send(("end", end))
         conn.close()
     except BaseException:  # the parent reports a rank that ends without an "end" message

@@ -1,0 +1,87 @@
+"""Dry-run cost for a GPT-2-small-like model (12 layers, hidden 768): DDP and TP=2×DP, W=8, 64.
+
+Prints, per configuration: wall time of the whole dry-run, wall and CPU seconds per rank (CPU
+is what counts on a shared machine), passes, actions recorded, and the peak resident memory of
+one rank (most of it is torch itself, shared with the parent after fork). Goals: ≤ 2 s per
+rank at W=8; W=64 in ≤ 60 s in total.
+
+    nice -n 10 python bench/dryrun.py            # all four configurations
+    nice -n 10 python bench/dryrun.py --worlds 8 --configs ddp
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+PROGRAM = ROOT / "dryrun_gpt2.py"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--worlds", default="8,64")
+    parser.add_argument("--configs", default="ddp,tp-dp")
+    parser.add_argument("-j", "--jobs", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument("--timeout", type=float, default=120.0)
+    args = parser.parse_args()
+
+    start = time.monotonic()
+    from commlint.graph.check import check_trace
+    from commlint.plans.dryrun.driver import DryRunOptions, dry_run, warm_up
+
+    warm_up("fake")
+    print(f"parent start-up (import torch, warm fake tensors): {time.monotonic() - start:.1f} s")
+    print(f"jobs: {args.jobs}   load average: {os.getloadavg()[0]:.1f}")
+    header = (
+        f"{'config':8} {'W':>4} {'total s':>8} {'wall/rank':>10} {'cpu/rank':>9} "
+        f"{'cpu max':>8} {'passes':>6} {'actions':>8} {'peak MB':>8} {'findings':>8}  goal"
+    )
+    print(header)
+    print("-" * len(header))
+    for world in [int(w) for w in args.worlds.split(",")]:
+        for config in args.configs.split(","):
+            options = DryRunOptions(
+                program=str(PROGRAM),
+                args=["--parallel", config],
+                world_size=world,
+                nproc_per_node=8,
+                ranks=list(range(world)),
+                timeout=args.timeout,
+                jobs=args.jobs,
+            )
+            t0 = time.monotonic()
+            result = dry_run(options)
+            total = time.monotonic() - t0
+            trace = result.trace(options)
+            findings = check_trace(trace, None).findings
+            runs = list(result.runs.values())
+            cpu = [r.cpu_seconds for r in runs if r.cpu_seconds is not None]
+            wall = statistics.mean(r.seconds for r in runs)
+            peak = max((r.peak_bytes or 0) for r in runs) / 2**20
+            cpu_mean = statistics.mean(cpu) if cpu else float("nan")
+            goal = (
+                f"cpu/rank {cpu_mean:.2f} s vs 2 s: {'met' if cpu_mean <= 2 else 'missed'}"
+                if world <= 8
+                else f"total {total:.0f} s vs 60 s: {'met' if total <= 60 else 'missed'}"
+            )
+            ended = sum(1 for r in runs if r.end)
+            print(
+                f"{config:8} {world:>4} {total:>8.1f} {wall:>10.2f} {cpu_mean:>9.2f} "
+                f"{max(cpu or [0]):>8.2f} {result.passes:>6} {trace.num_actions():>8} "
+                f"{peak:>8.0f} {len(findings):>8}  {goal}"
+                + (f"  [{ended} ranks ended early, tensors={result.mode}]" if ended else "")
+            )
+            sys.stdout.flush()
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"parent peak RSS: {own:.0f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
