@@ -413,6 +413,7 @@ def _trace_section(path: str, trace: Trace | None, findings: list[Finding]) -> s
         if trace.backend:
             meta += f" · backend {trace.backend}"
         out.append(f'<p class="note">{escape(meta)}</p>')
+        out.extend(f'<p class="note provenance">{escape(n)}</p>' for n in _provenance(trace))
     if findings:
         out.extend(_finding(f) for f in findings)
     else:
@@ -440,6 +441,43 @@ def _trace_section(path: str, trace: Trace | None, findings: list[Finding]) -> s
             out.append(_grid(trace, group, lanes[group], hits, odd))
     out.append("</section>")
     return "".join(out)
+
+
+def _provenance(trace: Trace) -> list[str]:
+    """What an importer left out or guessed, in one line each (from `trace.meta`)."""
+    notes: list[str] = []
+    fr = trace.meta.get("flight_recorder")
+    if isinstance(fr, dict):
+        dropped = fr.get("dropped_entries") or {}
+        if dropped:
+            total = sum(int(n) for n in dropped.values())
+            notes.append(
+                f"Flight Recorder: {total} entries (all ranks together) completed on every member "
+                "(or evicted from some rank's buffer) are not shown."
+            )
+        if fr.get("states_recorded") is False:
+            notes.append(
+                "Flight Recorder: entry states were not recorded (gloo): where each rank stops "
+                "is the checker's replay, not the dump's."
+            )
+        stuck = fr.get("stuck_at") or {}
+        if stuck:
+            where = "; ".join(f"rank {r}: {s}" for r, s in sorted(stuck.items())[:16])
+            notes.append(f"Flight Recorder, first unfinished entry per rank: {where}.")
+        if fr.get("inferred_groups"):
+            notes.append(
+                "Flight Recorder: pg_config was empty; members of "
+                f"{', '.join(fr['inferred_groups'])} were inferred from the ranks that used them."
+            )
+        if fr.get("unknown_ops"):
+            notes.append(f"Flight Recorder: ops not understood: {', '.join(fr['unknown_ops'])}.")
+    pipe = trace.meta.get("pipelining")
+    if isinstance(pipe, dict) and pipe.get("fsdp_actions_not_checked"):
+        notes.append(
+            f"pipelining: {pipe['fsdp_actions_not_checked']} UNSHARD/RESHARD/REDUCE_GRAD "
+            "actions (FSDP collectives on a group the CSV does not describe) are not checked."
+        )
+    return notes
 
 
 def _ranks(members: list[int]) -> str:

@@ -390,3 +390,27 @@ def test_real_dumps_side_by_side_with_fr_trace(real_dumps):
     assert "COLLECTIVE_TYPE_MISMATCH" in fr_trace(real_dumps["skipped_collective"])
     assert re.search(r"missing ranks: \{2\}", fr_trace(real_dumps["stuck_rank"]))
     assert "mismatch" not in fr_trace(real_dumps["clean"]).lower()
+
+
+def test_html_report_of_a_dump_folder(tmp_path):
+    r0 = (
+        Rank(0)
+        .coll("all_reduce")
+        .coll("all_reduce", pg="1", desc="tp", state="started", line=50)
+        .coll("all_reduce", pg="2", desc="dp", state="scheduled", line=51)
+    )
+    r1 = (
+        Rank(1)
+        .coll("all_reduce")
+        .coll("all_reduce", pg="2", desc="dp", state="started", line=55)
+        .coll("all_reduce", pg="1", desc="tp", state="scheduled", line=56)
+    )
+    folder = write(tmp_path / "dumps", [r0, r1], TPDP)
+    out = tmp_path / "hang.html"
+    assert main(["plan", str(folder), "--format", "html", "-o", str(out)]) == 1
+    page = out.read_text()
+    assert 'data-code="CL201"' in page
+    assert "2 entries (all ranks together) completed on every member" in page
+    assert "rank 0: all_reduce(tp) started; rank 1: all_reduce(dp) started" in page
+    assert 'data-group="tp"' in page and 'data-group="dp"' in page
+    assert "tp#1 started" in page  # the entry's label in the cell's tooltip
