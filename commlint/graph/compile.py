@@ -95,6 +95,10 @@ def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
     op_fails = g.op_fails
     inst_need, inst_members, inst_key = g.inst_need, g.inst_members, g.inst_key
     inst_sig: list[tuple] = []
+    capacity = sum(len(v) for v in trace.ranks.values())  # ops <= actions; trimmed at the end
+    op_next.extend([-1] * capacity)
+    op_waited.extend([False] * capacity)
+    op_fails.extend([False] * capacity)
     to_check = g.to_check
     nccl_like = model != "gloo"
     gloo = model == "gloo"
@@ -180,9 +184,6 @@ def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
             op_action.append(i)
             op_inst.append(inst)
             op_async.append(is_async)
-            op_next.append(-1)
-            op_waited.append(False)
-            op_fails.append(False)
             inst_members[inst].append(op_id)
             prev = -1
             if qkey is not None:
@@ -202,6 +203,8 @@ def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
                 handles[a.handle] = op_id
             steps.append(op_id << 3 | (ISSUE if is_async else BLOCK))
         g.steps[rank] = steps
+    n_ops = len(op_rank)
+    del op_next[n_ops:], op_waited[n_ops:], op_fails[n_ops:]
     _check_instances(g)
     return g
 

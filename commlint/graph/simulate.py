@@ -41,12 +41,13 @@ def simulate(g: Graph) -> State:
     op_async, op_fails = g.op_async, g.op_fails
     extra_next = g.op_next_extra
     waits = g.waits
-    steps = g.steps
-    ranks = sorted(steps)
-    pc = dict.fromkeys(ranks, 0)
-    wait_pos = dict.fromkeys(ranks, 0)
-    outstanding = dict.fromkeys(ranks, 0)
-    waiting = dict.fromkeys(ranks, False)
+    ranks = sorted(g.steps)
+    size = max(ranks, default=-1) + 1
+    steps: list[list[int]] = [g.steps.get(r, []) for r in range(size)]
+    pc = [0] * size  # lists indexed by rank: faster than dicts in this loop
+    wait_pos = [0] * size
+    outstanding = [0] * size
+    waiting = [False] * size
     failed: dict[int, int] = {}
     ready = deque(ranks)
     to_start: list[int] = []
@@ -120,4 +121,4 @@ def simulate(g: Graph) -> State:
                 break
             i += 1
         pc[r] = i
-    return State(pc, issued, started, done, failed)
+    return State({r: pc[r] for r in ranks}, issued, started, done, failed)
