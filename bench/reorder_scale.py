@@ -7,7 +7,8 @@
    all-reduces become DDP bucket ops (`bucket` 0, 1) and every tp all-reduce is issued from a
    second thread (`thread: tp`). Prints per model the search alone (pruning + extraction, no
    confirmation), the search with one confirmed witness (one more run of the ordinary checker
-   on the reordered trace), and the ordinary check for scale.
+   on the reordered trace; a weaker model's witness is tried first, as `check_trace` does),
+   and the ordinary check for scale.
 
     nice -n 10 python bench/reorder_scale.py            # 1,024 ranks
     nice -n 10 python bench/reorder_scale.py --small    # 64 ranks, for a quick look
@@ -72,10 +73,13 @@ def main() -> None:
         a.bucket is not None or a.thread is not None for v in trace.ranks.values() for a in v
     )
     print(f"2. annotated: {floating:,} floating ops (buckets + a second thread)")
+    hints: list = []
     for model in ("gloo", "nccl", "single-queue"):
         base, _ = timed(lambda m=model: check_trace(trace, m, reorder=False))
         search, _ = timed(lambda m=model: find_witnesses(trace, m, checks=0))
-        full, ws = timed(lambda m=model: find_witnesses(trace, m, limit=1))
+        # as check_trace does: a weaker model's witness is confirmed first
+        full, ws = timed(lambda m=model, h=hints: find_witnesses(trace, m, limit=1, hints=h))
+        hints = [w.orders for w in ws] or hints
         print(
             f"  {model:13s} search {search:7.3f} s ({n / search:,.0f} actions/s, "
             f"{search / base:4.2f}x the ordinary check {base:.3f} s); "

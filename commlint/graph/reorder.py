@@ -602,9 +602,12 @@ def find_witnesses(
     attempts: int = 64,
     prepared: _Prepared | None = None,
     checks: int = 8,
+    hints: list[dict[tuple[int, int], list[int]]] = (),
 ) -> list[Witness]:
     """Legal reorderings of `trace` that deadlock under `model`, each confirmed by the checker.
 
+    `hints`: reorderings that deadlock under a weaker model, tried first — every wait of gloo
+    is a wait of nccl, and every wait of nccl one of single-queue, so a cycle survives.
     Cost: one linear pass to build the union graph and one SCC pass; the quadratic
     pair work and the BFS only run inside components that hold a free pair."""
     from commlint.graph.check import check_trace
@@ -613,6 +616,19 @@ def find_witnesses(
         return []
     prep = prepared or _prepare(trace)
     n_inst, items = prep.n_inst, prep.items
+    windows = {r: [it for it in seq if isinstance(it, Window)] for r, seq in items.items()}
+    hinted: list[Witness] = []
+    for orders in hints:
+        if len(hinted) >= limit or checks <= 0:
+            break
+        checks -= 1
+        witness = reorder_trace(trace, orders, windows)
+        res = check_trace(witness, model, reorder=False)
+        dl = next((f for f in res.findings if f.code == "CL201"), None)
+        if dl is not None:
+            hinted.append(Witness(model, orders, witness, dl))
+    if hinted:
+        return hinted
     g, multi = _build(items, model, n_inst)
     if not multi:
         return []
@@ -622,7 +638,6 @@ def find_witnesses(
         return []
     keep = {labels[x] for w in cands for u in w.units for x in u.insts}
     ex = _explicit(g, multi, items, model, labels, keep)
-    windows = {r: [it for it in seq if isinstance(it, Window)] for r, seq in items.items()}
     found: list[Witness] = []
     seen: set = set()
     deadlocked: set[frozenset] = set()
@@ -733,14 +748,17 @@ def potential_deadlocks(
     per_model: dict[str, list[Witness]] = {}
     floating = has_floating_ops(trace)
     prepared = None
-    for m in models:
+    hints: list[dict] = []
+    strength = {"gloo": 0, "nccl": 1, "single-queue": 2}
+    for m in sorted(models, key=lambda m: strength.get(m, 3)):  # weaker models' witnesses help
         outs = outcomes.get(m, {})
         if any(o.status != "finished" for o in outs.values()):
             verdicts[m] = "hangs or fails in the recorded order already"
             continue
         if floating and prepared is None:
             prepared = _prepare(trace)
-        ws = find_witnesses(trace, m, limit, prepared=prepared) if floating else []
+        ws = find_witnesses(trace, m, limit, prepared=prepared, hints=hints) if floating else []
+        hints = [w.orders for w in ws] or hints
         per_model[m] = ws
         verdicts[m] = "may deadlock under reordering" if ws else "no legal reordering deadlocks"
     if not any(per_model.values()):
