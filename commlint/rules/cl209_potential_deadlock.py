@@ -25,9 +25,10 @@ See docs/nondeterminism.md for the search and why its pruning never loses a dead
     severity="warning",
     kind="trace",
     fix="""
-Take the timing out of the order: issue collectives on other groups after backward (not from
-gradient hooks), from one thread, or wait on each async op before issuing one on another
-group, so every rank runs them in the same order whatever the timing.
+Take the timing out of the order: issue collectives on other groups after backward (after
+DDP's buckets completed) rather than from gradient hooks, or from one thread, so every rank
+issues them in the same order whatever the timing. The finding's witness shows which two ops
+must not trade places.
 """,
     invalid=(
         """
