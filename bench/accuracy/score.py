@@ -372,6 +372,20 @@ def render(programs: list[dict], labels: dict, results: dict[str, dict]) -> str:
         if not wrong:
             lines += ["None.", ""]
         else:
+            summary = Counter(
+                _cause(
+                    causes,
+                    tool,
+                    p,
+                    "false alarm" if res[p["id"]]["flagged"] else "miss",
+                    res[p["id"]]["codes"],
+                )
+                for p in wrong
+            )
+            lines += ["By cause:", ""]
+            for cause, n in summary.most_common():
+                lines.append(f"- **{n}** × {cause}")
+            lines += [""]
             lines += ["| program | label | mutation | tool said | cause |", "|---|---|---|---|---|"]
             for p in wrong:
                 r = res[p["id"]]

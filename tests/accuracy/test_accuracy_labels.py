@@ -118,9 +118,10 @@ def test_a_random_sample_of_labels_holds_when_rerun():
     rng.shuffle(sample)
     # Failures last: a gloo abort ends the launch and costs a relaunch.
     sample.sort(key=lambda p: LABELS[p["id"]]["label"] == "fail")
-    outcomes = run_batch(
-        [str(HERE / p["path"]) for p in sample], 2, LABELS[sample[0]["id"]]["timeout"], log=str
-    )
+    # Twice the labelling timeout: a loaded CI machine must not turn a slow step into a hang.
+    timeout = 2 * LABELS[sample[0]["id"]]["timeout"]
+    print(f"ACCURACY_SAMPLE_SEED={seed}:", [p["id"] for p in sample])
+    outcomes = run_batch([str(HERE / p["path"]) for p in sample], 2, timeout, log=print)
     # A mismatch that aborts one rank in gloo may instead leave both waiting, depending on
     # which side reads first: hang and fail are one verdict (the job does not finish).
     verdict = {"ok": "ok", "corrupt": "corrupt", "hang": "stops", "fail": "stops"}
