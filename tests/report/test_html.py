@@ -129,22 +129,22 @@ def test_findings_only_page_without_traces():
     assert not page.find("table")
 
 
-def test_large_traces_are_truncated_keeping_the_ranks_in_findings():
-    world = 100
-    ranks = {r: [{"op": "all_reduce"}] * 3 for r in range(world)}
-    ranks[97] = [{"op": "all_reduce"}] * 2 + [{"op": "barrier", "site": "x.py:1"}]
+def test_large_traces_are_truncated_keeping_the_odd_rank():
+    """100 ranks, rank 97 leaves before the third all-reduce: the 99 others wait for it.
+    The grid shows 64 rows and rank 97 among them, with its missing cell."""
+    ranks = {r: "[{op: all_reduce}, {op: all_reduce}, {op: all_reduce}]" for r in range(100)}
+    ranks[97] = "[{op: all_reduce}, {op: all_reduce}]"
     trace = loads_trace(
         "version: 1\nworld_size: 100\nranks:\n"
-        + "".join(f"  {r}: {acts}\n".replace("'", "") for r, acts in ranks.items())
+        + "".join(f"  {r}: {acts}\n" for r, acts in ranks.items())
     )
     result = check_trace(trace, "gloo")
+    assert [f.code for f in result.findings] == ["CL202"]
     report = Report(findings=result.findings, checked=1)
-    for f in report.findings:
-        f.path = "big.yaml"
     page = Page(html_report.render(report, {"big.yaml": trace}))
-    rows = [c["data-rank"] for c in page.find("td", "c") if c.get("data-action") == "0"]
-    assert "97" in rows  # the mismatched rank is shown
-    assert len(set(rows)) == html_report.MAX_ROWS
+    rows = {c["data-rank"] for c in page.find("td", "c") if c.get("data-action") == "0"}
+    assert "97" in rows and len(rows) == html_report.MAX_ROWS
+    assert [(c["data-rank"], c["data-missing"]) for c in page.find("td", "miss")] == [("97", "2")]
     assert any("showing 64 of 100 ranks" in t for t in page.text)
 
 
