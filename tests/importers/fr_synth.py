@@ -13,8 +13,16 @@ from pathlib import Path
 from typing import Any
 
 TORCH_FRAMES = [
-    {"name": "all_reduce", "filename": "/usr/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", "line": 3245},  # noqa: E501
-    {"name": "wrapper", "filename": "/usr/lib/python3.11/site-packages/torch/distributed/c10d_logger.py", "line": 83},  # noqa: E501
+    {
+        "name": "all_reduce",
+        "filename": "/usr/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py",
+        "line": 3245,
+    },
+    {
+        "name": "wrapper",
+        "filename": "/usr/lib/python3.11/site-packages/torch/distributed/c10d_logger.py",
+        "line": 83,
+    },
 ]
 
 
@@ -63,32 +71,77 @@ class Rank:
             }
         )
 
-    def coll(self, op, pg="0", desc="default_pg", state="completed", size=8, dtype="Float",
-             line=41, same_seq=False) -> Rank:
+    def coll(
+        self,
+        op,
+        pg="0",
+        desc="default_pg",
+        state="completed",
+        size=8,
+        dtype="Float",
+        line=41,
+        same_seq=False,
+    ) -> Rank:
         if not same_seq:
             self.coll_seq[pg] = self.coll_seq.get(pg, 0) + 1
         sizes = [] if op == "barrier" else [[size]]
-        self._entry(pg, desc, op, state, sizes, dtype, line, p2p=False,
-                    seq_c=self.coll_seq[pg], seq_p=0)
+        self._entry(
+            pg, desc, op, state, sizes, dtype, line, p2p=False, seq_c=self.coll_seq[pg], seq_p=0
+        )
         return self
 
-    def p2p(self, op, local_self, local_peer, pg="0", desc="default_pg", state="started",
-            size=8, line=60, batch=False) -> Rank:
+    def p2p(
+        self,
+        op,
+        local_self,
+        local_peer,
+        pg="0",
+        desc="default_pg",
+        state="started",
+        size=8,
+        line=60,
+        batch=False,
+    ) -> Rank:
         if not batch or pg not in self.p2p_seq:
             self.p2p_seq[pg] = self.p2p_seq.get(pg, 0) + 1
-        name = f"send {local_self}->{local_peer}" if op == "send" else f"recv {local_self}<-{local_peer}"
-        self._entry(pg, desc, name, state, [[size]], "Float", line, p2p=True,
-                    seq_c=self.coll_seq.get(pg, 0), seq_p=self.p2p_seq[pg])
+        name = (
+            f"send {local_self}->{local_peer}"
+            if op == "send"
+            else f"recv {local_self}<-{local_peer}"
+        )
+        self._entry(
+            pg,
+            desc,
+            name,
+            state,
+            [[size]],
+            "Float",
+            line,
+            p2p=True,
+            seq_c=self.coll_seq.get(pg, 0),
+            seq_p=self.p2p_seq[pg],
+        )
         return self
 
     def end_batch(self, pg="0", desc="default_pg", state="started") -> Rank:
-        self._entry(pg, desc, "coalesced", state, [], "Float", 0, p2p=True,
-                    seq_c=self.coll_seq.get(pg, 0), seq_p=self.p2p_seq[pg])
+        self._entry(
+            pg,
+            desc,
+            "coalesced",
+            state,
+            [],
+            "Float",
+            0,
+            p2p=True,
+            seq_c=self.coll_seq.get(pg, 0),
+            seq_p=self.p2p_seq[pg],
+        )
         return self
 
 
-def write(folder: Path, ranks: list[Rank], groups: dict[str, tuple[str, list[int]]],
-          as_json: bool = False) -> Path:
+def write(
+    folder: Path, ranks: list[Rank], groups: dict[str, tuple[str, list[int]]], as_json: bool = False
+) -> Path:
     """One dump per rank, `rank_<r>`; `groups`: pg name → (desc, global ranks)."""
     folder.mkdir(parents=True, exist_ok=True)
     pg_config = {
