@@ -99,6 +99,7 @@ class Program:
         self._in_progress: set[str] = set()
         self._node_toks: dict[int, list[Tok]] = {}
         self._exits: dict[str, tuple[Exit, Cond, tuple[str, ...]] | None] = {}
+        self.siblings: dict[int, tuple[list[Node], int]] = {}
         self.group_dims: dict[str, frozenset[str]] = {}
         for g in table.group_getters.values():
             if "group" in g:
@@ -321,6 +322,7 @@ class Program:
 
     def _walk(self, nodes, conds, cont):
         for i, n in enumerate(nodes):
+            self.siblings[id(n)] = (nodes, i)
             here = [("seq", nodes[i + 1 :]), *cont]
             yield n, conds, here
             if isinstance(n, Branch):

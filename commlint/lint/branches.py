@@ -33,7 +33,8 @@ def branch_findings(program: Program) -> list[RawFinding]:
                 cond = program.effective(node.cond)
                 if cond is None or not cond.divergent:
                     continue
-                out.extend(_compare_arms(program, fn, node, cond))
+                rest = cont[0][1] if cont and cont[0][0] == "seq" else []
+                out.extend(_compare_arms(program, fn, node, cond, rest))
                 out.extend(_early_exits(program, fn, node, cond, cont))
             elif isinstance(node, CallSite):
                 out.extend(_exiting_call(program, fn, node, cont))
@@ -85,7 +86,50 @@ def _fix(tok: Tok, group: str, cond: Cond) -> str:
     )
 
 
-def _compare_arms(program: Program, fn: Function, node: Branch, cond: Cond) -> list[RawFinding]:
+def _cond_key(text: str) -> tuple[str, bool]:
+    """`not x` -> (x, False); `x` -> (x, True): to pair `if x:` with a later `if not x:`."""
+    t = text.strip()
+    truth = True
+    while t.startswith("not "):
+        t, truth = t[4:].strip(), not truth
+    if t.startswith("(") and t.endswith(")"):
+        t = t[1:-1].strip()
+    return t, truth
+
+
+def _tokens_assuming(program: Program, nodes, fn: Function, key: str, truth: bool) -> list[Tok]:
+    """Tokens of `nodes` when every branch on the same condition takes the arm `truth`."""
+    out: list[Tok] = []
+    for n in nodes:
+        if isinstance(n, Branch) and n.kind == "if" and len(n.arms) == 2:
+            k, t = _cond_key(n.cond.text)
+            if k == key:
+                arm = n.arms[0] if t == truth else n.arms[1]
+                out.extend(_tokens_assuming(program, arm, fn, key, truth))
+                continue
+        out.extend(program.node_tokens(n, fn))
+    return out
+
+
+def _compensated(program, fn, node: Branch, rest, group: str) -> bool:
+    """`if not main: barrier()` ... `if main: barrier()`: over the whole block, ranks on
+    either side of the condition issue the same sequence."""
+    if node.kind != "if" or len(node.arms) != 2:
+        return False
+    block, _ = program.siblings.get(id(node), ([node], 0))
+    if len(block) < 2:
+        return False
+    key, _ = _cond_key(node.cond.text)
+    seqs = []
+    for value in (True, False):
+        toks = _tokens_assuming(program, block, fn, key, value)
+        seqs.append([t.key() for t in program.project(toks, group)])
+    return seqs[0] == seqs[1]
+
+
+def _compare_arms(
+    program: Program, fn: Function, node: Branch, cond: Cond, rest=()
+) -> list[RawFinding]:
     arms = [program.tokens(a, fn) for a in node.arms]
     out: list[RawFinding] = []
     reported: set[tuple] = set()
@@ -95,6 +139,8 @@ def _compare_arms(program: Program, fn: Function, node: Branch, cond: Cond) -> l
         proj = [program.project(a, group) for a in arms]
         keys = [tuple(t.key() for t in p) for p in proj]
         if all(k == keys[0] for k in keys):
+            continue
+        if _compensated(program, fn, node, rest, group):
             continue
         _, k, tok, other = first_difference(proj)
         where = (tok.path, tok.pos.line, tok.pos.col)
@@ -116,7 +162,9 @@ def _compare_arms(program: Program, fn: Function, node: Branch, cond: Cond) -> l
             )
         kind = "loop" if tok.cat == "loop" and real is not tok else ""
         what = f"{real.op}{' (in a loop)' if kind else ''}"
-        msg = f"{_subject(node, k, cond)} call {what} on {gname} at {real.describe()}; {rest}"
+        who = _subject(node, k, cond)
+        verb = "calls" if who.startswith("rank ") else "call"
+        msg = f"{who} {verb} {what} on {gname} at {real.describe()}; {rest}"
         if tok.cat == "create" or real.cat == "create":
             msg = (
                 f"only ranks where {arm_label(node, k)} create a process group with "

@@ -710,6 +710,10 @@ class Extractor:
     ex_Set = ex_List
 
     def ex_Comparison(self, node: cst.Comparison) -> Val:
+        if len(node.comparisons) == 1 and _is_sentinel(node.comparisons[0]):
+            # `LOCAL_RANK != -1`, `rank is None`: "was a rank given?" is the same on all ranks
+            self.expr(node.left)
+            return CLEAN
         left = self.expr(node.left)
         vals = [left]
         guard = None
@@ -1302,6 +1306,13 @@ class _ClassEnv(dict):
 
     def __contains__(self, key) -> bool:
         return dict.__contains__(self, key) or key in self.cls
+
+
+def _is_sentinel(comp: cst.ComparisonTarget) -> bool:
+    if not isinstance(comp.operator, cst.Equal | cst.NotEqual | cst.Is | cst.IsNot):
+        return False
+    c = comp.comparator
+    return (isinstance(c, cst.Name) and c.value == "None") or _int(c) == -1
 
 
 def _spec(raw):
