@@ -196,6 +196,16 @@ def _extract_job(args: tuple[str, str, bytes, str]) -> FileFacts:
     return extract(*args)
 
 
+@cache
+def _extractor_fingerprint() -> str:
+    """The extraction code itself is part of the cache key (facts change when it does)."""
+    h = hashlib.sha256()
+    here = Path(__file__).parent
+    for name in ("extract.py", "ir.py", "table.py", "api_table.yaml"):
+        h.update((here / name).read_bytes())
+    return h.hexdigest()[:16]
+
+
 class Cache:
     """Extracted facts per file, keyed by content hash + table/config + commlint version."""
 
@@ -206,6 +216,7 @@ class Cache:
     def key(self, path: str, module: str, data: bytes) -> str:
         h = hashlib.sha256(data)
         h.update(f"\0{path}\0{module}\0{self.fingerprint}\0{__version__}".encode())
+        h.update(_extractor_fingerprint().encode())
         return h.hexdigest()
 
     def get(self, key: str) -> FileFacts | None:
