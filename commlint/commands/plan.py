@@ -19,7 +19,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Check trace / plan files (YAML or JSON, format version 1). A folder "
         "means every *.yaml, *.yml and *.json in it.",
     )
-    p.add_argument("paths", nargs="+", metavar="PATH", help="plan files or folders")
+    p.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="plan files or folders; or Flight Recorder dumps, nnScaler gencode folders, "
+        "pipelining CSVs, SketchDLC traces (see --input-format)",
+    )
     p.add_argument(
         "--model",
         default=None,

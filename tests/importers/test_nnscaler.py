@@ -246,3 +246,16 @@ def test_plan_needs_devices():
     with pytest.raises(ValueError, match="no devices"):
         plan_to_trace(NoDevices())
     assert plan_to_trace(NoDevices(), devices=[0, 1]).world_size == 2
+
+
+def test_a_move_to_itself_is_an_input_error_naming_the_file(tmp_path):
+    folder = gen.pipeline(tmp_path / "self", microbatches=1)
+    path = folder / "gencode0.py"
+    path.write_text(path.read_text().replace("src=0, dst=1)", "src=0, dst=0)"))
+    with pytest.raises(CommlintInputError) as exc:
+        load_nnscaler(folder)
+    assert str(exc.value).startswith(f"{path}: rank 0, action 0 ({path}:")
+    assert str(exc.value).endswith("send to itself (peer 0)")
+    plan = ExecutionPlan({0: [IRAdapter(MovePrim(0, 0))], 1: []})
+    with pytest.raises(CommlintInputError, match="send to itself"):
+        gate_execution_plan(plan)

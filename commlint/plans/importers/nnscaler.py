@@ -43,6 +43,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from commlint.findings import CommlintInputError, Finding
+from commlint.plans.importers.common import validated
 from commlint.trace import WORLD, Action, Trace
 
 ADAPTER = "nnscaler.runtime.adapter."
@@ -553,7 +554,8 @@ def load_nnscaler(path: str | Path) -> Trace:
         files = [root]
     else:
         raise CommlintInputError("no such file or directory", str(root))
-    return gencodes_to_trace([read_gencode(f) for f in files], str(root))
+    gens = [read_gencode(f) for f in files]
+    return validated(gencodes_to_trace(gens, str(root)), str(root), {g.rank: g.path for g in gens})
 
 
 # --- gate hook on the execution plan ---------------------------------------------------------
@@ -668,9 +670,10 @@ def plan_to_trace(execplan: Any, devices: Iterable[int] | None = None) -> Trace:
         if low.sends:
             low.actions.append(Action(op="wait", handles=low.sends, label="end of step"))
         ranks[dev] = low.actions
-    return Trace(
+    trace = Trace(
         world_size=world, groups=groups, ranks=ranks, source="nnscaler-execplan", backend="nccl"
     )
+    return validated(trace, "<execplan>")
 
 
 def gate_execution_plan(

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from commlint.findings import CommlintInputError
+from commlint.plans.importers.common import validated
 from commlint.trace import Action, Trace
 
 _ACTION = re.compile(
@@ -358,4 +359,4 @@ def loads_pipelining_csv(text: str, fmt: str = "auto", path: str | None = None) 
         schedule = lower_compute_only(rows, path)
     else:
         schedule = {r: [c for c in cells if c is not None] for r, cells in rows.items()}
-    return to_trace(schedule, owner, path, fmt)
+    return validated(to_trace(schedule, owner, path, fmt), path)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from commlint.findings import CommlintInputError
+from commlint.plans.importers.common import validated
 from commlint.trace import Action, Trace
 
 _HEADER = re.compile(r"num_workers:=\s*(\d+).*?num_servers:=\s*(\d+)", re.S)
@@ -194,7 +195,7 @@ def load_sketchdlc(path: str | Path) -> Trace:
         files = [root]
     else:
         raise CommlintInputError("no such file or directory", str(root))
-    return nodes_to_trace([read_node(f) for f in files], str(root))
+    return validated(nodes_to_trace([read_node(f) for f in files], str(root)), str(root))
 
 
 def _has_records(f: Path) -> bool:
