@@ -51,7 +51,7 @@ def groups(overlap: int) -> tuple[dict[str, list[int]], dict[str, int]]:
     return out, weight
 
 
-def make_round(rng: random.Random, n: int, p: float, q: float, overlap: int) -> tuple[dict, bool]:
+def make_round(rng: random.Random, n: int, p: float, q: float, overlap: int) -> tuple[dict, int]:
     members, weight = groups(overlap)
     plan = [g for g, w in weight.items() for _ in range(n * w)]
     rng.shuffle(plan)  # one global order: every rank's projection agrees
@@ -59,13 +59,13 @@ def make_round(rng: random.Random, n: int, p: float, q: float, overlap: int) -> 
     for g in plan:
         for r in members[g]:
             seqs[r].append(g)
-    disordered = False
+    swaps = 0
     ranks = {}
     for r, seq in seqs.items():
         for i in range(len(seq) - 1):
             if seq[i] != seq[i + 1] and rng.random() < p:
                 seq[i], seq[i + 1] = seq[i + 1], seq[i]
-                disordered = True
+                swaps += 1
         acts = []
         for i, g in enumerate(seq):
             acts.append({"op": "all_reduce", "group": g, "async": True, "handle": f"h{i}"})
@@ -74,21 +74,24 @@ def make_round(rng: random.Random, n: int, p: float, q: float, overlap: int) -> 
         acts.append({"op": "wait", "handles": [f"h{i}" for i in range(len(seq))]})
         ranks[r] = acts
     data = {"version": 1, "world_size": TP * DP * PP, "groups": members, "ranks": ranks}
-    return data, disordered
+    return data, swaps
 
 
 def ratio(rounds: int, n: int, p: float, q: float, overlap: int, seed: int) -> dict[str, float]:
+    """Deadlock ratio per model, and `swaps`: disordered invocations per round."""
     rng = random.Random(seed)
     hits = dict.fromkeys(MODELS, 0)
+    total_swaps = 0
     for _ in range(rounds):
-        data, disordered = make_round(rng, n, p, q, overlap)
-        if not disordered:
+        data, swaps = make_round(rng, n, p, q, overlap)
+        total_swaps += swaps
+        if not swaps:
             continue  # a consistent order never deadlocks (checked in tests/graph)
         trace = trace_from_data(data)
         for m in MODELS:
             if any(f.code == "CL201" for f in check_trace(trace, m, reorder=False).findings):
                 hits[m] += 1
-    return {m: hits[m] / rounds for m in MODELS}
+    return {**{m: hits[m] / rounds for m in MODELS}, "swaps": total_swaps / rounds}
 
 
 CONFIGS = [  # (label, collectives per TP group N, disorder p, sync q, overlap)
