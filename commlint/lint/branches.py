@@ -5,6 +5,8 @@ Computed once per program and cached; each rule module picks its own code.
 
 from __future__ import annotations
 
+import libcst as cst
+
 from commlint.lint.analyze import (
     Program,
     RawFinding,
@@ -86,45 +88,136 @@ def _fix(tok: Tok, group: str, cond: Cond) -> str:
     )
 
 
-def _cond_key(text: str) -> tuple[str, bool]:
-    """`not x` -> (x, False); `x` -> (x, True): to pair `if x:` with a later `if not x:`."""
-    t = text.strip()
-    truth = True
-    while t.startswith("not "):
-        t, truth = t[4:].strip(), not truth
-    if t.startswith("(") and t.endswith(")"):
-        t = t[1:-1].strip()
-    return t, truth
+def _subject_of(expr: cst.BaseExpression) -> str | None:
+    """The variable a simple rank condition tests: `x`, `not x`, `x == 0`, `x in (-1, 0)`."""
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
+        return _subject_of(expr.expression)
+    if isinstance(expr, cst.BooleanOperation):
+        return _subject_of(expr.left) or _subject_of(expr.right)
+    if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1:
+        return _src(expr.left)
+    if isinstance(expr, cst.Name | cst.Attribute):
+        return _src(expr)
+    return None
 
 
-def _tokens_assuming(program: Program, nodes, fn: Function, key: str, truth: bool) -> list[Tok]:
-    """Tokens of `nodes` when every branch on the same condition takes the arm `truth`."""
-    out: list[Tok] = []
-    for n in nodes:
-        if isinstance(n, Branch) and n.kind == "if" and len(n.arms) == 2:
-            k, t = _cond_key(n.cond.text)
-            if k == key:
-                arm = n.arms[0] if t == truth else n.arms[1]
-                out.extend(_tokens_assuming(program, arm, fn, key, truth))
-                continue
-        out.extend(program.node_tokens(n, fn))
-    return out
+def _src(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)
+
+
+def _ints(node: cst.BaseExpression) -> list[int] | None:
+    if isinstance(node, cst.Integer):
+        return [int(node.value, 0)]
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        inner = _ints(node.expression)
+        return [-inner[0]] if inner and len(inner) == 1 else None
+    if isinstance(node, cst.List | cst.Tuple | cst.Set):
+        out: list[int] = []
+        for el in node.elements:
+            v = _ints(el.value)
+            if v is None or len(v) != 1:
+                return None
+            out.extend(v)
+        return out
+    return None
+
+
+def _evaluate(expr: cst.BaseExpression, var: str, value: int | bool) -> bool | None:
+    """The truth of a simple condition when `var` has `value`; None when it cannot tell."""
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
+        inner = _evaluate(expr.expression, var, value)
+        return None if inner is None else not inner
+    if isinstance(expr, cst.BooleanOperation):
+        a, b = _evaluate(expr.left, var, value), _evaluate(expr.right, var, value)
+        if isinstance(expr.operator, cst.And):
+            return False if False in (a, b) else (None if None in (a, b) else True)
+        return True if True in (a, b) else (None if None in (a, b) else False)
+    if isinstance(expr, cst.Name | cst.Attribute) and _src(expr) == var:
+        return bool(value)
+    if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1:
+        if _src(expr.left) != var or isinstance(value, bool):
+            return None
+        comp = expr.comparisons[0]
+        lits = _ints(comp.comparator)
+        if lits is None:
+            return None
+        op = comp.operator
+        if isinstance(op, cst.In | cst.NotIn):
+            return (value in lits) == isinstance(op, cst.In)
+        if len(lits) != 1:
+            return None
+        k = lits[0]
+        table = {
+            cst.Equal: value == k,
+            cst.NotEqual: value != k,
+            cst.LessThan: value < k,
+            cst.LessThanEqual: value <= k,
+            cst.GreaterThan: value > k,
+            cst.GreaterThanEqual: value >= k,
+        }
+        for klass, result in table.items():
+            if isinstance(op, klass):
+                return result
+    return None
+
+
+def _parse(text: str) -> cst.BaseExpression | None:
+    try:
+        return cst.parse_expression(text)
+    except Exception:  # a truncated or odd condition text: no compensation analysis
+        return None
 
 
 def _compensated(program, fn, node: Branch, rest, group: str) -> bool:
-    """`if not main: barrier()` ... `if main: barrier()`: over the whole block, ranks on
-    either side of the condition issue the same sequence."""
+    """`if not main: barrier()` ... `if main: barrier()` (or Hugging Face's `local_rank not in
+    [-1, 0]` ... `local_rank == 0`): over the whole block, every rank value issues the same
+    sequence. A negative rank means "not distributed" and is left out."""
     if node.kind != "if" or len(node.arms) != 2:
         return False
     block, _ = program.siblings.get(id(node), ([node], 0))
     if len(block) < 2:
         return False
-    key, _ = _cond_key(node.cond.text)
+    expr = _parse(node.cond.text)
+    var = _subject_of(expr) if expr is not None else None
+    if var is None:
+        return False
+    conds: dict[int, cst.BaseExpression] = {}
+    values: set[int] = set()
+    for n in block:
+        if isinstance(n, Branch) and n.kind == "if" and len(n.arms) == 2:
+            e = _parse(n.cond.text)
+            if e is not None and _subject_of(e) == var:
+                conds[id(n)] = e
+                for m in _iter_ints(e):
+                    values.add(m)
+    candidates: list[int | bool] = [v for v in values if v >= 0]
+    candidates += [max(values, default=0) + 1] if values else [True, False]
+    own = {_evaluate(expr, var, v) for v in candidates}
+    if own != {True, False}:
+        return False
     seqs = []
-    for value in (True, False):
-        toks = _tokens_assuming(program, block, fn, key, value)
+    for value in candidates:
+        toks: list[Tok] = []
+        for n in block:
+            e = conds.get(id(n))
+            truth = _evaluate(e, var, value) if e is not None else None
+            if truth is None:
+                toks.extend(program.node_tokens(n, fn))
+            else:
+                toks.extend(program.tokens(n.arms[0] if truth else n.arms[1], fn))
         seqs.append([t.key() for t in program.project(toks, group)])
-    return seqs[0] == seqs[1]
+    return all(s == seqs[0] for s in seqs)
+
+
+def _iter_ints(expr: cst.CSTNode):
+    if isinstance(expr, cst.Integer):
+        yield int(expr.value, 0)
+    elif isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+        for v in _iter_ints(expr.expression):
+            yield -v
+        return
+    for child in expr.children:
+        yield from _iter_ints(child)
 
 
 def _compare_arms(
