@@ -132,8 +132,14 @@ class _Event:
 
 
 class _Stream:
-    def __init__(self, *a: Any, **k: Any) -> None:
+    created = 0
+
+    def __init__(self, *a: Any, name: str | None = None, **k: Any) -> None:
         self.device = torch.device("cpu")
+        if name is None:
+            _Stream.created += 1
+            name = f"stream{_Stream.created}"
+        self.name = name
 
     def wait_stream(self, other: Any) -> None:
         return None
@@ -151,10 +157,12 @@ class _Stream:
         _RECORDER.sync("cuda.Stream.synchronize")
 
     def __enter__(self) -> _Stream:
+        self._outer = _RECORDER.stream
+        _RECORDER.stream = None if self.name == "default" else self.name
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        return None
+        _RECORDER.stream = self._outer
 
 
 _RECORDER: Recorder
@@ -162,7 +170,7 @@ _RECORDER: Recorder
 
 def _stub_cuda(local_rank: int, local_world: int) -> None:
     cuda = torch.cuda
-    stream = _Stream()
+    stream = _Stream(name="default")
     stubs = {
         "is_available": lambda: True,
         "is_initialized": lambda: True,
@@ -183,7 +191,7 @@ def _stub_cuda(local_rank: int, local_world: int) -> None:
         "manual_seed_all": lambda seed: None,
         "Stream": _Stream,
         "Event": _Event,
-        "stream": lambda s=None: contextlib.nullcontext(s),
+        "stream": lambda s=None: s if isinstance(s, _Stream) else contextlib.nullcontext(s),
         "current_stream": lambda device=None: stream,
         "default_stream": lambda device=None: stream,
         "device": lambda d=None: contextlib.nullcontext(),
@@ -272,6 +280,13 @@ def _install(spec: RankSpec, recorder: Recorder) -> None:
         ddp_init(self, module, None, None, *a, **k)
 
     DDP.__init__ = ddp_init_cpu
+    pre_forward = DDP._pre_forward
+
+    def ddp_pre_forward(self: Any, *a: Any, **k: Any) -> Any:
+        recorder.bucket = 0  # buckets of the coming backward count from 0
+        return pre_forward(self, *a, **k)
+
+    DDP._pre_forward = ddp_pre_forward
 
     if spec.steps:
         from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -394,8 +409,8 @@ def _skip_computation_without_communication() -> None:
         def step(self: Any, closure: Any = None) -> Any:
             return closure() if closure is not None else None
 
-        # profile_hook_step runs the global and per-optimizer step hooks around the call.
-        cls.step = torch.optim.Optimizer.profile_hook_step(step)
+        # Optimizer.__init__ wraps `step` once more so the step hooks still run.
+        cls.step = step
 
 
 def _install_fake_helpers(c10d: Any) -> None:

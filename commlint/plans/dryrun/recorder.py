@@ -14,6 +14,7 @@ import functools
 import os
 import sys
 import sysconfig
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -261,6 +262,8 @@ class Recorder:
         self.deferred_waits: list[str] = []
         self.requested_backend: str | None = None
         self.from_cpp = False
+        self.bucket = 0  # index of the next DDP gradient bucket in this backward
+        self.stream: str | None = None
         self.functional_handles: dict[int, str] = {}
         self.functional_waited: set[str] = set()
         self.ddp_rebuilds: dict[int, int] = {}
@@ -271,6 +274,10 @@ class Recorder:
         if self.deferred_waits and action.get("op") != "wait":
             handles, self.deferred_waits = self.deferred_waits, []
             self.send(("a", {"op": "wait", "handles": handles, "label": "DDP bucket wait"}))
+        if threading.current_thread() is not threading.main_thread():
+            action["thread"] = threading.current_thread().name
+        if self.stream is not None:
+            action["stream"] = self.stream
         site, stack = user_site(frames if frames is not None else _frames())
         if site:
             action["site"] = site
@@ -335,6 +342,9 @@ class Recorder:
             action["async"] = True
             action["handle"] = handle
             action["label"] = _cpp_origin(frames)
+            if action["label"] == "DDP gradient bucket":
+                action["bucket"] = self.bucket
+                self.bucket += 1
         elif op in ("send", "recv"):
             if api in _ASYNC_APIS or self.batch:
                 handle = self.next_handle()

@@ -1,0 +1,221 @@
+"""What the dry-run records, and `commlint run` as a user sees it (no real gloo runs here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from commlint.commands.run import parse_ranks
+from commlint.findings import CommlintInputError
+from commlint.graph.check import check_trace
+from commlint.plans.dryrun.merge import merge_partial
+from commlint.trace import Action, Trace
+
+HERE = Path(__file__).parent
+PROGRAMS = HERE / "programs"
+FIXTURES = HERE / "fixtures"
+
+
+@cache
+def record(program: str, world: int = 2, timeout: float = 20.0, **kw):
+    from commlint.plans.dryrun.driver import DryRunOptions, dry_run
+
+    options = DryRunOptions(
+        program=program,
+        args=list(kw.pop("args", ())),
+        world_size=world,
+        nproc_per_node=kw.pop("nproc_per_node", world),
+        ranks=list(range(world)),
+        timeout=timeout,
+        jobs=2,
+        **kw,
+    )
+    result = dry_run(options)
+    return result, result.trace(options)
+
+
+def ops(trace: Trace, rank: int) -> list[str]:
+    return [a.op for a in trace.ranks[rank]]
+
+
+def line_of(program: Path, text: str) -> int:
+    return next(i for i, ln in enumerate(program.read_text().splitlines(), 1) if text in ln)
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "commlint", "run", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_batched_p2p_keeps_the_batch_and_the_waits():
+    program = PROGRAMS / "ok_batch_p2p.py"
+    _, trace = record(str(program))
+    actions = trace.ranks[0]
+    p2p = [a for a in actions if a.op in ("isend", "irecv")]
+    assert [a.op for a in p2p] == ["isend", "irecv"]
+    assert p2p[0].batch and p2p[0].batch == p2p[1].batch
+    assert p2p[0].peer == 1 and p2p[1].peer == 1
+    waits = [h for a in actions if a.op == "wait" for h in a.handles]
+    assert waits == [p2p[0].handle, p2p[1].handle]
+    assert p2p[0].site == f"{program.relative_to(Path.cwd())}:{line_of(program, 'for req in')}"
+    assert any("batch_isend_irecv" in frame for frame in p2p[0].stack)
+
+
+def test_subgroups_are_recorded_by_global_ranks_and_roots_are_global():
+    _, trace = record(str(PROGRAMS / "ok_subgroups.py"), world=4)
+    assert trace.groups == {"g0_1": [0, 1], "g2_3": [2, 3]}
+    bcast = next(a for a in trace.ranks[3] if a.op == "broadcast")
+    assert (bcast.group, bcast.root) == ("g2_3", 2)
+    assert check_trace(trace, None).findings == []
+
+
+def test_ddp_buckets_are_async_and_waited_before_the_next_step():
+    _, trace = record(str(PROGRAMS / "ok_ddp.py"))
+    actions = trace.ranks[1]
+    assert trace.backend == "gloo" and trace.source == "dryrun"
+    assert actions[0].op == "all_gather"  # DDP's check that every rank has the same model
+    buckets = [a for a in actions if a.label == "DDP gradient bucket"]
+    assert len(buckets) >= 3 and all(a.is_async and a.handle for a in buckets)
+    assert [a.bucket for a in buckets] == [0, 0, 0]  # one bucket per backward: 0 each step
+    waited = {h for a in actions if a.op == "wait" for h in a.handles}
+    assert {a.handle for a in buckets} <= waited
+    assert buckets[0].site.endswith(f":{line_of(PROGRAMS / 'ok_ddp.py', 'backward()')}")
+
+
+def test_an_object_broadcast_steers_the_receivers():
+    result, trace = record(str(PROGRAMS / "ok_object_plan.py"))
+    sizes = [a.shape for a in trace.ranks[1] if a.op == "all_reduce"]
+    assert sizes == [[4], [8], [2]]  # rank 0's plan, not rank 1's own [None]
+    assert result.passes >= 2 and result.converged
+
+
+def test_reduced_flags_steer_loops_until_every_rank_agrees():
+    result, trace = record(str(PROGRAMS / "ok_uneven_join.py"))
+    assert len(trace.ranks[0]) == len(trace.ranks[1]) == 9
+    assert result.converged and not trace.ends
+
+
+def test_torchrun_environment_per_rank():
+    _, trace = record(str(FIXTURES / "env_shapes.py"), world=4, nproc_per_node=2)
+    shapes = {r: trace.ranks[r][0].shape for r in range(4)}
+    assert shapes == {0: [1], 1: [2], 2: [11], 3: [12]}
+    assert trace.backend == "nccl" and not trace.ends
+
+
+def test_cuda_calls_work_without_a_gpu_and_synchronize_is_a_sync():
+    _, trace = record(str(FIXTURES / "sync_and_async.py"))
+    assert ops(trace, 0) == ["all_reduce", "sync", "wait", "all_reduce"]
+    first, *_, on_side_stream = trace.ranks[0]
+    assert first.is_async and first.stream is None and not trace.ends
+    assert on_side_stream.stream == "stream1"
+    assert check_trace(trace, None).findings == []
+
+
+def test_functional_collectives_on_fake_tensors_are_recorded_with_their_waits():
+    result, trace = record(str(FIXTURES / "functional.py"), world=4)
+    assert result.mode == "fake"
+    acts = trace.ranks[1]
+    coll = [a for a in acts if a.op != "wait"]
+    assert [(a.op, a.group) for a in coll] == [("all_reduce", "g0_1"), ("all_gather", "g1_3")]
+    assert all(a.label and a.label.startswith("functional") for a in coll)
+    assert [a.handles for a in acts if a.op == "wait"] == [[coll[0].handle], [coll[1].handle]]
+
+
+def test_steps_stops_an_endless_training_loop():
+    _, trace = record(str(FIXTURES / "endless_training.py"), steps=2)
+    buckets = [a for a in trace.ranks[0] if a.label == "DDP gradient bucket"]
+    assert len(buckets) == 2 and not trace.ends
+
+
+def test_a_rank_that_loops_forever_is_stopped_and_its_peer_reported():
+    program = PROGRAMS / "bad_infinite_loop.py"
+    _, trace = record(str(program), timeout=2.0)
+    end = trace.ends[1]
+    assert end.kind == "timeout"
+    assert end.site.endswith(f":{line_of(program, 'while not')}") or end.site.endswith(
+        f":{line_of(program, 'pass')}"
+    )
+    codes = {f.code for f in check_trace(trace, None).findings}
+    assert codes & {"CL202", "CL210"}
+
+
+def test_an_exception_ends_the_rank_and_strands_its_peer():
+    program = PROGRAMS / "bad_stranded_exception.py"
+    result, trace = record(str(program))
+    assert trace.ends[1].kind == "exception"
+    assert trace.ends[1].message == "ValueError: corrupt sample in shard 1"
+    assert trace.ends[1].site.endswith(f":{line_of(program, 'raise ValueError')}")
+    findings = check_trace(trace, None).findings
+    assert [f.code for f in findings] == ["CL210"]
+    assert not result.notes  # the program's own exception, not a limit of fake tensors
+
+
+def test_parse_ranks():
+    assert parse_ranks("0-3,8,10-11", 16) == [0, 1, 2, 3, 8, 10, 11]
+    for bad in ("5-2", "0-16", "x", ""):
+        with pytest.raises(ValueError):
+            parse_ranks(bad, 16)
+
+
+def test_merge_refuses_a_rank_recorded_twice():
+    part = Trace(world_size=2, ranks={0: [Action(op="barrier")]}, meta={"partial": True})
+    with pytest.raises(CommlintInputError, match="rank 0 is recorded both"):
+        merge_partial([("a.yaml", part), ("b.yaml", part)])
+
+
+def test_cli_reports_a_deadlock_at_the_users_line():
+    program = PROGRAMS / "bad_pipeline_send_send.py"
+    out = cli("--nproc-per-node", "2", "--format", "json", str(program))
+    assert out.returncode == 1, out.stderr
+    report = json.loads(out.stdout)
+    assert [f["code"] for f in report["findings"]] == ["CL201"]
+    assert report["findings"][0]["path"] == os.path.relpath(program)
+    assert report["findings"][0]["line"] == line_of(program, "dist.send(")
+
+
+def test_cli_missing_program_and_program_that_always_crashes(tmp_path: Path):
+    out = cli("--nproc-per-node", "2", str(tmp_path / "nope.py"))
+    assert out.returncode == 2 and "nope.py: no such file" in out.stderr
+    crash = tmp_path / "crash.py"
+    crash.write_text("import torch.distributed as dist\ndist.init_process_group('gloo')\n1 / 0\n")
+    out = cli("--nproc-per-node", "2", str(crash))
+    assert out.returncode == 2
+    errors = [ln for ln in out.stderr.splitlines() if "error" in ln]
+    assert errors == [
+        f"commlint: error: {crash}:3: every rank raised ZeroDivisionError: division by zero"
+    ]
+    assert "Traceback" not in out.stderr
+
+
+def test_cli_bad_ranks_is_a_usage_error():
+    out = cli("--nproc-per-node", "4", "--ranks", "2-9", str(PROGRAMS / "ok_allreduce.py"))
+    assert out.returncode == 2 and "outside 0-3" in out.stderr
+
+
+def test_partial_dry_runs_saved_per_rank_are_checked_together(tmp_path: Path):
+    program = str(PROGRAMS / "bad_mesh_branch.py")
+    for ranks in ("0-1", "2-3"):
+        out = cli("--nproc-per-node", "4", "--ranks", ranks, "--save-trace", str(tmp_path), program)
+        assert out.returncode == 0, out.stderr
+        assert f"commlint plan {tmp_path}" in out.stderr
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == [f"rank-0000{r}.yaml" for r in range(4)]
+    plan = [sys.executable, "-m", "commlint", "plan", "--format", "json", str(tmp_path)]
+    out = subprocess.run(plan, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1, out.stderr
+    report = json.loads(out.stdout)
+    assert [f["code"] for f in report["findings"]] == ["CL201"]
+    assert sorted(report["findings"][0]["ranks"]) == [0, 1, 2, 3]
+    (tmp_path / "rank-00002.yaml").unlink()
+    out = subprocess.run(plan, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "ranks 2 are missing" in out.stderr
