@@ -14,9 +14,11 @@ Labels, from what the ranks did:
   check, a gloo size error) or was aborted by gloo while the program ran;
 - hang: no rank failed on its own, and some rank was still waiting in communication when its
   group's timeout expired;
-- corrupt: every rank returned, but ranks that must hold equal values (replicas, all-reduced
-  outputs: the `(key, value)` checks main() returns) do not — mismatched calls paired up
-  silently (gloo completes them; NCCL hangs or corrupts).
+- corrupt: every rank returned, but the members of some group issued different collectives
+  (op, shape, dtype or root; logged per call by the worker) that gloo paired up silently —
+  NCCL hangs or corrupts data on these. The `(key, value)` checks main() returns (replicas,
+  all-reduced outputs) are kept as a note: values that disagree while every group's calls
+  match are a data bug of the program, not a communication bug.
 """
 
 from __future__ import annotations
@@ -68,9 +70,53 @@ def _load(path: str, index: int):
     return mod
 
 
+# Collectives a program calls, and which argument is the tensor whose size the peers see.
+LOGGED = {
+    "all_reduce": 0,
+    "broadcast": 0,
+    "reduce": 0,
+    "barrier": None,
+    "all_gather": 1,
+    "all_gather_into_tensor": 1,
+    "reduce_scatter_tensor": 1,
+    "all_to_all_single": 1,
+}
+
+
+def log_collectives(dist, world_size: int) -> list:
+    """Record, per call of the program, (op, group ranks, shape, dtype, root): what each rank
+    really issued, to tell a silent mismatch (calls of one sequence that differ across the
+    members of a group, which gloo pairs up anyway) from a data bug."""
+    calls: list = []
+    for name, tensor_at in LOGGED.items():
+        original = getattr(dist, name)
+
+        def logged(*args, _original=original, _name=name, _at=tensor_at, **kwargs):
+            try:
+                group = kwargs.get("group")
+                ranks = (
+                    dist.get_process_group_ranks(group)
+                    if group is not None
+                    else list(range(world_size))
+                )
+                t = args[_at] if _at is not None and len(args) > _at else None
+                root = kwargs.get("src", kwargs.get("dst"))
+                shape = list(t.shape) if t is not None else None
+                dtype = str(t.dtype).removeprefix("torch.") if t is not None else None
+                calls.append([_name, ranks, shape, dtype, root])
+            except Exception:  # a call on a group this rank is not in: nothing to log
+                pass
+            return _original(*args, **kwargs)
+
+        setattr(dist, name, logged)
+    return calls
+
+
 def worker(port: int, rank: int, world_size: int, timeout: float, paths: list[str]) -> None:
     import torch.distributed as dist
     from torch.distributed import PrefixStore, TCPStore
+
+    calls = log_collectives(dist, world_size)
 
     store = TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=120))
     dist.init_process_group(
@@ -85,6 +131,7 @@ def worker(port: int, rank: int, world_size: int, timeout: float, paths: list[st
     for i, path in enumerate(paths):
         before = set(c10d._world.pg_map)
         started = time.monotonic()
+        calls.clear()
         result: dict = {"rank": rank}
         try:
             mod = _load(path, i)
@@ -104,6 +151,7 @@ def worker(port: int, rank: int, world_size: int, timeout: float, paths: list[st
                 where=where,
             )
         result["seconds"] = round(time.monotonic() - started, 3)
+        result["calls"] = calls[:400]
         store.set(f"res/{i}/{rank}", json.dumps(result))
         keys = [f"res/{i}/{r}" for r in range(world_size)]
         try:
@@ -166,25 +214,49 @@ def _abort_reason(stderr_path: Path) -> str:
     return ""
 
 
-def label_of(ranks: list[dict]) -> tuple[str, list[str]]:
-    """ok / hang / fail / corrupt from the per-rank results."""
-    statuses = [r["status"] for r in ranks]
-    if any(s in ("error", "died") for s in statuses):
-        return "fail", []
-    if any(s != "ok" for s in statuses):
-        return "hang", []
+def mismatched_groups(ranks: list[dict]) -> list[str]:
+    """Groups whose members issued different collective sequences (op, shape, dtype, root)."""
+    per_group: dict[tuple, dict[int, list]] = {}
+    for r in ranks:
+        for op, members, shape, dtype, root in r.get("calls", []):
+            key = tuple(members)
+            per_group.setdefault(key, {}).setdefault(r["rank"], []).append(
+                (op, tuple(shape or ()), dtype, root)
+            )
+    bad = []
+    for key, seqs in sorted(per_group.items()):
+        present = [seqs.get(m, []) for m in key if m < len(ranks)]
+        if any(s != present[0] for s in present[1:]):
+            bad.append("group " + ",".join(map(str, key)))
+    return bad
+
+
+def disagreeing_checks(ranks: list[dict]) -> list[str]:
+    """Check keys whose values differ across the ranks that report them."""
     values: dict[str, list[float]] = {}
     for r in ranks:
         for key, value in r.get("checks", []):
             values.setdefault(key, []).append(value)
     bad = []
     for key, vs in sorted(values.items()):
-        if any(not math.isfinite(v) for v in vs):
+        ref = max((abs(v) for v in vs if math.isfinite(v)), default=1.0) or 1.0
+        if any(not math.isfinite(v) for v in vs) or max(vs) - min(vs) > 1e-4 * ref + 1e-6:
             bad.append(key)
-            continue
-        ref = max(abs(v) for v in vs) or 1.0
-        if max(vs) - min(vs) > 1e-4 * ref + 1e-6:
-            bad.append(key)
+    return bad
+
+
+def label_of(ranks: list[dict]) -> tuple[str, list[str]]:
+    """ok / hang / fail / corrupt from the per-rank results.
+
+    corrupt = every rank returned, but the members of some group issued different collectives
+    (gloo paired them up anyway). Replicas that disagree while every group's calls match are a
+    data bug, not a communication bug: the label stays ok and the disagreement is noted."""
+    statuses = [r["status"] for r in ranks]
+    if any(s in ("error", "died") for s in statuses):
+        return "fail", []
+    if any(s != "ok" for s in statuses):
+        return "hang", []
+    bad = mismatched_groups(ranks)
     return ("corrupt" if bad else "ok"), bad
 
 
@@ -253,6 +325,10 @@ def run_batch(paths: list[str], world_size: int, timeout: float, log=print) -> l
                     else:
                         ranks.append({"rank": r, "status": "stuck"})
                 label, bad = label_of(ranks)
+                if label == "ok" and disagreeing_checks(ranks):
+                    bad = ["data only: " + ", ".join(disagreeing_checks(ranks))]
+                for r in ranks:  # the call log decided the label; keep only its length
+                    r["collectives"] = len(r.pop("calls", []))
                 wall = time.monotonic() - started
                 first_t = next(
                     (r.get("seconds") for r in ranks if r.get("seconds") is not None), None

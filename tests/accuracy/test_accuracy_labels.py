@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from bench.accuracy import generate
-from bench.accuracy.runner import label_of
+from bench.accuracy.runner import disagreeing_checks, label_of
 from bench.accuracy.score import POSITIVE, confusion, table
 
 HERE = Path(generate.__file__).resolve().parent
@@ -65,12 +65,20 @@ def test_unmutated_and_harmless_programs_complete():
     assert wrong == []
 
 
+AR = ["all_reduce", [0, 1], [4], "float32", None]
+AR64 = ["all_reduce", [0, 1], [4], "float64", None]
+BC0 = ["broadcast", [0, 1], [4], "float32", 0]
+BC1 = ["broadcast", [0, 1], [4], "float32", 1]
+
+
 @pytest.mark.parametrize(
-    ("statuses", "checks", "expected"),
+    ("statuses", "calls", "expected"),
     [
-        (["ok", "ok"], [[("x", 1.0)], [("x", 1.0)]], "ok"),
-        (["ok", "ok"], [[("x", 1.0)], [("x", 2.0)]], "corrupt"),
-        (["ok", "ok"], [[("a", 1.0)], [("b", 2.0)]], "ok"),  # different keys never compared
+        (["ok", "ok"], [[AR, BC0], [AR, BC0]], "ok"),
+        (["ok", "ok"], [[AR, BC0], [BC0, AR]], "corrupt"),  # reordered, paired silently
+        (["ok", "ok"], [[AR], [AR64]], "corrupt"),
+        (["ok", "ok"], [[BC0], [BC1]], "corrupt"),
+        (["ok", "ok"], [[AR, AR], [AR]], "corrupt"),  # one extra call left unmatched
         (["ok", "timeout"], [[], []], "hang"),
         (["peer_closed", "timeout"], [[], []], "hang"),
         (["error", "timeout"], [[], []], "fail"),  # the error came first: the job fails
@@ -78,12 +86,30 @@ def test_unmutated_and_harmless_programs_complete():
         (["ok", "stuck"], [[], []], "hang"),
     ],
 )
-def test_label_of_per_rank_results(statuses, checks, expected):
+def test_label_of_per_rank_results(statuses, calls, expected):
     ranks = [
-        {"rank": r, "status": s, "checks": [list(c) for c in ch]}
-        for r, (s, ch) in enumerate(zip(statuses, checks, strict=True))
+        {"rank": r, "status": s, "calls": c}
+        for r, (s, c) in enumerate(zip(statuses, calls, strict=True))
     ]
     assert label_of(ranks)[0] == expected
+
+
+def test_groups_are_compared_only_among_their_members():
+    solo = ["all_reduce", [1], [4], "float64", None]  # a one-member group: nobody to differ
+    ranks = [
+        {"rank": 0, "status": "ok", "calls": [AR]},
+        {"rank": 1, "status": "ok", "calls": [AR, solo]},
+    ]
+    assert label_of(ranks)[0] == "ok"
+
+
+def test_replicas_that_disagree_with_matching_calls_are_a_data_bug():
+    ranks = [
+        {"rank": 0, "status": "ok", "calls": [AR], "checks": [["w", 1.0]]},
+        {"rank": 1, "status": "ok", "calls": [AR], "checks": [["w", 2.0]]},
+    ]
+    assert label_of(ranks)[0] == "ok"
+    assert disagreeing_checks(ranks) == ["w"]
 
 
 def test_confusion_and_table_rows():
