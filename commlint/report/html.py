@@ -27,6 +27,7 @@ from commlint.trace import COLLECTIVE_OPS, P2P_OPS, WORLD, Action, Trace
 MAX_ROWS = 64
 BLOCKING_CODES = ("CL201", "CL202", "CL210")
 MAX_COLS = 160
+MAX_GROUPS = 16
 
 OP_COLOURS = {
     "all_reduce": "#4e79a7",
@@ -431,7 +432,16 @@ def _trace_section(path: str, trace: Trace | None, findings: list[Finding]) -> s
         odd = _odd_ranks(trace, lanes) if len(trace.ranks) > MAX_ROWS else set()
         out.append(_rank_grid(trace, hits, odd))
         out.append("<h3>Rank × sequence, per process group</h3>")
-        order = sorted(lanes, key=lambda g: (g != WORLD, g))
+        named = {trace.ranks[r][i].group for (r, i) in hits if r in trace.ranks}
+        order = sorted(lanes, key=lambda g: (g not in named, g != WORLD, g))
+        if len(order) > MAX_GROUPS:
+            rest = order[MAX_GROUPS:]
+            order = order[:MAX_GROUPS]
+            out.append(
+                f'<p class="note">{len(rest) + len(order)} groups: showing the '
+                f"{len(order)} that findings name first; not shown: "
+                f"{escape(', '.join(rest[:40]))}{' …' if len(rest) > 40 else ''}</p>"
+            )
         for group in order:
             members = trace.group_ranks(group) if (group == WORLD or group in trace.groups) else []
             out.append(

@@ -162,3 +162,22 @@ def test_html_is_listed_as_a_format(fmt, capsys):
     with pytest.raises(SystemExit):
         main(["plan", "--help"])
     assert fmt in capsys.readouterr().out
+
+
+def test_many_groups_show_the_named_ones_first():
+    world = 40
+    groups = {f"g{k:02d}": [2 * k, 2 * k + 1] for k in range(20)}
+    ranks = {r: [{"op": "all_reduce", "group": f"g{r // 2:02d}"}] for r in range(world)}
+    ranks[39] = [{"op": "barrier", "group": "g19"}]  # a mismatch in the last group
+    lines = ["version: 1", f"world_size: {world}", "groups:"]
+    lines += [f"  {g}: {m}" for g, m in groups.items()]
+    lines += ["ranks:"] + [f"  {r}: {a}".replace("'", "") for r, a in ranks.items()]
+    trace = loads_trace("\n".join(lines) + "\n")
+    result = check_trace(trace, "gloo")
+    for f in result.findings:
+        f.path = "many.yaml"
+    page = Page(html_report.render(Report(findings=result.findings), {"many.yaml": trace}))
+    shown = [h["data-group"] for h in page.find("h3", "group")]
+    assert len(shown) == html_report.MAX_GROUPS
+    assert shown[0] == "g19"  # the group a finding names comes first
+    assert any("20 groups: showing the 16" in t for t in page.text)
