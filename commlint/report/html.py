@@ -433,8 +433,9 @@ def _trace_section(path: str, trace: Trace | None, findings: list[Finding]) -> s
         out.append(_rank_grid(trace, hits, odd))
         out.append("<h3>Rank × sequence, per process group</h3>")
         named = {trace.ranks[r][i].group for (r, i) in hits if r in trace.ranks}
-        order = sorted(lanes, key=lambda g: (g not in named, g != WORLD, g))
+        order = sorted(lanes, key=lambda g: (g != WORLD, g))
         if len(order) > MAX_GROUPS:
+            order.sort(key=lambda g: g not in named)  # stable: WORLD, then by name
             rest = order[MAX_GROUPS:]
             order = order[:MAX_GROUPS]
             out.append(
