@@ -7,11 +7,13 @@ communication, and the merged trace goes to the same checker as `commlint plan`.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from pathlib import Path
 
 from commlint.commands.common import add_output_options, emit
-from commlint.findings import Finding, InputError, Report
+from commlint.findings import InputError, Report
+from commlint.plans.dryrun.merge import locate_at_site
 
 
 def parse_ranks(spec: str, world_size: int) -> list[int]:
@@ -136,22 +138,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _site_location(f: Finding) -> None:
-    """Point a finding at the user's line instead of at a trace."""
-    for loc in f.actions:
-        if loc.site and ":" in loc.site:
-            path, _, line = loc.site.rpartition(":")
-            if line.isdigit():
-                f.path, f.line = path, int(line)
-                return
-
-
 def run(args: argparse.Namespace) -> int:
     report = Report()
     program = args.program
     if not Path(program).is_file():
         report.errors.append(InputError(path=program, message="no such file"))
         return emit(report, args)
+    if importlib.util.find_spec("torch") is None:
+        print("commlint: error: `commlint run` needs torch: pip install 'commlint[torch]'",
+              file=sys.stderr)  # fmt: skip
+        return 2
     world = args.nproc_per_node * args.nnodes
     try:
         if args.ranks:
@@ -211,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
     trace = result.trace(options)
     checked = check_trace(trace, args.model, program, None)
     for f in checked.findings:
-        _site_location(f)
+        locate_at_site(f)
         f.path = f.path or program
     report.findings.extend(checked.findings)
     report.checked += 1

@@ -350,7 +350,7 @@ class Recorder:
                 handle = self.next_handle()
                 action["op"] = "i" + op
                 action["handle"] = handle
-        elif local.get("async_op"):
+        elif local.get("async_op") or (api == "_coalescing_manager" and local.get("async_ops")):
             handle = self.next_handle()
             action["async"] = True
             action["handle"] = handle
@@ -366,7 +366,11 @@ class Recorder:
             action["tag"] = tag
         if reduce_op:
             action["reduce_op"] = reduce_op
-        if tensors:
+        if len(tensors) > 1:  # coalesced: one op over several tensors
+            action["bytes"] = sum(t.numel() * t.element_size() for t in tensors)
+            action["dtype"] = str(tensors[0].dtype).removeprefix("torch.")
+            action["label"] = f"coalesced, {len(tensors)} tensors"
+        elif tensors:
             t = tensors[0]
             action["shape"] = list(t.shape)
             action["dtype"] = str(t.dtype).removeprefix("torch.")
