@@ -102,6 +102,7 @@ CONFIGS = [  # (label, collectives per TP group N, disorder p, sync q, overlap)
     ("overlap 3", 10, 2.5e-4, 0.0, 3),
     ("sync 0.1", 10, 4e-3, 0.1, 2),
     ("sync 0.3", 10, 4e-3, 0.3, 2),
+    ("sync 0.6", 10, 4e-3, 0.6, 2),
 ]
 
 
@@ -114,14 +115,14 @@ def main() -> None:
     if args.markdown:
         print(
             "| config | N (TP) / 3N (DP) per group | disorder p | sync q | groups per rank | "
-            "single-queue | gloo | nccl (sync model) |"
+            "swaps / round | single-queue | gloo | nccl (sync model) |"
         )
-        print("|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|")
     else:
         print(f"64 ranks, TP=DP=PP=4, {args.rounds} rounds per row, seed {args.seed}")
         print(
             f"{'config':10s} {'N':>4s} {'p':>8s} {'q':>7s} {'ovl':>3s}  "
-            f"{'single-queue':>12s} {'gloo':>6s} {'nccl':>6s}   time"
+            f"{'swaps':>5s} {'single-queue':>12s} {'gloo':>6s} {'nccl':>6s}   time"
         )
     for label, n, p, q, overlap in CONFIGS:
         t0 = time.perf_counter()
@@ -129,12 +130,12 @@ def main() -> None:
         dt = time.perf_counter() - t0
         if args.markdown:
             print(
-                f"| {label} | {n} / {3 * n} | {p:g} | {q:g} | {overlap} | "
+                f"| {label} | {n} / {3 * n} | {p:g} | {q:g} | {overlap} | {r['swaps']:.1f} | "
                 f"{r['single-queue']:.0%} | {r['gloo']:.0%} | {r['nccl']:.0%} |"
             )
         else:
             print(
-                f"{label:10s} {n:4d} {p:8.0e} {q:7.0e} {overlap:3d}  "
+                f"{label:10s} {n:4d} {p:8.0e} {q:7.0e} {overlap:3d}  {r['swaps']:5.1f} "
                 f"{r['single-queue']:12.1%} {r['gloo']:6.1%} {r['nccl']:6.1%}   {dt:5.1f} s"
             )
 
