@@ -176,6 +176,12 @@ class Program:
             keys = [tuple(t.key() for t in a) for a in arms]
             if all(k == keys[0] for k in keys):
                 return arms[0]
+            # a group created under an ordinary condition is lazy initialisation
+            # (`if _GROUP is None: _GROUP = new_group(...)`): it does not follow the caller
+            arms = [[t for t in a if t.cat != "create"] for a in arms]
+            keys = [tuple(t.key() for t in a) for a in arms]
+            if all(k == keys[0] for k in keys):
+                return arms[0]
             first = next(t for a in arms for t in a)
             return [
                 Tok(

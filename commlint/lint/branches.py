@@ -63,6 +63,12 @@ def _subject(node: Branch, k: int, cond: Cond) -> str:
     return f"{_who(cond)} where {arm_label(node, k)}"
 
 
+def _who_exit(node: Branch, k: int, cond: Cond) -> str:
+    if node.kind == "exhaustion":
+        return "ranks whose iterator runs out first (`except StopIteration`)"
+    return f"{_who(cond)} where {arm_label(node, k)}"
+
+
 def _who(cond: Cond) -> str:
     return "ranks" if cond.dims else "ranks whose data makes"
 
@@ -350,6 +356,8 @@ def _early_exits(program: Program, fn: Function, node: Branch, cond: Cond, cont)
         for i, n in enumerate(arm):
             if not isinstance(n, Exit):
                 continue
+            if n.kind == "raise":
+                break  # a raise ends the rank and the launcher stops the job: crash, not hang
             skipped = program.continuation(cont, n.kind, fn)
             if not skipped:
                 break
@@ -378,7 +386,7 @@ def _early_exits(program: Program, fn: Function, node: Branch, cond: Cond, cont)
                     RawFinding(
                         code="CL103",
                         message=(
-                            f"{_who(cond)} where {arm_label(node, k)} {verb} at line "
+                            f"{_who_exit(node, k, cond)} {verb} at line "
                             f"{n.pos.line} and never reach {real.op} at {real.describe()}, "
                             f"which the other ranks enter: {HANG} on {gname}"
                         ),

@@ -671,7 +671,10 @@ class Extractor:
         idx: list[Val] = []
         for el in node.slice:
             if isinstance(el.slice, cst.Index):
-                idx.append(self.expr(el.slice.value))
+                # `parts[rank]`: this rank's element of a list built the same way everywhere;
+                # its properties are usually uniform (a slice `data[rank::world]` is not)
+                v = self.expr(el.slice.value)
+                idx.append(Val(data=v.data, origin=v.origin) if v.data else CLEAN)
             elif isinstance(el.slice, cst.Slice):
                 idx.extend(self.expr(x) for x in (el.slice.lower, el.slice.upper, el.slice.step))
         if (base.mesh is not None or "mesh" in self.text(node.value).lower()) and len(
@@ -1175,6 +1178,7 @@ class Extractor:
             rank_excluded=excluded,
             rank_cond=rcond,
             under_divergent=self.divergent_depth > 0,
+            in_branch=bool(self.restrict),
             via=via,
         )
         self.emit(comm)

@@ -70,6 +70,7 @@ class Comm:
     rank_excluded: frozenset[int] | None = None
     rank_cond: Cond | None = None  # the condition that restricts rank_set
     under_divergent: bool = False  # inside a rank/data-dependent branch of its function
+    in_branch: bool = False  # inside any branch or loop condition of its function
     local_sync: bool = False
     via: str | None = None  # the wrapper that hides this communication
 

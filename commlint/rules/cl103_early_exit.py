@@ -1,4 +1,4 @@
-"""CL103: a rank- or data-dependent return/break/continue/raise/exit skips a collective."""
+"""CL103: a rank- or data-dependent return/break/continue/exit skips a collective."""
 
 from commlint.lint.branches import branch_findings
 from commlint.rules import Rule
@@ -11,15 +11,20 @@ def check(program):
 RULE = Rule(
     code="CL103",
     name="early-exit-before-collective",
-    summary="Some ranks leave (return, break, continue, raise, exit) before a collective that "
+    summary="Some ranks leave (return, break, continue, sys.exit) before a collective that "
     "the others still call.",
     explanation="""
 An early exit under a condition that differs between ranks is a branch in disguise: the ranks
-that take it skip every collective that follows, up to the end of the function (`return`,
-`raise`, `sys.exit`) or of the loop (`break`, `continue`). Typical cases: `if rank != 0:
-return` before a barrier, a data-dependent `break` out of the training loop ("loss is NaN",
-"time budget spent", "iterator exhausted" — `except StopIteration: break` with shards of
-different lengths) before the epoch's all-reduce.
+that take it skip every collective that follows, up to the end of the function (`return`) or
+of the loop (`break`, `continue`). Typical cases: `if rank != 0: return` before a barrier, a
+data-dependent `break` out of the training loop ("loss is NaN", "time budget spent",
+"iterator exhausted" — `except StopIteration: break` with shards of different lengths) before
+the epoch's all-reduce, and `sys.exit(0)` on the workers — also inside a helper called before
+the collective (the call chain is shown).
+
+`raise` is not reported: an exception ends the rank, and the launcher (torchrun) then stops
+every rank — a crash, which is what you want instead of a hang. Catching it and carrying on is
+what turns it into a hang (see CL104).
 """,
     severity="error",
     kind="source",

@@ -92,7 +92,7 @@ def check(program):
                         f"`dist.get_global_rank(group, {r.literal})`.",
                     )
                 )
-            elif r.exact and GLOBAL in r.dims and not n.under_divergent:
+            elif r.exact and GLOBAL in r.dims and not n.in_branch:
                 if n.kind in ("send", "recv"):
                     msg = (
                         f"{r.param}={r.text} in {where} is this rank's own rank: every rank "
