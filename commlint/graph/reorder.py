@@ -722,13 +722,14 @@ def _moves(w: Witness, trace: Trace, windows: dict[int, list[Window]]) -> list[s
     return out
 
 
-def _moved_actions(w: Witness, windows: dict[int, list[Window]]) -> list[tuple[int, int]]:
+def _moved_actions(w: Witness, windows: dict[int, list[Window]]) -> list[tuple[int, int, int]]:
+    """(rank, action, slot it takes in the witness) of every action the witness moves."""
     out = []
     for (rank, wid), order in sorted(w.orders.items()):
         win = windows[rank][wid - 1]
-        for k, v in enumerate(order):
-            if v != k:
-                out.extend((rank, a) for a in win.units[v].actions)
+        slots = sorted(k for u in win.units for k in u.actions)
+        new = [k for v in order for k in win.units[v].actions]
+        out.extend((rank, k, slot) for slot, k in zip(slots, new, strict=True) if k != slot)
     return sorted(out)
 
 
@@ -811,17 +812,19 @@ def _finding(
     trace: Trace,
     w: Witness,
     moves: list[str],
-    moved: list[tuple[int, int]],
+    moved: list[tuple[int, int, int]],
     path: str | None,
     lines,
 ) -> Finding:
     dl = w.deadlock
     locs = []
-    for rank, k in moved:
+    for rank, k, slot in moved:
         line = lines.action_line(rank, k) if lines else None
         a = trace.ranks[rank][k]
+        when = "earlier" if slot < k else "later"
+        message = f"issued {when} in the witness (as action {slot})"
         locs.append(
-            Location(path=path, line=line, rank=rank, action=k, site=a.site, message="runs earlier")
+            Location(path=path, line=line, rank=rank, action=k, site=a.site, message=message)
         )
     first = next((loc for loc in locs if loc.line is not None), None)
     cycle = dl.message.split(" — deadlock")[0]
@@ -838,7 +841,7 @@ def _finding(
         path=path,
         line=first.line if first else None,
         col=1 if first else None,
-        ranks=sorted({e.rank for e in dl.cycle or ()} | {r for r, _ in moved}),
+        ranks=sorted({e.rank for e in dl.cycle or ()} | {r for r, _, _ in moved}),
         cycle=dl.cycle,
         actions=locs,
         fix=_fix(trace, moved),
@@ -846,8 +849,8 @@ def _finding(
     )
 
 
-def _fix(trace: Trace, moved: list[tuple[int, int]]) -> str:
-    acts = [trace.ranks[r][k] for r, k in moved]
+def _fix(trace: Trace, moved: list[tuple[int, int, int]]) -> str:
+    acts = [trace.ranks[r][k] for r, k, _ in moved]
     if any(a.bucket is not None for a in acts):
         return (
             "Do not issue a collective on another group from a gradient hook while DDP buckets "
