@@ -53,8 +53,9 @@ def test_consistent_interleaving_never_deadlocks(seed):
 
 
 def test_disorder_deadlocks_under_single_queue_never_under_gloo():
-    """Each rank swaps its first two invocations on different groups. A swap is necessary,
-    not sufficient (DFCCL §2.3): a cycle needs swaps on several ranks that chain up."""
+    """Each rank swaps its first two invocations on different groups. Disorder is necessary,
+    not sufficient (DFCCL §2.3): a swap deadlocks only when the groups between the swapped
+    pair chain back to it."""
     verdicts = []
     for seed in range(6):
         trace = trace_from_data(projected(seed, swap_ranks=tuple(range(8))))
