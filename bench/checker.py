@@ -121,6 +121,48 @@ def build(target_actions: int) -> Trace:
     )
 
 
+def wide_hangs(w: int) -> list[tuple[str, Trace]]:
+    """Hangs whose wait-for graph is large: a star, a ring, a clique."""
+    mk = Action.model_construct
+    star = {
+        r: [mk(op="all_reduce", group="WORLD", tag=0), mk(op="barrier", group="WORLD", tag=0)]
+        for r in range(w)
+    }
+    star[w - 1] = star[w - 1][::-1]
+    ring = {
+        r: [
+            mk(op="send", peer=(r + 1) % w, group="WORLD", tag=0),
+            mk(op="recv", peer=(r - 1) % w, group="WORLD", tag=0),
+        ]
+        for r in range(w)
+    }
+    k = 48
+    clique = {
+        r: [mk(op="all_reduce", group=f"g{(r + j) % k}", tag=0) for j in range(k)] for r in range(k)
+    }
+    build = Trace.model_construct
+    return [
+        (
+            f"{w} ranks, one rank issues another collective",
+            build(version=1, world_size=w, groups={}, ranks=star, ends={}),
+        ),
+        (
+            f"{w}-rank send ring (one {w}-cycle)",
+            build(version=1, world_size=w, groups={}, ranks=ring, ends={}),
+        ),
+        (
+            f"{k}-rank clique of group waits",
+            build(
+                version=1,
+                world_size=k,
+                groups={f"g{j}": list(range(k)) for j in range(k)},
+                ranks=clique,
+                ends={},
+            ),
+        ),
+    ]
+
+
 def measure(n: int) -> tuple[int, float, float, float]:
     trace = build(n)
     actions = trace.num_actions()
@@ -162,6 +204,12 @@ def main(argv: list[str]) -> None:
     for (a0, t0), (a1, t1) in itertools.pairwise(rows):
         exp = math.log(t1 / t0) / math.log(a1 / a0)
         print(f"growth exponent (cpu time) {a0:,} → {a1:,}: {exp:.2f}")
+    print("wait-for graphs at scale (cpu s, all three models):")
+    for label, trace in wide_hangs(1024):
+        c0 = time.process_time()
+        result = check_trace(trace, "all", reorder=False)
+        codes = sorted({f.code for f in result.findings})
+        print(f"  {label:<44} {time.process_time() - c0:7.3f}  {codes}")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS: {peak:,.0f} MiB (includes the trace objects)")
 

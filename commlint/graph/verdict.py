@@ -9,6 +9,7 @@ rank, never the execution graph.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import islice
 
 import networkx as nx
 
@@ -71,22 +72,34 @@ def _expected_ranks(g: Graph, inst: int) -> list[int]:
     return [key[2], key[3]]
 
 
-def _culprits(g: Graph, st: State, op: int) -> dict[int, tuple[int, bool]]:
-    """Ranks whose missing progress keeps `op` from completing."""
+def _culprits(
+    g: Graph, st: State, op: int, memo: dict | None = None
+) -> dict[int, tuple[int, bool]]:
+    """Ranks whose missing progress keeps `op` from completing.
+
+    `memo` caches per-instance work, so N members blocked in one collective cost O(N)."""
     while not st.started[op] and g.op_prev[op] != -1 and not st.done[g.op_prev[op]]:
         op = g.op_prev[op]  # queued behind an earlier op of the same queue
     inst = g.op_inst[op]
-    started = {g.op_rank[m] for m in g.inst_members[inst] if st.started[m]}
-    out: dict[int, tuple[int, bool]] = {}
-    for r in _expected_ranks(g, inst):
-        if r not in started:
-            out[r] = (op, False)
-    if inst in g.mismatched:
-        mine = _action(g, op)
-        for m in g.inst_members[inst]:
-            other = _action(g, m)
-            if (other.op, other.root) != (mine.op, mine.root):
-                out.setdefault(g.op_rank[m], (op, True))
+    mine = _action(g, op)
+    key = (inst, mine.op, mine.root)
+    cached = memo.get(key) if memo is not None else None
+    if cached is None:
+        started = {g.op_rank[m] for m in g.inst_members[inst] if st.started[m]}
+        missing = [r for r in _expected_ranks(g, inst) if r not in started]
+        differing = []
+        if inst in g.mismatched:
+            for m in g.inst_members[inst]:
+                other = _action(g, m)
+                if (other.op, other.root) != (mine.op, mine.root):
+                    differing.append(g.op_rank[m])
+        cached = (missing, differing)
+        if memo is not None:
+            memo[key] = cached
+    missing, differing = cached
+    out: dict[int, tuple[int, bool]] = dict.fromkeys(missing, (op, False))
+    for r in differing:
+        out.setdefault(r, (op, True))
     out.pop(g.op_rank[op], None)
     return out
 
@@ -97,6 +110,7 @@ def _action(g: Graph, op: int) -> Action:
 
 def blocked_ranks(g: Graph, st: State) -> list[Blocked]:
     out = []
+    memo: dict = {}
     for r, prog in g.steps.items():
         i = st.pc[r]
         if i >= len(prog) or r in st.failed:
@@ -112,7 +126,7 @@ def blocked_ranks(g: Graph, st: State) -> list[Blocked]:
             ops = [o for o in range(len(g.op_rank)) if g.op_rank[o] == r and st.issued[o]]
             ops = [o for o in ops if not st.done[o]]
         for op in ops:
-            for t, why in _culprits(g, st, op).items():
+            for t, why in _culprits(g, st, op, memo).items():
                 b.targets.setdefault(t, why)
         out.append(b)
     return out
@@ -229,16 +243,18 @@ def _cycles(wfg: nx.DiGraph, limit: int) -> tuple[list[list[int]], bool]:
     for scc in nx.strongly_connected_components(wfg):
         if len(scc) < 2:
             continue
-        sub = wfg.subgraph(scc)
+        sub = wfg.subgraph(scc).copy()  # a view is several times slower to search
         if all(d == 1 for _, d in sub.out_degree()):  # one ring: the SCC is the cycle
             found.append([u for u, _ in nx.find_cycle(sub)])
             continue
-        for bound in range(2, len(scc) + 1):
-            for c in nx.simple_cycles(sub, length_bound=bound):
-                if len(c) == bound:
-                    found.append(c)
-            if len(found) > limit * 4:
-                break
+        # Short cycles first (cheap, bounded search), then longer ones from Johnson's
+        # algorithm; both stop early, so a star or clique of thousands of cycles costs little.
+        cap = limit * 4
+        short = list(islice(nx.simple_cycles(sub, length_bound=3), cap))
+        found.extend(short)
+        if len(short) < cap:
+            longer = (c for c in nx.simple_cycles(sub) if len(c) > 3)
+            found.extend(islice(longer, cap - len(short)))
     found.sort(key=lambda c: (len(c), sorted(c)))
     canon = []
     for c in found:
@@ -265,7 +281,12 @@ def verdict(
             else:
                 stranded.setdefault((g.op_inst[op], t), []).append(b)
 
-    cycles, more = _cycles(wfg, max_cycles)
+    # A collective whose members disagree hangs them all; CL203 says so once. Its edges stay
+    # out of the cycle search, which would otherwise list every pair of those members.
+    plain = nx.DiGraph()
+    plain.add_nodes_from(wfg)
+    plain.add_edges_from((u, v) for u, v, m in wfg.edges(data="mismatch") if not m)
+    cycles, more = _cycles(plain, max_cycles)
     for c in cycles:
         edges = [_edge(ctx, blocked[r], c[(k + 1) % len(c)]) for k, r in enumerate(c)]
         data = [wfg.edges[r, c[(k + 1) % len(c)]] for k, r in enumerate(c)]
