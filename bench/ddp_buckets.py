@@ -30,7 +30,7 @@ ITERATIONS = 3
 WORLD = 2
 
 
-def _worker(rank: int, port: int, out) -> None:
+def _worker(rank: int, port: int, out, caps: tuple[int, ...] = BUCKET_CAPS) -> None:
     from datetime import timedelta
 
     import torch
@@ -43,7 +43,7 @@ def _worker(rank: int, port: int, out) -> None:
     aux = dist.new_group(list(range(WORLD)), timeout=timeout)
     results = {}
     try:
-        for cap in BUCKET_CAPS:
+        for cap in caps:
             torch.manual_seed(0)
             model = torch.nn.Sequential(*[torch.nn.Linear(WIDTH, WIDTH) for _ in range(LAYERS)])
             ddp = DDP(model, bucket_cap_mb=cap)
@@ -82,11 +82,12 @@ def _worker(rank: int, port: int, out) -> None:
         dist.destroy_process_group()
 
 
-def record() -> dict:
+def record(caps: tuple[int, ...] = BUCKET_CAPS) -> dict:
+    """Per rank, per cap: the events of every iteration (one launch of WORLD processes)."""
     ctx = mp.get_context("fork")
     q = ctx.Queue()
     port = 29500 + os.getpid() % 2000
-    procs = [ctx.Process(target=_worker, args=(r, port, q)) for r in range(WORLD)]
+    procs = [ctx.Process(target=_worker, args=(r, port, q, caps)) for r in range(WORLD)]
     for p in procs:
         p.start()
     got = dict(q.get(timeout=300) for _ in procs)
@@ -130,12 +131,12 @@ def trace_for(events: list[tuple]) -> dict:
     return acts
 
 
-def table(recorded: dict) -> list[dict]:
+def table(recorded: dict, caps: tuple[int, ...] = BUCKET_CAPS) -> list[dict]:
     from commlint.graph.check import check_trace
     from commlint.plans.io import trace_from_data
 
     rows = []
-    for cap in BUCKET_CAPS:
+    for cap in caps:
         ranks = {r: trace_for(recorded[r][cap][-1]) for r in range(WORLD)}
         events = recorded[0][cap][-1]
         fused = sum(e[0] == "bucket" for e in events)
