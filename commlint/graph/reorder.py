@@ -446,25 +446,26 @@ def _explicit(
                 k += 1
                 wid_of[id(it)] = k
     for w in multi:
-        live = [v for v, u in enumerate(w.units) if any(labels[x] in keep for x in u.insts)]
-        if len(live) < 2:
-            continue
-        for x in live:
-            for y in live:
-                if x == y:
-                    continue
-                fixed = _fixed_block(w, model, x, y)
-                if not fixed and not _can_block(w, model, x, y):
-                    continue
-                for a in w.units[x].insts:
-                    for b in w.units[y].insts:
-                        if a == b:
-                            continue
-                        ex.adj.setdefault(a, []).append(b)
-                        if fixed:
-                            ex.fixed.add((a, b))
-                        else:
-                            ex.free.setdefault((a, b), []).append((w.rank, wid_of[id(w)], x, y))
+        by_comp: dict[int, set[int]] = {}
+        for v, u in enumerate(w.units):
+            for x in u.insts:
+                if labels[x] in keep:
+                    by_comp.setdefault(labels[x], set()).add(v)
+        # a pair whose instances sit in different components is on no cycle
+        pairs = {(x, y) for vs in by_comp.values() if len(vs) > 1 for x in vs for y in vs if x != y}
+        for x, y in sorted(pairs):
+            fixed = _fixed_block(w, model, x, y)
+            if not fixed and not _can_block(w, model, x, y):
+                continue
+            for a in w.units[x].insts:
+                for b in w.units[y].insts:
+                    if a == b:
+                        continue
+                    ex.adj.setdefault(a, []).append(b)
+                    if fixed:
+                        ex.fixed.add((a, b))
+                    else:
+                        ex.free.setdefault((a, b), []).append((w.rank, wid_of[id(w)], x, y))
     for e in ex.fixed:
         ex.free.pop(e, None)
     return ex
