@@ -3,7 +3,11 @@
     python -m bench.accuracy.label                     # every program without a label
     python -m bench.accuracy.label --world-size 2 --limit 40
     python -m bench.accuracy.label --ids mlp_w2_0000 gpt_w4_0001 --force
+    python -m bench.accuracy.label --exclude-family dtensor --world-size 6 --world-size 8
     python -m bench.accuracy.label --sample 6 --check  # re-run a sample, compare to labels
+
+A program is labelled again when its text changed since its label (the label keeps a hash).
+DTensor programs run one per launch (see `needs_own_launch`): about 30 s each here.
 
 Labels go to bench/accuracy/labels.json after every chunk, so a long run can be stopped and
 resumed. Runs under `nice -n 10`; programs of one world size share a launch.
@@ -106,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Label benchmark programs by running them for real.")
     p.add_argument("--ids", nargs="*", help="only these program ids")
     p.add_argument("--world-size", type=int, action="append", help="only this world size")
+    p.add_argument("--family", action="append", help="only this family (e.g. dtensor)")
+    p.add_argument("--exclude-family", action="append", help="leave this family out")
     p.add_argument("--limit", type=int, help="at most this many programs")
     p.add_argument("--force", action="store_true", help="relabel programs that have a label")
     p.add_argument("--chunk", type=int, default=40, help="programs per launch (default 40)")
@@ -123,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
         programs = [q for q in programs if q["id"] in wanted]
     if args.world_size:
         programs = [q for q in programs if q["world_size"] in args.world_size]
+    if args.family:
+        programs = [q for q in programs if q["family"] in args.family]
+    if args.exclude_family:
+        programs = [q for q in programs if q["family"] not in args.exclude_family]
     if args.sample:
         rng = random.Random(args.seed)
         pool = [q for q in programs if q["id"] in labels]
