@@ -1,0 +1,107 @@
+"""Communication calls are found however they are imported or reached, and rank sources are
+recognised in every usual spelling."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.lint.helpers import lint_source
+
+CALLS = {
+    "alias": ("import torch.distributed as dist", "dist.all_reduce(t)"),
+    "full": ("import torch.distributed", "torch.distributed.all_reduce(t)"),
+    "from-import-as": ("from torch.distributed import all_reduce as ar", "ar(t)"),
+    "from-torch-import": ("from torch import distributed as D", "D.barrier()"),
+    "c10d": ("import torch.distributed.distributed_c10d as c10d", "c10d.broadcast(t, src=0)"),
+    "funcol": (
+        "import torch.distributed._functional_collectives as funcol",
+        "t = funcol.all_reduce(t, 'sum', group)",
+    ),
+    "deepspeed-comm": ("import deepspeed.comm as dist", "dist.all_reduce(t)"),
+    "mesh-group": (
+        "import torch.distributed as dist",
+        "dist.all_reduce(t, group=mesh.get_group('dp'))",
+    ),
+    "accelerate-util": ("from accelerate.utils import gather", "t = gather(t)"),
+    "wait-for-everyone": (
+        "from accelerate import Accelerator\nacc = Accelerator()",
+        "acc.wait_for_everyone()",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CALLS))
+def test_call_is_resolved_however_imported(case, tmp_path):
+    imports, call = CALLS[case]
+    src = (
+        f"import torch.distributed\n{imports}\n\n\ndef f(t, group, mesh):\n"
+        f"    if torch.distributed.get_rank() == 0:\n        {call}\n"
+    )
+    report = lint_source(src, tmp_path)
+    assert [f.code for f in report.findings if f.code == "CL101"] == ["CL101"], src
+
+
+RANKS = {
+    "env": "int(os.environ['RANK']) == 0",
+    "env-get": "os.environ.get('LOCAL_RANK') == '0'",
+    "getenv": "os.getenv('SLURM_PROCID') == '0'",
+    "args": "args.local_rank == 0",
+    "self-attr": "self.rank == 0",
+    "helper": "is_main_process()",
+    "accel-attr": "accelerator.is_local_main_process",
+    "group-rank": "dist.get_rank(group) == 0",
+    "ternary-role": "('a' if dist.get_rank() else 'b') == 'a'",
+    "len-of-shard": "len(items[dist.get_rank()::2]) > 3",
+}
+
+
+@pytest.mark.parametrize("case", sorted(RANKS))
+def test_rank_sources(case, tmp_path):
+    cond = RANKS[case]
+    src = (
+        "import os\nimport torch.distributed as dist\n\n\nclass T:\n"
+        "    def f(self, args, accelerator, items, group, t):\n"
+        f"        if {cond}:\n            dist.all_reduce(t, group=group)\n"
+    )
+    report = lint_source(src, tmp_path)
+    assert [f.code for f in report.findings] == ["CL101"], (src, report.findings)
+
+
+UNIFORM = {
+    "world-size": "dist.get_world_size() > 1",
+    "initialized": "dist.is_initialized()",
+    "step": "step % 100 == 0",
+    "reduced-flag": "flag.item() > 0",
+    "sentinel": "int(os.environ.get('LOCAL_RANK', -1)) != -1",
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNIFORM))
+def test_uniform_conditions_are_not_findings(case, tmp_path):
+    cond = UNIFORM[case]
+    src = (
+        "import os\nimport torch.distributed as dist\n\n\n"
+        "def f(t, step, flag):\n    dist.all_reduce(flag)\n"
+        f"    if {cond}:\n        dist.all_reduce(t)\n"
+    )
+    assert lint_source(src, tmp_path).findings == []
+
+
+def test_ternary_collective(tmp_path):
+    src = (
+        "import torch.distributed as dist\n\n\ndef f(t):\n"
+        "    return dist.all_reduce(t) if dist.get_rank() == 0 else None\n"
+    )
+    (f,) = lint_source(src, tmp_path).findings
+    assert f.code == "CL101" and f.line == 5
+
+
+def test_rank_dependent_mesh_creation(tmp_path):
+    src = (
+        "import torch.distributed as dist\n"
+        "from torch.distributed.device_mesh import init_device_mesh\n\n\n"
+        "def f():\n    if dist.get_rank() < 4:\n"
+        "        return init_device_mesh('cuda', (2, 2), mesh_dim_names=('dp', 'tp'))\n"
+        "    return None\n"
+    )
+    assert [f.code for f in lint_source(src, tmp_path).findings] == ["CL108"]
