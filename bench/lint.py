@@ -16,7 +16,9 @@ Prints files, wall time, files/s and CPU time (of the whole process tree, the fa
 on a shared machine) per run, and the ratios against the goals (commlint cold no slower than
 TorchFix; cached at least 10x faster than TorchFix). A crash (internal error,
 traceback, exit code other than 0/1) on any file fails the benchmark with exit code 1. The
-findings of the cold run are kept in bench/_work/findings.json for docs/real-world.md.
+findings of the cold run are kept in bench/_work/findings.json for docs/real-world.md, each
+run's stderr in bench/_work/TOOL-MODE.stderr. `--head` benchmarks the committed code (useful
+while the work tree is being edited).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ DOWNLOADS = WORK / "dl"
 SOURCES = WORK / "src"
 TORCHFIX_VENV = WORK / "torchfix-venv"
 CACHE = WORK / "commlint-cache"
+SNAPSHOT = WORK / "commlint-head"
 FINDINGS = WORK / "findings.json"
 
 # Pinned so that the figures and docs/real-world.md can be reproduced.
@@ -140,14 +143,37 @@ def crash_in(stderr: str) -> str:
     return ""
 
 
-def timed(tool: str, mode: str, command: list[str], n_files: int, ok_codes: set[int]) -> Run:
+def head_snapshot() -> Path:
+    """The committed commlint (git HEAD), exported: edits in the work tree during a long run
+    would change the code (and the cache key) between the cold and the cached run."""
+    shutil.rmtree(SNAPSHOT, ignore_errors=True)
+    SNAPSHOT.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", "HEAD", "commlint"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(SNAPSHOT)], input=archive, check=True)
+    return SNAPSHOT
+
+
+def timed(
+    tool: str,
+    mode: str,
+    command: list[str],
+    n_files: int,
+    ok_codes: set[int],
+    env: dict[str, str] | None = None,
+) -> Run:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = subprocess.run(command, cwd=WORK, capture_output=True, text=True)
+    proc = subprocess.run(command, cwd=WORK, capture_output=True, text=True, env=env)
     seconds = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     # CPU time of the whole process tree: the fair figure on a shared, loaded machine.
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    (WORK / f"{tool}-{mode}.stderr").write_text(proc.stderr, encoding="utf-8")
     crashed = crash_in(proc.stderr)
     if proc.returncode not in ok_codes and not crashed:
         crashed = f"exit code {proc.returncode}: {proc.stderr.strip()[-400:]}"
@@ -203,6 +229,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--skip-torchfix", action="store_true", help="time commlint only")
     parser.add_argument("--no-nice", action="store_true", help="do not lower our priority")
+    parser.add_argument(
+        "--head",
+        action="store_true",
+        help="run the commlint of git HEAD (exported to bench/_work), not the work tree's",
+    )
     args = parser.parse_args(argv)
     packages = [p.strip() for p in args.packages.split(",") if p.strip()]
     unknown = [p for p in packages if p not in PACKAGES]
@@ -220,11 +251,18 @@ def main(argv: list[str] | None = None) -> int:
 
     shutil.rmtree(CACHE, ignore_errors=True)
     runs = []
+    env = None
+    if args.head:
+        env = dict(os.environ, PYTHONPATH=str(head_snapshot()))
+        log(f"commlint from git HEAD, exported to {SNAPSHOT.relative_to(ROOT)}")
     cached_out = WORK / "findings-cached.json"
+    for stale in (FINDINGS, cached_out):
+        stale.unlink(missing_ok=True)
     for mode, output in (("cold", FINDINGS), ("cached", cached_out)):
         log(f"commlint {mode} on {len(files)} files (-j {args.jobs}) ...")
         command = commlint_command(rel_files, args.jobs, output)
-        runs.append(timed("commlint", mode, command, len(files), {0, 1}))
+        runs.append(timed("commlint", mode, command, len(files), {0, 1}, env))
+        log(f"  {runs[-1].seconds:.1f} s wall, {runs[-1].cpu:.1f} s CPU, exit {runs[-1].exit_code}")
     baseline = None
     if not args.skip_torchfix:
         exe = torchfix_executable()
@@ -237,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
             {0, 1},
         )
         runs.append(baseline)
+        log(f"  {baseline.seconds:.1f} s wall, {baseline.cpu:.1f} s CPU")
 
     print()
     print(f"packages: {', '.join(PACKAGES[p] for p in packages)}")
