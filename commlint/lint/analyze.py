@@ -83,7 +83,9 @@ class Program:
     """Every file's facts, with summaries computed on demand."""
 
     def __init__(self, files: list[FileFacts], table: ApiTable, options: dict | None = None):
-        self.files = [f for f in files if not f.skipped and f.syntax_error is None]
+        self.files = [
+            f for f in files if not f.skipped and f.syntax_error is None and not f.internal_error
+        ]
         self.table = table
         self.options = options or {}
         self.functions: dict[str, Function] = {}

@@ -190,6 +190,10 @@ def extract(path: str, module: str, data: bytes, extra_key: str) -> FileFacts:
             functions={},
             syntax_error=(1, 1, "too deeply nested to analyse"),
         )
+    except Exception as exc:  # a bug of ours must not stop the other files from being checked
+        return FileFacts(
+            path=path, module=module, functions={}, internal_error=f"{type(exc).__name__}: {exc}"
+        )
 
 
 def _extract_job(args: tuple[str, str, bytes, str]) -> FileFacts:
@@ -312,12 +316,28 @@ def lint_paths(paths: list[str], config: LintConfig, opts: LintOptions) -> Repor
                     "Fix the file so that it parses (`python -m py_compile`).",
                 )
             )
+    for ff in facts:
+        if ff.internal_error is not None:
+            report.errors.append(
+                InputError(
+                    path=ff.path,
+                    message=f"internal error while analysing: {ff.internal_error} "
+                    "(please report it)",
+                )
+            )
     rules = all_rules()
     for code in sorted(enabled):
         rule = rules[code]
         if rule.check is None:
             continue
-        raw.extend(rule.check(program))
+        try:
+            raw.extend(rule.check(program))
+        except Exception as exc:
+            if os.environ.get("COMMLINT_DEBUG"):
+                raise
+            report.errors.append(
+                InputError(message=f"internal error in rule {code}: {type(exc).__name__}: {exc}")
+            )
     findings = _apply_noqa(raw, facts, enabled)
     if opts.diff_ref:
         changed, err = changed_lines(opts.diff_ref, [str(f) for f in files])

@@ -164,6 +164,7 @@ class FileFacts:
     noqa: dict[int, frozenset[str] | None] = field(default_factory=dict)  # line -> codes; None=all
     syntax_error: tuple[int, int, str] | None = None
     skipped: bool = False  # never mentions distributed code
+    internal_error: str | None = None  # the extractor failed on this file (a bug of ours)
     stmt_ranges: list[tuple[int, int]] = field(default_factory=list)
 
 
