@@ -41,7 +41,21 @@ def real_runs(tmp_path_factory):
     for case in cases:
         if case["name"] in fails:  # gloo may kill the process: one launch each
             results.update(run_cases([case], work / case["name"], TIMEOUT))
+    # A loaded machine can stretch a correct op past the timeout: re-run each disagreeing case
+    # once, alone, with a longer timeout. A real disagreement persists.
+    by_name = {c["name"]: c for c in cases}
+    for name in [n for n in predicted if _disagreements(n, predicted[n], results.get(n, {}))]:
+        results.update(run_cases([by_name[name]], work / f"retry-{name}", TIMEOUT * 2))
     return predicted, results
+
+
+def _disagreements(name: str, outcomes: dict, case: dict) -> list[str]:
+    out = []
+    for rank, pred in outcomes.items():
+        real = case.get(rank)
+        if real is None or not _agree(pred, real, case):
+            out.append(f"{name} rank {rank}: checker {pred}, real {real}")
+    return out
 
 
 def _agree(pred, real, case: dict) -> bool:
@@ -65,11 +79,7 @@ def test_replay_agrees_with_checker(real_runs):
     predicted, results = real_runs
     disagreements = []
     for name, outcomes in predicted.items():
-        case = results.get(name, {})
-        for rank, pred in outcomes.items():
-            real = case.get(rank)
-            if real is None or not _agree(pred, real, case):
-                disagreements.append(f"{name} rank {rank}: checker {pred}, real {real}")
+        disagreements += _disagreements(name, outcomes, results.get(name, {}))
     assert not disagreements, "\n".join(disagreements)
     # The corpus really exercises all three fates.
     statuses = {r["status"] for case in results.values() for r in case.values()}
