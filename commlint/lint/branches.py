@@ -60,17 +60,17 @@ def _subject(node: Branch, k: int, cond: Cond) -> str:
     if node.kind == "if" and ranks is not None and len(ranks) <= 4:
         names = ", ".join(map(str, sorted(ranks)))
         return f"rank{'s' if len(ranks) > 1 else ''} {names} (`{cond.text}`)"
-    return f"{_who(cond)} where {arm_label(node, k)}"
+    return f"ranks where {arm_label(node, k)}{_data_note(cond)}"
 
 
 def _who_exit(node: Branch, k: int, cond: Cond) -> str:
     if node.kind == "exhaustion":
         return "ranks whose iterator runs out first (`except StopIteration`)"
-    return f"{_who(cond)} where {arm_label(node, k)}"
+    return f"ranks where {arm_label(node, k)}{_data_note(cond)}"
 
 
-def _who(cond: Cond) -> str:
-    return "ranks" if cond.dims else "ranks whose data makes"
+def _data_note(cond: Cond) -> str:
+    return "" if cond.dims else " (it depends on each rank's own data)"
 
 
 def _fix(tok: Tok, group: str, cond: Cond) -> str:

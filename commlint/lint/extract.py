@@ -865,7 +865,7 @@ class Extractor:
                     ints = self._range_ints(node, args)
                     if ints is not None:
                         return Val(ints=ints)
-                    if args[0].ints is not None:
+                    if last != "range" and len(args) == 1 and args[0].ints is not None:
                         return Val(ints=args[0].ints)
                 if last in ("int", "bool", "str") and args:
                     return replace(v, exact=args[0].exact, zero=args[0].zero)

@@ -42,7 +42,7 @@ def check(program):
                         RawFinding(
                             code="CL110",
                             message=(
-                                f"{real.op} at {real.describe()} {verb}, but no rank running "
+                                f"{real.describe()} {verb}, but no rank running "
                                 f"`{fn.name}` ever calls a matching "
                                 f"{'recv/irecv' if want == 'recv' else 'send/isend'}: "
                                 f"it blocks forever ({WHY[want]})"

@@ -4,8 +4,8 @@ import torch
 import torch.distributed as dist
 
 
-def run(rank, world_size):
-    workers = dist.new_group(list(range(1, world_size)))
+def run(rank):
+    workers = dist.new_group([1, 2, 3])
     grads = torch.zeros(10)
     if rank == 0:
         dist.all_reduce(grads, group=workers)  # expect: CL107
