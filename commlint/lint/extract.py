@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
+from libcst.metadata import MetadataWrapper, PositionProvider, ScopeProvider
 
 from commlint.lint.ir import (
     AsyncFact,
@@ -141,7 +141,10 @@ class Extractor:
         module = cst.parse_module(self.source)
         self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
         self.module = self.wrapper.module
-        self._qn = self.wrapper.resolve(QualifiedNameProvider)
+        # QualifiedNameProvider's answers, computed on demand from the scope analysis for the
+        # few nodes the linter asks about (resolving every node costs as much as the scopes)
+        self._scopes = self.wrapper.resolve(ScopeProvider)
+        self._qn_cache: dict[int, list[str]] = {}
         self._pos = self.wrapper.resolve(PositionProvider)
         self.pending: list[tuple] = []
         self.stmt_line = 1
@@ -166,12 +169,19 @@ class Extractor:
 
     # ------------------------------------------------------------- helpers
     def qnames(self, node: cst.CSTNode) -> list[str]:
-        v = self._qn.get(node)
-        if v is None:
-            return []
-        if callable(v):
-            v = v()
-        return sorted(q.name.lstrip(".") for q in v)
+        key = id(node)
+        hit = self._qn_cache.get(key)
+        if hit is not None:
+            return hit
+        scope = self._scopes.get(node)
+        names: list[str] = []
+        if scope is not None:
+            try:
+                names = sorted(q.name.lstrip(".") for q in scope.get_qualified_names_for(node))
+            except Exception:  # libcst cannot name some nodes (e.g. in comprehensions)
+                names = []
+        self._qn_cache[key] = names
+        return names
 
     def pos(self, node: cst.CSTNode) -> Pos:
         r = self._pos[node]
