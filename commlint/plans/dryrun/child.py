@@ -454,9 +454,14 @@ def _install_fake_helpers(c10d: Any) -> None:
     ddp_mod._verify_param_shape_across_processes = verify_shapes
     reducer = torch._C._distributed_c10d.Reducer
 
+    told = []
+
     def rebuild_buckets(self: Any) -> bool:
         # The rebuild copies parameter data, which fake tensors do not have: the first
         # iteration's buckets stay (an assumption noted in the trace's meta).
+        if not told:
+            told.append(True)
+            _RECORDER.send(("assume", "DDP buckets keep the first iteration's order (no rebuild)"))
         return False
 
     reducer._rebuild_buckets = rebuild_buckets

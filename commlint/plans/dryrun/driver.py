@@ -38,6 +38,7 @@ class RankRun:
     backend: str | None = None
     seconds: float = 0.0
     cpu_seconds: float | None = None
+    assumes: str | None = None
     peak_bytes: int | None = None
 
 
@@ -84,8 +85,9 @@ class DryRunResult:
         }
         if options.steps:
             meta["steps"] = options.steps
-        if self.mode == "fake":
-            meta["assumes"] = "DDP buckets keep the first iteration's order (no rebuild)"
+        assumed = sorted({self.runs[r].assumes for r in ranks if self.runs[r].assumes})
+        if assumed:
+            meta["assumes"] = "; ".join(assumed)
         if self.notes:
             meta["notes"] = self.notes
         if len(ranks) < options.world_size:
@@ -202,6 +204,8 @@ def _handle(run: RankRun, msg: tuple) -> None:
         run.ended = True
     elif kind == "fake-limit":
         run.fake_limit = (msg[1], msg[2], msg[3])
+    elif kind == "assume":
+        run.assumes = msg[1]
     elif kind == "usage":
         run.cpu_seconds, run.peak_bytes = msg[1], msg[2]
     elif kind == "backend":
