@@ -264,7 +264,19 @@ def _compare_arms(
         who = _subject(node, k, cond)
         verb = "calls" if who.startswith("rank ") else "call"
         msg = f"{who} {verb} {what} on {gname} at {real.describe()}; {rest}"
-        if tok.cat == "create" or real.cat == "create":
+        if (
+            (tok.cat == "create" or real.cat == "create")
+            and other is not None
+            and (leaf_tok(other).cat == "create")
+        ):
+            o = leaf_tok(other)
+            msg = (
+                f"ranks where {arm_label(node, k)} create {real.op} at {real.describe()} "
+                f"while the other ranks create {o.op} at {o.describe()} at that point: groups "
+                "must be created in the same order on every rank, otherwise each side's "
+                "new_group waits for a different group's creation and the job hangs"
+            )
+        elif tok.cat == "create" or real.cat == "create":
             msg = (
                 f"only ranks where {arm_label(node, k)} create a process group with "
                 f"{real.op} at {real.describe()}; group creation is a collective over the "

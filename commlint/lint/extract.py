@@ -1249,11 +1249,17 @@ class Extractor:
             self.facts.creates_subgroups = True
         gkey, _ = self._group_arg(node, fact.group)
         rank_set, excluded, rcond = self._restriction()
+        op = fact.op
+        if fact.ranks is not None:
+            # which group is created matters: the same groups in another order also hang
+            ranks_arg = _kwarg(node, fact.ranks[1], fact.ranks[0])
+            if ranks_arg is not None:
+                op = f"{fact.op}({self.text(ranks_arg)[:40]})"
         if not local:
             self.emit(
                 Comm(
                     kind="create",
-                    op=fact.op,
+                    op=op,
                     group=gkey,
                     text=text,
                     pos=self.pos(node),
