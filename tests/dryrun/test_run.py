@@ -83,7 +83,7 @@ def test_ddp_buckets_are_async_and_waited_before_the_next_step():
     _, trace = record(str(PROGRAMS / "ok_ddp.py"))
     actions = trace.ranks[1]
     assert trace.backend == "gloo" and trace.source == "dryrun"
-    assert actions[0].op == "all_gather"  # DDP's check that every rank has the same model
+    assert (actions[0].op, actions[0].label) == ("all_gather", "DDP model check")
     buckets = [a for a in actions if a.label == "DDP gradient bucket"]
     assert len(buckets) >= 3 and all(a.is_async and a.handle for a in buckets)
     assert [a.bucket for a in buckets] == [0, 0, 0]  # one bucket per backward: 0 each step
@@ -112,12 +112,13 @@ def test_torchrun_environment_per_rank():
     assert trace.backend == "nccl" and not trace.ends
 
 
-def test_cuda_calls_work_without_a_gpu_and_synchronize_is_a_sync():
+def test_cuda_calls_work_without_a_gpu_streams_and_threads_are_recorded():
     _, trace = record(str(FIXTURES / "sync_and_async.py"))
-    assert ops(trace, 0) == ["all_reduce", "sync", "wait", "all_reduce"]
-    first, *_, on_side_stream = trace.ranks[0]
+    assert ops(trace, 0) == ["all_reduce", "sync", "wait", "all_reduce", "all_reduce"]
+    first, *_, on_side_stream, from_thread = trace.ranks[0]
     assert first.is_async and first.stream is None and not trace.ends
-    assert on_side_stream.stream == "stream1"
+    assert on_side_stream.stream == "stream1" and on_side_stream.thread is None
+    assert from_thread.thread == "comm-thread" and from_thread.stream is None
     assert check_trace(trace, None).findings == []
 
 

@@ -131,10 +131,20 @@ def _c10d_api(frames: list[Any]) -> tuple[str | None, dict[str, Any]]:
     return found.f_code.co_name, found.f_locals
 
 
+_DDP_PHASES = {
+    "_pre_forward": "DDP bucket rebuild",
+    "_sync_module_states": "DDP parameter broadcast",
+    "_verify_param_shape_across_processes": "DDP model check",
+}
+
+
 def _cpp_origin(frames: list[Any]) -> str:
     names = [f.f_code.co_filename for f in frames]
     if any("_functional_collectives" in n for n in names):
         return "functional collective"
+    for f in frames:
+        if f.f_code.co_name in _DDP_PHASES and f.f_code.co_filename.startswith(_TORCH_DIR):
+            return _DDP_PHASES[f.f_code.co_name]
     if any(os.sep + "autograd" + os.sep in n for n in names):
         return "DDP gradient bucket"
     return "issued by torch"
