@@ -954,10 +954,18 @@ class Extractor:
                 return None
         group_args: dict[str, str] = {}
         for k, a in enumerate(node.args):
-            v = self._peek(a.value)
-            gkey = v.group or None
-            if gkey is None:
+            if not isinstance(a.value, cst.Name | cst.Attribute | cst.Call | cst.Subscript):
                 continue
+            v = self._peek(a.value)
+            gkey = v.group
+            if gkey is None:
+                # keyed as the caller's own collectives would key this expression
+                if isinstance(a.value, cst.Name) and a.value.value in self._params():
+                    gkey = f"param:{a.value.value}"
+                elif isinstance(a.value, cst.Name) and a.value.value == "None":
+                    gkey = "WORLD"
+                else:
+                    gkey = self.text(a.value)
             if a.keyword is not None:
                 group_args[a.keyword.value] = gkey
             else:

@@ -105,3 +105,20 @@ def test_rank_dependent_mesh_creation(tmp_path):
         "    return None\n"
     )
     assert [f.code for f in lint_source(src, tmp_path).findings] == ["CL108"]
+
+
+HELPER = (
+    "import torch.distributed as dist\n\n\n"
+    "def reduce(t, group=None):\n    dist.all_reduce(t, group=group)\n\n\n"
+    "def step(t, tp_group, dp_group):\n    if dist.get_rank(dp_group) == 0:\n"
+    "        reduce(t, {arg})\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("arg", "expected"),
+    [("tp_group", []), ("dp_group", ["CL101"]), ("group=dp_group", ["CL101"]), ("", ["CL101"])],
+)
+def test_group_parameters_are_substituted_at_call_sites(arg, expected, tmp_path):
+    src = HELPER.format(arg=arg).replace("reduce(t, )", "reduce(t)")
+    assert [f.code for f in lint_source(src, tmp_path).findings] == expected, src
