@@ -220,3 +220,28 @@ def test_partial_dry_runs_saved_per_rank_are_checked_together(tmp_path: Path):
     (tmp_path / "rank-00002.yaml").unlink()
     out = subprocess.run(plan, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "ranks 2 are missing" in out.stderr
+
+
+def test_every_collective_api_delivers_peer_values():
+    # The program asserts on what it receives (gathered ranks, reduced sums, objects):
+    # it ends cleanly only if every value reached its receiver as under a real backend.
+    result, trace = record(str(FIXTURES / "many_apis.py"))
+    assert not trace.ends and result.converged and result.passes > 1
+    assert [a.op for a in trace.ranks[1]] == [
+        "all_gather",
+        "all_gather",
+        "reduce_scatter",
+        "all_to_all",
+        "reduce",
+        "all_gather",  # gather_object: sizes to every rank, then the data to the root
+        "gather",
+        "broadcast",  # scatter_object_list: max size, sizes, data
+        "scatter",
+        "scatter",
+        "recv",  # recv_object_list: size, then data
+        "recv",
+        "barrier",
+    ]
+    a2a = trace.ranks[1][3]
+    assert a2a.in_splits == [1, 1] and a2a.out_splits == [1, 1]
+    assert check_trace(trace, None).findings == []
