@@ -29,6 +29,7 @@ from commlint.lint.table import ApiTable
 
 GLOBAL = "global"
 MAX_DEPTH = 8
+MAX_TOKENS = 512
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,9 @@ class Program:
             return []
         self._in_progress.add(fn.key)
         try:
-            toks = self.tokens(fn.body, fn)
+            # a bound on the inlined sequence keeps deep call trees linear; the prefix is
+            # what branch comparison looks at first
+            toks = self.tokens(fn.body, fn)[:MAX_TOKENS]
         finally:
             self._in_progress.discard(fn.key)
         self._summary[fn.key] = toks
