@@ -271,6 +271,23 @@ def render(programs: list[dict], labels: dict, results: dict[str, dict]) -> str:
             + " | ".join(str(ws.get(w, 0)) for w in (2, 4, 6, 8))
             + f" | {sum(ws.values())} |"
         )
+    summary = ["", "## Summary", "", "| tool | programs | precision | recall | tp | tn | fp | fn |"]
+    summary.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for tool in TOOLS:
+        res = results.get(tool, {})
+        rows = [
+            (lab[p["id"]] in POSITIVE, bool(res[p["id"]]["flagged"]))
+            for p in labelled
+            if p["id"] in res
+        ]
+        if rows:
+            c = confusion(rows)
+            summary.append(
+                f"| `commlint {tool}` | {c['n']} | {_pct(c['tp'], c['tp'] + c['fp'])} | "
+                f"{_pct(c['tp'], c['tp'] + c['fn'])} | {c['tp']} | {c['tn']} | {c['fp']} | "
+                f"{c['fn']} |"
+            )
+    lines += summary
     lines += [
         "",
         "## Ground truth",
