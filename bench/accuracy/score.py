@@ -171,10 +171,14 @@ def score_tool(
     if limit is not None:
         todo = todo[:limit]
     print(f"commlint {tool}: {len(todo)} of {len(programs)} programs to run", flush=True)
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
     began = time.monotonic()
     for n, (p, key) in enumerate(todo, 1):
         res = run_one(tool, p, isolated)
         res["key"] = key
+        res["commit"] = head
         data["results"][p["id"]] = res
         if n % 20 == 0 or n == len(todo):
             save_results(tool, data)
@@ -368,6 +372,13 @@ def render(programs: list[dict], labels: dict, results: dict[str, dict]) -> str:
         for p in sorted(scored, key=lambda p: p["world_size"]):
             by_w[f"W={p['world_size']}"].append(row(p))
         lines += ["By world size:", "", *table("world size", dict(by_w)), ""]
+        stale = sum(res[p["id"]].get("key", "").split(":")[-1] != tool_hash(tool) for p in scored)
+        if stale:
+            lines += [
+                f"{stale} of these results come from an earlier version of the tool's sources "
+                "(`python -m bench.accuracy.score` re-runs them; `--keep-stale` keeps them).",
+                "",
+            ]
         secs = [res[p["id"]]["seconds"] for p in scored]
         lines += [
             "Detection time per program (wall time of the command on one program, in one "
