@@ -739,6 +739,8 @@ class Extractor:
         return replace(v, guard=guard or next((x.guard for x in vals if x.guard), None))
 
     def ex_BooleanOperation(self, node) -> Val:
+        if isinstance(node.operator, cst.And) and _is_single_stage_test(node):
+            return CLEAN  # first and last pipeline stage at once: pipeline size 1, everywhere
         a, b = self.expr(node.left), self.expr(node.right)
         v = join(a, b)
         return replace(v, guard=a.guard or b.guard)
@@ -867,6 +869,8 @@ class Extractor:
                 return self.spawn(node, "a thread", _kwarg(node, "target", 1))
         for q in names:
             if self.table.in_set(self.table.data_sources, q):
+                if args and all(a.uniform for a in args):
+                    return Val(uniform=True)  # `torch.equal(reduced_max, reduced_min)`
                 return Val(data=True, origin=f"`{self.text(node)[:40]}` differs between ranks")
         if any(q.startswith("builtins.") for q in names) or (not names and last in PURE_BUILTINS):
             if last in PURE_BUILTINS:
@@ -1334,6 +1338,16 @@ class _ClassEnv(dict):
 
     def __contains__(self, key) -> bool:
         return dict.__contains__(self, key) or key in self.cls
+
+
+def _is_single_stage_test(node: cst.BooleanOperation) -> bool:
+    names = set()
+    for side in (node.left, node.right):
+        if not isinstance(side, cst.Call):
+            return False
+        f = side.func
+        names.add(f.attr.value if isinstance(f, cst.Attribute) else getattr(f, "value", ""))
+    return names == {"is_pipeline_first_stage", "is_pipeline_last_stage"}
 
 
 def _is_sentinel(comp: cst.ComparisonTarget) -> bool:

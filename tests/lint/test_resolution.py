@@ -122,3 +122,26 @@ HELPER = (
 def test_group_parameters_are_substituted_at_call_sites(arg, expected, tmp_path):
     src = HELPER.format(arg=arg).replace("reduce(t, )", "reduce(t)")
     assert [f.code for f in lint_source(src, tmp_path).findings] == expected, src
+
+
+def test_reduced_digests_compared_with_torch_equal_are_uniform(tmp_path):
+    src = (
+        "import torch\nimport torch.distributed as dist\n\n\n"
+        "def check(digest, group):\n    hi, lo = digest.clone(), digest.clone()\n"
+        "    dist.all_reduce(hi, op=dist.ReduceOp.MAX, group=group)\n"
+        "    dist.all_reduce(lo, op=dist.ReduceOp.MIN, group=group)\n"
+        "    if not torch.equal(hi, lo):\n        dist.barrier(group=group)\n"
+    )
+    assert lint_source(src, tmp_path).findings == []
+
+
+def test_megatron_single_stage_idiom_is_uniform(tmp_path):
+    src = (
+        "import torch.distributed as dist\nfrom megatron.core import parallel_state as ps\n\n\n"
+        "def f(t):\n"
+        "    pipelined = not (ps.is_pipeline_first_stage() and ps.is_pipeline_last_stage())\n"
+        "    if pipelined:\n"
+        "        dist.broadcast(t, src=0, group=ps.get_pipeline_model_parallel_group())\n"
+    )
+    codes = [f.code for f in lint_source(src, tmp_path).findings]
+    assert "CL101" not in codes
