@@ -381,10 +381,14 @@ def render(programs: list[dict], labels: dict, results: dict[str, dict]) -> str:
             ]
         secs = [res[p["id"]]["seconds"] for p in scored]
         lines += [
-            "Detection time per program (wall time of the command on one program, in one "
-            "long-lived process; a cold `commlint` process adds interpreter"
-            + (" and torch" if tool == "run" else "")
-            + " start-up): "
+            "Detection time per program (wall time of `commlint "
+            + (
+                "check --no-cache PROG"
+                if tool == "check"
+                else "run --nproc-per-node W --tensors real PROG"
+            )
+            + "` on one program, in one long-lived process; a cold `commlint` process adds "
+            "interpreter" + (" and torch" if tool == "run" else "") + " start-up): "
             f"median {statistics.median(secs):.2f} s, p90 {_q(secs, 0.9):.2f} s, "
             f"max {max(secs):.2f} s, total {sum(secs):.0f} s.",
             "",
@@ -453,8 +457,9 @@ def _label_cost(labelled: list[dict], labels: dict) -> str:
         f"Labelling cost: {sum(secs) / 60:.0f} min of program time for {len(secs)} programs "
         f"(median per label: {parts}; a hang costs its timeout, 3 s at W ≤ 4 and 6 s above), "
         "plus about 8-15 s of start-up per launch of W processes — a launch runs up to 40 "
-        "programs, and a gloo abort ends it. On this 2-core machine, shared, the whole set "
-        "took about an hour of wall time under `nice -n 10`."
+        "programs, and a gloo abort ends it; DTensor programs run alone (about 20-40 s "
+        "each). On the shared 2-core machine the whole set took about 80 minutes of wall "
+        "time under `nice -n 10`, relabelling included."
     )
 
 
