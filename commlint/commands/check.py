@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections import Counter
 from pathlib import Path
 
 from commlint.commands.common import add_output_options, emit
@@ -27,7 +26,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.add_argument(
             "--extend-select", help="comma-separated codes or prefixes to add to the selection"
         )
-    p.add_argument("--statistics", action="store_true", help="print counts per rule only")
     p.add_argument(
         "-j",
         "--jobs",
@@ -78,20 +76,4 @@ def run(args: argparse.Namespace) -> int:
     # selection is already applied (config + flags, ruff semantics)
     args.select = None
     args.ignore = None
-    if args.statistics:
-        return _statistics(report, args)
     return emit(report, args)
-
-
-def _statistics(report: Report, args: argparse.Namespace) -> int:
-    from commlint.rules import all_rules
-
-    for err in report.errors:
-        print(f"commlint: error: {err.one_line()}", file=sys.stderr)
-    counts = Counter(f.code for f in report.findings)
-    rules = all_rules()
-    width = max((len(str(n)) for n in counts.values()), default=1)
-    for code, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
-        print(f"{n:>{width}}\t{code}\t{rules[code].name}")
-    code = report.exit_code()
-    return 0 if code == 1 and args.exit_zero else code

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from contextlib import nullcontext
 
 from commlint.findings import Finding, Report
 from commlint.report import FORMATS, write_report
+from commlint.report.statistics import write_statistics
 
 
 def add_output_options(p: argparse.ArgumentParser, formats: tuple[str, ...] | None = None) -> None:
@@ -22,6 +24,9 @@ def add_output_options(p: argparse.ArgumentParser, formats: tuple[str, ...] | No
     p.add_argument("--select", help="comma-separated rule codes or prefixes to report (e.g. CL2)")
     p.add_argument("--ignore", help="comma-separated rule codes or prefixes to leave out")
     p.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
+    p.add_argument(
+        "--statistics", action="store_true", help="print the number of findings per rule only"
+    )
 
 
 def _codes(spec: str | None) -> list[str]:
@@ -44,11 +49,13 @@ def emit(report: Report, args: argparse.Namespace) -> int:
     sys.stdout.flush()
     for err in report.errors:
         print(f"commlint: error: {err.one_line()}", file=sys.stderr)
-    if args.output_file:
-        with open(args.output_file, "w", encoding="utf-8") as fh:
-            write_report(report, args.format, fh, **getattr(args, "report_options", {}))
-    else:
-        write_report(report, args.format, sys.stdout, **getattr(args, "report_options", {}))
+    options = getattr(args, "report_options", {})
+    with open(args.output_file, "w", encoding="utf-8") if args.output_file else nullcontext() as fh:
+        out = fh or sys.stdout
+        if getattr(args, "statistics", False):
+            write_statistics(report, out, "json" if args.format == "json" else "text")
+        else:
+            write_report(report, args.format, out, **options)
     code = report.exit_code()
     if code == 1 and args.exit_zero:
         return 0

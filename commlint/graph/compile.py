@@ -95,6 +95,7 @@ def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
     op_fails = g.op_fails
     inst_need, inst_members, inst_key = g.inst_need, g.inst_members, g.inst_key
     inst_sig: list[tuple] = []
+    pending: dict[tuple, list[tuple[int, int]]] = {}  # per-call problems, by call site
     capacity = sum(len(v) for v in trace.ranks.values())  # ops <= actions; trimmed at the end
     op_next.extend([-1] * capacity)
     op_waited.extend([False] * capacity)
@@ -126,11 +127,11 @@ def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
             mem = members[group]
             if op in COLLECTIVE_OPS:
                 if rank not in mem:
-                    g.problems.append(_non_member(trace, rank, i, a))
+                    pending.setdefault(("CL205", a.describe(), a.site), []).append((rank, i))
                     steps.append(SKIP)
                     continue
                 if a.root is not None and a.root not in mem:
-                    g.problems.append(_root_outside(trace, rank, i, a))
+                    pending.setdefault(("CL208", a.describe(), a.site), []).append((rank, i))
                     steps.append(FAIL)
                     continue
                 seq = seqs.get(group, 0)
@@ -153,7 +154,7 @@ def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
             else:  # p2p
                 peer = a.peer
                 if rank not in mem or peer not in mem:
-                    g.problems.append(_non_member(trace, rank, i, a))
+                    pending.setdefault(("CL205", a.describe(), a.site, rank), []).append((rank, i))
                     steps.append(SKIP)
                     continue
                 is_send = op in SEND_OPS
@@ -205,6 +206,7 @@ def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
         g.steps[rank] = steps
     n_ops = len(op_rank)
     del op_next[n_ops:], op_waited[n_ops:], op_fails[n_ops:]
+    g.problems.extend(_per_call(trace, pending))
     _check_instances(g)
     return g
 
@@ -215,32 +217,51 @@ def _ref(trace: Trace, rank: int, i: int) -> str:
     return f"rank {rank} {a.describe()}{site}"
 
 
-def _non_member(trace: Trace, rank: int, i: int, a: Action) -> Problem:
+def _who(refs: list[tuple[int, int]]) -> str:
+    ranks = [r for r, _ in refs]
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+
+
+def _non_member(trace: Trace, refs: list[tuple[int, int]]) -> Problem:
+    rank, i = refs[0]
+    a = trace.ranks[rank][i]
     members = trace.group_ranks(a.group)
+    site = f" @{a.site}" if a.site else ""
     if a.op in P2P_OPS and rank in members:
         what = f"peer {a.peer} is not in group '{a.group}' {members}"
     else:
-        what = f"rank {rank} is not in group '{a.group}' {members}"
+        verb = "is" if len(refs) == 1 else "are"
+        what = f"{_who(refs)} {verb} not in group '{a.group}' {members}"
     return Problem(
         "CL205",
-        f"{_ref(trace, rank, i)}: {what}; torch skips the call on a non-member without an "
-        f"error, so the ranks that expect this communication wait for it forever.",
-        [(rank, i)],
+        f"{_who(refs)} {a.describe()}{site}: {what}; torch skips the call on a non-member "
+        "without an error, so the ranks that expect this communication wait for it forever.",
+        refs,
         fix=f"Call it only on members of '{a.group}' (guard with the group's membership), "
         "or pass the group this rank belongs to.",
     )
 
 
-def _root_outside(trace: Trace, rank: int, i: int, a: Action) -> Problem:
+def _root_outside(trace: Trace, refs: list[tuple[int, int]]) -> Problem:
+    rank, i = refs[0]
+    a = trace.ranks[rank][i]
     members = trace.group_ranks(a.group)
+    site = f" @{a.site}" if a.site else ""
     return Problem(
         "CL208",
-        f"{_ref(trace, rank, i)}: root {a.root} is not a member of group '{a.group}' "
-        f"{members}; the call raises at once on this rank.",
-        [(rank, i)],
+        f"{_who(refs)} {a.describe()}{site}: root {a.root} is not a member of group "
+        f"'{a.group}' {members}; the call raises at once on "
+        f"{'this rank' if len(refs) == 1 else 'these ranks'}.",
+        refs,
         fix="Give the root as a global rank that belongs to the group "
         "(e.g. `dist.get_global_rank(group, 0)`), not a rank of another group.",
     )
+
+
+def _per_call(trace: Trace, pending: dict[tuple, list[tuple[int, int]]]) -> list[Problem]:
+    """One problem per call site (op, group, site), naming every rank that makes the call."""
+    makers = {"CL205": _non_member, "CL208": _root_outside}
+    return [makers[key[0]](trace, refs) for key, refs in pending.items()]
 
 
 def _coll_signature(a: Action) -> tuple:

@@ -365,7 +365,8 @@ def _stranded(ctx: _Ctx, st: State, inst: int, target: int, waiters: list[Blocke
         code = "CL202"
         n = len(trace.ranks.get(target, []))
         why = (
-            f"rank {target} finished its {n} actions without issuing the counterpart"
+            f"rank {target} finished its {n} action{'s' if n != 1 else ''} without issuing "
+            "the counterpart"
             if n
             else f"rank {target} issues no communication at all"
         )

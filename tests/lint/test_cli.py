@@ -157,7 +157,10 @@ def test_statistics(tmp_path, capsys):
     write(tmp_path, "async_.py", ASYNC)
     code, out, _ = run(capsys, "--statistics", str(tmp_path))
     assert code == 1
-    assert out.splitlines() == ["2\tCL101\tconditional-collective", "1\tCL111\tunwaited-async"]
+    assert out.splitlines() == [
+        "2\tCL101\t[error]  \tconditional-collective",
+        "1\tCL111\t[warning]\tunwaited-async",
+    ]
 
 
 def test_files_without_distributed_code_are_skipped_before_parsing(tmp_path, monkeypatch):
