@@ -63,6 +63,15 @@ class Finding(BaseModel):
         default=None, description="Queue models under which a trace finding holds."
     )
 
+    def where(self) -> str:
+        """`path:line:col`, as much of it as is known; `<trace>` when there is no file."""
+        text = self.path or "<trace>"
+        if self.line is not None:
+            text += f":{self.line}"
+            if self.col is not None:
+                text += f":{self.col}"
+        return text
+
     def sort_key(self) -> tuple:
         return (self.path or "", self.line or 0, self.col or 0, self.code, self.ranks)
 

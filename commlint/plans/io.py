@@ -151,6 +151,19 @@ def _validation_errors(exc: ValidationError, path: str | None, lines: LineMap) -
     return out
 
 
+def action_ref(trace: Trace, rank: int | None, index: int | None, site: bool = False) -> str:
+    """`rank 1, action 3` (with ` (train.py:41)` when `site` and the action has one)."""
+    parts = []
+    if rank is not None:
+        parts.append(f"rank {rank}")
+    if index is not None:
+        parts.append(f"action {index}")
+        where = trace.ranks[rank][index].site if site else None
+        if where:
+            parts[-1] += f" ({where})"
+    return ", ".join(parts)
+
+
 def semantic_errors(trace: Trace) -> Iterable[tuple[int | None, int | None, str]]:
     """Structural problems the schema cannot express: (rank, action index, message)."""
     w = trace.world_size
@@ -235,12 +248,7 @@ def trace_from_data(data: Any, path: str | None = None, lines: LineMap | None = 
         errors = _validation_errors(exc, path, lines)
         raise errors[0] from None
     for rank, index, msg in semantic_errors(trace):
-        where = []
-        if rank is not None:
-            where.append(f"rank {rank}")
-        if index is not None:
-            where.append(f"action {index}")
-        prefix = ", ".join(where)
+        prefix = action_ref(trace, rank, index)
         line = None
         if rank is not None:
             line = lines.action_line(rank, index) if index is not None else lines.ranks.get(rank)

@@ -9,13 +9,7 @@ from commlint.report.text import summary_line
 
 
 def where(finding: Finding) -> str:
-    """`path:line:col`, as much of it as is known; `<trace>` when there is no file."""
-    text = finding.path or "<trace>"
-    if finding.line is not None:
-        text += f":{finding.line}"
-        if finding.col is not None:
-            text += f":{finding.col}"
-    return text
+    return finding.where()
 
 
 def one_line(finding: Finding) -> str:

@@ -27,12 +27,7 @@ def draw_cycle(cycle: list[CycleEdge]) -> str:
 
 
 def header(f: Finding) -> str:
-    where = f.path or "<trace>"
-    if f.line is not None:
-        where += f":{f.line}"
-        if f.col is not None:
-            where += f":{f.col}"
-    return f"{where}: {f.code} [{f.severity}] {f.name}"
+    return f"{f.where()}: {f.code} [{f.severity}] {f.name}"
 
 
 def block(f: Finding) -> list[str]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from commlint.findings import CommlintInputError
-from commlint.plans.io import semantic_errors
+from commlint.plans.io import action_ref, semantic_errors
 from commlint.trace import Trace
 
 
@@ -11,15 +11,7 @@ def validated(trace: Trace, path: str | None, where: dict[int, str] | None = Non
     """Raise a located `CommlintInputError` for the first structural problem (a send to
     itself, an undefined group, a peer outside the world…); `where` names each rank's file."""
     for rank, index, msg in semantic_errors(trace):
-        parts = []
-        if rank is not None:
-            parts.append(f"rank {rank}")
-        if index is not None:
-            parts.append(f"action {index}")
-            site = trace.ranks[rank][index].site
-            if site:
-                parts[-1] += f" ({site})"
-        prefix = ", ".join(parts)
+        prefix = action_ref(trace, rank, index, site=True)
         source = (where or {}).get(rank, path) if rank is not None else path
         raise CommlintInputError(f"{prefix}: {msg}" if prefix else msg, source)
     return trace
