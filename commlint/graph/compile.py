@@ -361,6 +361,18 @@ def _check_collective(
                     "exchange sizes first).",
                 )
             )
+        elif len({tuple(a.shape) for a in acts if a.shape is not None}) > 1:
+            parts = _group_by(refs, acts, _size_text)
+            g.problems.append(
+                Problem(
+                    "CL204",
+                    f"{acts[0].op} #{seq} on group '{group}' pairs tensors of different shapes "
+                    f"(same size): {parts}. The call completes, silently combining different "
+                    "tensors — usually two collectives issued in different orders on some ranks.",
+                    refs,
+                    fix="Issue the collectives of this group in the same order on every rank.",
+                )
+            )
 
 
 def _size_text(a: Action) -> str:
