@@ -16,19 +16,8 @@ import networkx as nx
 from commlint.findings import CycleEdge, Finding, Location
 from commlint.graph.compile import BLOCK, SYNC, WAIT, Graph
 from commlint.graph.simulate import State
+from commlint.rules import all_rules
 from commlint.trace import SEND_OPS, Action, Trace
-
-RULE_NAMES = {
-    "CL201": "deadlock-cycle",
-    "CL202": "orphaned-wait",
-    "CL203": "collective-mismatch",
-    "CL204": "argument-mismatch",
-    "CL205": "non-member-call",
-    "CL206": "unwaited-handle",
-    "CL207": "unmatched-at-end",
-    "CL208": "root-outside-group",
-    "CL210": "stranded-peer",
-}
 
 
 @dataclass
@@ -171,7 +160,7 @@ class _Ctx:
         first = next((loc for loc in locs if loc.line is not None), None)
         return Finding(
             code=code,
-            name=RULE_NAMES[code],
+            name=all_rules()[code].name,
             severity=severity,
             message=message,
             path=self.path,
