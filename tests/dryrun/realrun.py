@@ -11,6 +11,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import runpy
+import socket
 import sys
 import time
 from dataclasses import dataclass, field
@@ -28,6 +29,13 @@ class RealRun:
     @property
     def ok(self) -> bool:
         return all(v == "finished" for v in self.ranks.values())
+
+
+def _free_port() -> int:
+    """A port nobody listens on now (the OS picks it): fixed formulas collided between runs."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _rank_main(program: str, rank: int, world: int, port: int, timeout: float, conn) -> None:
@@ -75,16 +83,14 @@ def _rank_main(program: str, rank: int, world: int, port: int, timeout: float, c
     os._exit(0)  # a wedged group can hang in destruction
 
 
-def run_real(
-    cases: list[tuple[str, int]], timeout: float = 4.0, base_port: int = 29600
-) -> dict[str, RealRun]:
+def run_real(cases: list[tuple[str, int]], timeout: float = 4.0) -> dict[str, RealRun]:
     """Run each (program, nproc) for real; rank timeouts after `timeout` seconds."""
     import torch.distributed  # noqa: F401  (imported once, before forking)
 
     ctx = mp.get_context("fork")
     out: dict[str, RealRun] = {}
-    for i, (program, world) in enumerate(cases):
-        port = base_port + (os.getpid() * 7 + i * 13) % 20000
+    for program, world in cases:
+        port = _free_port()
         start = time.monotonic()
         procs, conns = {}, {}
         for rank in range(world):
