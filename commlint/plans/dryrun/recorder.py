@@ -531,13 +531,17 @@ class RecordingProcessGroup(dist.ProcessGroup):
                 _copy(out, from_value(own if m == self._me else self._from(got, m, own)))
         return work
 
+    def _each_pair(self, op: Any, outputs: list, inputs: list, opts: Any) -> RecordedWork:
+        """A coalesced call: the single-tensor op per (output, input) pair, in order."""
+        work = None
+        for o, i in zip(outputs, inputs, strict=False):
+            work = op(o, i, opts)
+        return work or self._work(None, [])
+
     def allgather_into_tensor_coalesced(
         self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
     ) -> RecordedWork:
-        work = None
-        for o, i in zip(outputs, inputs, strict=False):
-            work = self._allgather_base(o, i, opts)
-        return work or self._work(None, [])
+        return self._each_pair(self._allgather_base, outputs, inputs, opts)
 
     def gather(
         self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None
@@ -616,10 +620,7 @@ class RecordingProcessGroup(dist.ProcessGroup):
     def reduce_scatter_tensor_coalesced(
         self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
     ) -> RecordedWork:
-        work = None
-        for o, i in zip(outputs, inputs, strict=False):
-            work = self._reduce_scatter_base(o, i, opts)
-        return work or self._work(None, [])
+        return self._each_pair(self._reduce_scatter_base, outputs, inputs, opts)
 
     def alltoall_base(
         self,
