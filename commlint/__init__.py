@@ -31,9 +31,19 @@ def generate(**spec: object) -> Trace:
     return _generate(**spec)  # type: ignore[arg-type]
 
 
-def check(trace: Trace, model: str | list[str] | None = "gloo", max_cycles: int = 32) -> TraceCheck:
-    """Check a trace; `model` is gloo, nccl, single-queue, all, a list, or None (backend's)."""
-    return check_trace(trace, model, max_cycles=max_cycles)
+def check(
+    trace: Trace,
+    model: str | list[str] | None = "gloo",
+    max_cycles: int = 32,
+    symmetry: bool | str = True,
+) -> TraceCheck:
+    """Check a trace; `model` is gloo, nccl, single-queue, all, a list, or None (backend's).
+
+    `symmetry`: how a generated plan's symmetry is used (`commlint.graph.symmetry`): True
+    checks one rank per orbit and recomputes findings on every rank when there are any;
+    "orbits" reports the representatives' findings as they are (fastest rejection); False
+    checks every rank."""
+    return check_trace(trace, model, max_cycles=max_cycles, symmetry=symmetry)
 
 
 __all__ = [

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 WORLD = "WORLD"
 
@@ -189,6 +189,14 @@ class Action(BaseModel):
         return f"{self.op}({self.group}{root})"
 
 
+class SharedAction(Action):
+    """An `Action` object that several ranks' lists share (generated plans share one object
+    per group and call). It is immutable: changing it in place would change every rank that
+    holds it. Replace it instead: `trace.ranks[r][i] = a.model_copy(update={...})`."""
+
+    model_config = ConfigDict(frozen=True)
+
+
 class RankEnd(BaseModel):
     """How a rank's trace ended, when it did not simply run to its end (dry-run, dumps)."""
 
@@ -232,6 +240,8 @@ class Trace(BaseModel):
     meta: dict[str, object] = Field(
         default_factory=dict, description="Free-form provenance (program, arguments, plan)."
     )
+    # A symmetry certificate from the generator (`commlint.graph.symmetry`); never serialised.
+    _symmetry: object | None = PrivateAttr(default=None)
 
     def group_ranks(self, name: str) -> list[int]:
         """Members of a group, WORLD included."""

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from commlint.findings import Finding
 from commlint.graph.compile import MODELS, compile_trace
 from commlint.graph.simulate import simulate
+from commlint.graph.symmetry import quotient
 from commlint.graph.verdict import RankOutcome, verdict
 from commlint.trace import Trace
 
@@ -67,10 +68,36 @@ def check_trace(
     lines=None,
     max_cycles: int = 32,
     reorder: bool = True,
+    symmetry: bool | str = True,
 ) -> TraceCheck:
     """Run the checker on a validated trace. `model` may be a name, a list, `all` or None.
 
-    `reorder`: also look for deadlocks under legal reorderings of the trace (CL209)."""
+    `reorder`: also look for deadlocks under legal reorderings of the trace (CL209).
+    `symmetry`: a generated trace that carries a valid symmetry certificate is checked on one
+    rank per orbit first (exact: see `commlint.graph.symmetry`). `True`: a clean result there
+    is the answer, findings are recomputed on the whole trace so they name every rank.
+    `"orbits"`: the quotient's findings are the answer too (each names the representative
+    ranks and says how many symmetric copies it stands for) — a plan search loop rejects a
+    broken 1,024-rank plan in milliseconds. `False`: always the whole trace."""
+    if symmetry not in (True, False, "orbits"):
+        raise ValueError(f"symmetry must be True, False or 'orbits', not {symmetry!r}")
+    if symmetry:
+        cut = quotient(trace)
+        if cut is not None:
+            small, cert = cut
+            sub = check_trace(small, model, path, lines, max_cycles, reorder, symmetry=False)
+            if not sub.findings or symmetry == "orbits":
+                rep_of = cert.rep_of
+                for m, outs in sub.outcomes.items():
+                    sub.outcomes[m] = {r: outs[rep_of[r]] for r in range(trace.world_size)}
+                copies = trace.world_size // len(cert.reps)
+                for f in sub.findings:
+                    f.message += (
+                        f" [checked on one rank per orbit: the plan is symmetric along "
+                        f"{', '.join(cert.axes)}, so the same holds for each of the {copies} "
+                        "symmetric copies of these ranks]"
+                    )
+                return sub
     result = TraceCheck()
     merged: dict[tuple, Finding] = {}
     models = resolve_models(model, trace)

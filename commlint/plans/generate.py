@@ -37,9 +37,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from commlint.findings import CommlintInputError
+from commlint.graph.symmetry import Symmetry, attach
 from commlint.plans import schedules as sch
 from commlint.plans.io import GENERATORS
-from commlint.trace import Action, Trace
+from commlint.trace import Action, SharedAction, Trace
 
 _YamlLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -300,6 +301,9 @@ class Layout:
     # rank -> kind -> (group name, members, index of the rank in it)
     place: list[dict[str, tuple[str, list[int], int]]] = field(default_factory=list)
     kinds: set[str] = field(default_factory=set)
+    # the dense axes, fastest first, and their sizes (rank coordinates come from these)
+    axis_names: list[str] = field(default_factory=list)
+    axis_dims: list[int] = field(default_factory=list)
 
     @property
     def dp(self) -> int:
@@ -407,6 +411,7 @@ def resolve_layout(spec: GenerateSpec) -> Layout:
     sizes = {"tp": d.tp, "cp": d.cp, "ep": 1, "dp_shard": shard, "dp_replicate": rep, "pp": d.pp}
     dense = [t for t in order if t != "ep"] if spec.layout == "torchtitan" else order
     names, dims = _axes(dense, sizes)
+    lay.axis_names, lay.axis_dims = names, dims
     if spec.layout == "megatron":
         kinds = _MEGATRON_GROUPS + (_HSDP_GROUPS if shard > 1 and rep > 1 else ())
     else:
@@ -1114,7 +1119,7 @@ _set = object.__setattr__
 
 def _action_from(data: dict[str, Any], fields_set: set[str]) -> Action:
     """An Action without re-validation: the generator only builds valid ones (tested)."""
-    obj = _new(Action)
+    obj = _new(SharedAction)
     _set(obj, "__dict__", data)
     _set(obj, "__pydantic_fields_set__", fields_set)
     _set(obj, "__pydantic_extra__", None)
@@ -1199,13 +1204,118 @@ def _instantiate(prep: _Prepared, place: dict[str, tuple[str, list[int], int]]) 
             data["peer"] = members[peer[1]]
         else:
             data["peer"] = members[(idx + peer[1]) % len(members)]
-        a = new(Action)  # _action_from, inlined: this runs once per p2p op of every rank
+        a = new(SharedAction)  # _action_from, inlined: this runs once per p2p op of every rank
         set_(a, "__dict__", data)
         set_(a, "__pydantic_fields_set__", fields_set)
         set_(a, "__pydantic_extra__", None)
         set_(a, "__pydantic_private__", None)
         out[i] = a
     return out  # type: ignore[return-value]
+
+
+# ----------------------------------------------------------------------------- symmetry
+
+
+def _peer_of(place: dict[str, tuple[str, list[int], int]], kind: str, peer: tuple) -> int:
+    _, members, idx = place["pp" if kind == _PP_ON_WORLD else kind]
+    if peer[0] == "pos":
+        return members[peer[1]]
+    return members[(idx + peer[1]) % len(members)]
+
+
+def _automorphism(
+    lay: Layout, keys: list[tuple[int, int]], specs: dict[tuple, set], perm: list[int]
+) -> dict[str, str] | None:
+    """The group renaming φ under which the rank permutation `perm` maps the generated trace
+    onto itself, or None if it does not.
+
+    Rank r's actions are `_instantiate(skeleton[keys[r]], place[r])`: the skeleton's ops with
+    each group kind's name and each p2p peer filled in from `place[r]`. So `perm` is an
+    automorphism when every r has the skeleton of `perm[r]`, group names map one-to-one
+    (with `perm` mapping each group's members onto its image's) and every p2p peer of r maps
+    to the same peer of `perm[r]`."""
+    phi: dict[str, str] = {}
+    place = lay.place
+    for r, s in enumerate(perm):
+        if keys[s] != keys[r]:
+            return None
+        pr, ps = place[r], place[s]
+        if pr.keys() != ps.keys():
+            return None
+        for kind, there in pr.items():
+            image = ps[kind][0]
+            if phi.setdefault(there[0], image) != image:
+                return None
+        for kind, peer in specs[keys[r]]:
+            if perm[_peer_of(pr, kind, peer)] != _peer_of(ps, kind, peer):
+                return None
+    if len(set(phi.values())) != len(phi):
+        return None
+    for g, h in phi.items():
+        if sorted(perm[m] for m in lay.groups[g]) != sorted(lay.groups[h]):
+            return None
+    return phi
+
+
+def certify(
+    lay: Layout,
+    keys: list[tuple[int, int]],
+    skeletons: dict[tuple[int, int], _Prepared],
+    ranks: dict[int, list[Action]],
+) -> Symmetry | None:
+    """Prove which layout axes the generated trace is symmetric along (see
+    `commlint.graph.symmetry` for what is proved and why it makes checking one rank per orbit
+    exact). None when no axis qualifies."""
+    world = lay.world_size
+    dims = lay.axis_dims
+    strides = [prod(dims[:i]) for i in range(len(dims))]
+    specs = {
+        key: {(kind, peer) for _, kind, peer, _, _ in prep.p2p} for key, prep in skeletons.items()
+    }
+    phis: dict[int, dict[str, str]] = {}
+    for i, size in enumerate(dims):
+        if size < 2:
+            continue
+        st = strides[i]
+        perm = [
+            r + st if (r // st) % size < size - 1 else r - st * (size - 1) for r in range(world)
+        ]
+        phi = _automorphism(lay, keys, specs, perm)
+        if phi is not None:
+            phis[i] = phi
+
+    def coord(r: int, i: int) -> int:
+        return (r // strides[i]) % dims[i]
+
+    def unfit(axes: set[int]) -> int | None:
+        """An axis that breaks condition 1 or 2 for the representatives of `axes`."""
+        reps = {r for r in range(world) if all(coord(r, i) == 0 for i in axes)}
+        for q in reps:
+            pq = lay.place[q]
+            for name, members, _ in pq.values():
+                for i in axes:
+                    if phis[i][name] != name and len({coord(m, i) for m in members}) > 1:
+                        return i
+            for kind, peer in specs[keys[q]]:
+                p = _peer_of(pq, kind, peer)
+                if p not in reps:
+                    return next(i for i in axes if coord(p, i) != 0)
+        return None
+
+    axes = set(phis)
+    while axes and (bad := unfit(axes)) is not None:
+        axes.discard(bad)
+    if not axes:
+        return None
+    rep_of = [r - sum(coord(r, i) * strides[i] for i in axes) for r in range(world)]
+    return Symmetry(
+        axes=[lay.axis_names[i] for i in sorted(axes)],
+        reps=sorted(set(rep_of)),
+        rep_of=rep_of,
+        world_size=world,
+        saved={r: tuple(acts) for r, acts in ranks.items()},
+        groups={name: list(members) for name, members in lay.groups.items()},
+    )
 
 
 def _pp_position(lay: Layout, rank: int) -> int:
@@ -1260,10 +1370,12 @@ def _generate(spec: GenerateSpec) -> Trace:
     fuse_all = opts.style == "deepspeed"
     skeletons: dict[tuple[int, int], _Prepared] = {}
     ranks: dict[int, list[Action]] = {}
+    keys: list[tuple[int, int]] = []
     for r in range(lay.world_size):
         pos = _pp_position(lay, r)
         n = counts.get(_dp_index(lay, r), base_plan.microbatches)
         key = (pos, n)
+        keys.append(key)
         sk = skeletons.get(key)
         if sk is None:
             plan = base_plan if n == base_plan.microbatches else _pipeline(spec, lay, n)
@@ -1292,7 +1404,7 @@ def _generate(spec: GenerateSpec) -> Trace:
             m if isinstance(m, str) else m.model_dump(exclude_none=True) for m in spec.mutations
         ],
     }
-    return Trace.model_construct(
+    trace = Trace.model_construct(
         version=1,
         world_size=lay.world_size,
         groups=lay.groups,
@@ -1302,6 +1414,8 @@ def _generate(spec: GenerateSpec) -> Trace:
         source="generate",
         meta=meta,
     )
+    attach(trace, certify(lay, keys, skeletons, ranks))
+    return trace
 
 
 def generate(
