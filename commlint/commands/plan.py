@@ -36,6 +36,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--max-cycles", type=int, default=32, help="elementary cycles to report per trace"
     )
     p.add_argument(
+        "--symmetry",
+        default="on",
+        choices=("on", "orbits", "off"),
+        help="generated plans: check one rank per symmetry orbit (on: findings still name "
+        "every rank; orbits: report the representatives' findings, fastest; off: every rank)",
+    )
+    p.add_argument(
         "--input-format",
         default="auto",
         choices=INPUT_FORMATS,
@@ -86,7 +93,10 @@ def run(args: argparse.Namespace) -> int:
         if job_key(loaded.trace) is not None:  # a part of a dry-run: checked with the others
             partial.setdefault(job_key(loaded.trace), []).append((path, loaded.trace))
             continue
-        result = check_trace(loaded.trace, args.model, path, loaded.lines, args.max_cycles)
+        symmetry = {"on": True, "orbits": "orbits", "off": False}[getattr(args, "symmetry", "on")]
+        result = check_trace(
+            loaded.trace, args.model, path, loaded.lines, args.max_cycles, symmetry=symmetry
+        )
         report.findings.extend(result.findings)
         report.checked += 1
         if args.format == "html":

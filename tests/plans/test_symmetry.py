@@ -206,3 +206,22 @@ def test_orbits_mode_rejects_a_broken_plan_from_the_quotient_alone() -> None:
     assert "16 symmetric copies" in cycle.message
     with pytest.raises(ValueError, match="symmetry must be"):
         check_trace(t, "nccl", symmetry="yes")
+
+
+def test_cli_symmetry_flag(tmp_path, capsys) -> None:
+    from commlint.cli import main
+
+    plan = tmp_path / "h2h.yaml"
+    plan.write_text(
+        "version: 1\n"
+        "generate: {world_size: 32, degrees: {tp: 2, pp: 4, dp: 4}, microbatches: 8,\n"
+        "           mutations: [{kind: head_to_head, stage: 1}]}\n"
+    )
+    counts = {}
+    for mode in ("on", "orbits", "off"):
+        code = main(["plan", str(plan), "--symmetry", mode, "--format", "json"])
+        assert code == 1
+        out = capsys.readouterr().out
+        counts[mode] = out.count('"code": "CL201"')
+    assert counts["on"] == counts["off"] == 8  # one cycle per (tp, dp) copy
+    assert counts["orbits"] == 1
