@@ -23,8 +23,8 @@ from torch.overrides import TorchFunctionMode
 from commlint.plans.dryrun import recorder as rec_mod
 from commlint.plans.dryrun.recorder import (
     BACKEND,
-    FunctionalRecorder,
     Recorder,
+    RecordingFakeTensorMode,
     StopRank,
     is_user_file,
     make_backend,
@@ -86,6 +86,9 @@ def _is_cuda(x: Any) -> bool:
     return isinstance(x, str) and (x == "cuda" or x.startswith("cuda:"))
 
 
+_DEVICE_TYPES = (str, torch.device)
+
+
 def _cpu(x: Any) -> Any:
     return torch.device("cpu") if _is_cuda(x) else x
 
@@ -107,7 +110,10 @@ class CudaOnCpu(TorchFunctionMode):
             return False
         if "device" in kwargs:
             kwargs["device"] = _cpu(kwargs["device"])
-        args = tuple(_cpu(a) for a in args)
+        # Called for every torch function: rebuild the arguments only when one could name a
+        # device (most calls pass tensors and numbers).
+        if any(isinstance(a, _DEVICE_TYPES) for a in args):
+            args = tuple(_cpu(a) for a in args)
         return func(*args, **kwargs)
 
 
@@ -520,10 +526,7 @@ def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
     stack = contextlib.ExitStack()
     try:
         if spec.mode == "fake":
-            from torch._subclasses.fake_tensor import FakeTensorMode
-
-            stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
-            stack.enter_context(FunctionalRecorder(recorder))
+            stack.enter_context(RecordingFakeTensorMode(recorder, allow_non_fake_inputs=True))
         stack.enter_context(CudaOnCpu())
         with stack:
             runpy.run_path(spec.program, run_name="__main__")

@@ -9,10 +9,11 @@ time limit is stopped (SIGALRM inside, SIGKILL from here as a last resort), neve
 from __future__ import annotations
 
 import contextlib
+import gc
 import multiprocessing as mp
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any
@@ -221,6 +222,30 @@ def dry_run(
     start = time.monotonic()
     mode = options.mode
     warm_up(mode)
+    with _frozen_heap():
+        return _dry_run(options, mode, start, on_start_pass, on_done)
+
+
+@contextlib.contextmanager
+def _frozen_heap() -> Iterator[None]:
+    """Move every object the parent holds (torch's modules, the warm caches) out of the
+    garbage collector's reach while ranks are forked: a child's collections then scan only its
+    own objects and never touch (and copy) the parent's pages. ~15-20 % of a rank's CPU."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def _dry_run(
+    options: DryRunOptions,
+    mode: str,
+    start: float,
+    on_start_pass: Callable[[int, int], None] | None,
+    on_done: Callable[[int], None] | None,
+) -> DryRunResult:
     notes: list[str] = []
     table = ValueTable()
     runs: dict[int, RankRun] = {}
@@ -291,13 +316,17 @@ def warm_up(mode: str = "fake") -> None:
     ):
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
-    if mode == "fake":
+    if mode == "fake" and not _WARM:
         _warm_fake_tensors()
+        _WARM.append(True)
+
+
+_WARM: list[bool] = []
 
 
 def _warm_fake_tensors() -> None:
     """The first operations under fake tensors load torch's decompositions and meta kernels
-    (~5 s); do it once here so no forked rank pays for it."""
+    (~5 s); do it once here (once per process) so no forked rank pays for it."""
     import torch
     import torch.nn.functional as F
     from torch import nn
