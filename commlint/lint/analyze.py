@@ -24,6 +24,7 @@ from commlint.lint.ir import (
     Node,
     Pos,
     Try,
+    iter_nodes,
 )
 from commlint.lint.table import ApiTable
 
@@ -47,6 +48,7 @@ class Tok:
     p2p: str | None = None  # send | recv | batch
     blocking: bool = True
     peer_dims: frozenset[str] = frozenset()
+    root: str | None = None  # `src=0`: the root as written (a literal: its value), if known
 
     def key(self) -> tuple:
         if self.cat in ("alt", "loop"):
@@ -235,7 +237,7 @@ class Program:
                 peer_dims=c.peer_dims,
             )
         cat = "create" if c.kind == "create" else "coll"
-        return Tok(cat, c.op, c.group, path, c.pos, leaf, blocking=c.blocking)
+        return Tok(cat, c.op, c.group, path, c.pos, leaf, blocking=c.blocking, root=root_of(c))
 
     def _group_mapping(self, site: CallSite, callee: Function) -> dict[str, str]:
         params = list(callee.params)
@@ -314,17 +316,38 @@ class Program:
                     )
         return out
 
-    def divergent(self, cond: Cond, group: str) -> bool:
+    def divergent(self, cond: Cond, group: str, fn: Function | None = None) -> bool:
         if cond.data:
             return True
         if not cond.dims:
             return False
         if cond.guard and group != "WORLD" and cond.guard in ("*", group):
             return False
+        if fn is not None and group != "WORLD":
+            known = self.membership(fn, group)
+            if known is not None and same_on_members(cond, *known):
+                return False
         if GLOBAL in cond.dims or group == "WORLD":
             return True
         gd = self.group_dims.get(group, frozenset({group}))
         return bool(cond.dims & gd)
+
+    def membership(
+        self, fn: Function, group: str
+    ) -> tuple[frozenset[int] | None, tuple[int, int | None] | None] | None:
+        """What `fn`'s own calls on `group` know of its members: literal ranks or a residue
+        class; None when unknown or when two calls disagree (one name, several groups)."""
+        memo = self.__dict__.setdefault("_membership", {})
+        key = (fn.key, group)
+        if key not in memo:
+            seen = {
+                (n.members, n.member_stride)
+                for n in iter_nodes(fn.body)
+                if isinstance(n, Comm) and n.kind != "create" and n.group == group
+            }
+            only = seen.pop() if len(seen) == 1 else None
+            memo[key] = only if only is not None and only != (None, None) else None
+        return memo[key]
 
     # ------------------------------------------------------------- walking
     def walk(self, fn: Function) -> Iterator[tuple[Node, list[Cond], list[tuple[str, list[Node]]]]]:
@@ -364,6 +387,61 @@ class Program:
     def all_functions(self) -> Iterator[Function]:
         for f in self.files:
             yield from f.functions.values()
+
+
+def root_of(c: Comm) -> str | None:
+    """A collective's root as `src=0` / `src=tp_leader + 1`: the literal value when known, the
+    rank itself resolved where a literal rank test leaves one rank, else the text (the same
+    text names the same value on every rank of a group); None when it cannot be told."""
+    r = c.root
+    if r is None:
+        return None
+    if r.literal is not None:
+        return f"{r.param}={r.literal}"
+    if r.exact:
+        if c.rank_set is not None and len(c.rank_set) == 1 and not r.group_param:
+            return f"{r.param}={next(iter(c.rank_set))}"
+        return None
+    return f"{r.param}={r.text}"
+
+
+def leaves(toks) -> Iterator[Tok]:
+    """The real calls of a token sequence, in order (inside branches and loops too)."""
+    for t in toks:
+        if t.kids:
+            for arm in t.kids:
+                yield from leaves(arm)
+        else:
+            yield t
+
+
+def same_on_members(
+    cond: Cond, members: frozenset[int] | None, stride: tuple[int, int | None] | None
+) -> bool:
+    """Whether a rank condition has one value on every member of a group: every member takes
+    the same arm, so the group's calls cannot diverge between its members. `true_ranks` and
+    `false_ranks` may over-approximate (`rank == 0 and x`), so only disjointness is used."""
+    if cond.data:
+        return False
+
+    def disjoint(ranks: frozenset[int]) -> bool:
+        if members is not None:
+            return not (members & ranks)
+        if stride is not None and stride[1] is not None:
+            return all(r % stride[0] != stride[1] for r in ranks)
+        return False
+
+    if cond.true_ranks is not None and disjoint(cond.true_ranks):
+        return True
+    if cond.false_ranks is not None and disjoint(cond.false_ranks):
+        return True
+    if cond.mod_test is not None:
+        k, a, _holds = cond.mod_test
+        if members is not None:
+            return len({m % k == a for m in members}) <= 1
+        if stride is not None and stride[0] % k == 0:
+            return True  # members share one residue mod stride[0], hence one mod k
+    return False
 
 
 def cond_related(fn: Function, cond: Cond) -> tuple[str, Pos, str]:

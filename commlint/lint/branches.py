@@ -15,6 +15,7 @@ from commlint.lint.analyze import (
     cond_related,
     first_difference,
     leaf_tok,
+    leaves,
     short,
 )
 from commlint.lint.ir import Branch, CallSite, Cond, Exit, Function, Loop
@@ -233,11 +234,12 @@ def _compare_arms(
     out: list[RawFinding] = []
     reported: set[tuple] = set()
     for group in program.groups_of([t for a in arms for t in a]):
-        if not program.divergent(cond, group):
+        if not program.divergent(cond, group, fn):
             continue
         proj = [program.project(a, group) for a in arms]
         keys = [tuple(t.key() for t in p) for p in proj]
         if all(k == keys[0] for k in keys):
+            out.extend(_root_mismatch(fn, node, cond, proj, group, reported))
             continue
         if _compensated(program, fn, node, rest, group):
             continue
@@ -293,7 +295,92 @@ def _compare_arms(
                 related=[cond_related(fn, cond)],
             )
         )
+    if cond.data:
+        out.extend(_data_p2p(fn, node, cond, arms))
     return out
+
+
+def _data_p2p(fn: Function, node: Branch, cond: Cond, arms) -> list[RawFinding]:
+    """A send or receive under a data-dependent condition: the peer's matching call does not
+    follow this rank's data, so one side waits for a message that never comes."""
+    seqs = [[t for t in leaves(a) if t.cat == "p2p" and t.p2p in ("send", "recv")] for a in arms]
+    keys = [[t.key() for t in s] for s in seqs]
+    if all(k == keys[0] for k in keys):
+        return []
+    n = max(len(s) for s in seqs)
+    for i in range(n):
+        at = [s[i] if i < len(s) else None for s in seqs]
+        if len({t.key() if t else None for t in at}) == 1:
+            continue
+        k = next(j for j, t in enumerate(at) if t is not None)
+        tok = at[k]
+        other = next((t for j, t in enumerate(at) if j != k and t is not None), None)
+        gname = "WORLD" if tok.group == "WORLD" else f"group `{tok.group}`"
+        instead = (
+            f"the other ranks call {other.op} at {other.describe()} at that point"
+            if other is not None
+            else "the other ranks skip it"
+        )
+        peer = "receive" if tok.p2p == "send" else "send"
+        return [
+            RawFinding(
+                code=_code(cond, tok),
+                message=(
+                    f"ranks where {arm_label(node, k)}{_data_note(cond)} call {tok.op} on "
+                    f"{gname} at {tok.describe()}; {instead}. The peer's matching {peer} does "
+                    f"not follow this rank's data, so one side waits for a message that never "
+                    "comes and the job hangs"
+                ),
+                path=fn.path,
+                pos=tok.pos,
+                fix=(
+                    "Make the decision identical on both sides of the exchange before branching "
+                    "(send the flag to the peer first, or all_reduce it), then send and receive "
+                    "on both sides or on neither."
+                ),
+                related=[cond_related(fn, cond)],
+            )
+        ]
+    return []
+
+
+def _root_mismatch(fn: Function, node: Branch, cond: Cond, proj, group, reported) -> list:
+    """The arms issue the same calls on `group`, but a rooted one names different roots:
+    `if rank == 1: broadcast(t, src=1, group=g) else: broadcast(t, src=0, group=g)`."""
+    flat = [list(leaves(a)) for a in proj]
+    for at in zip(*flat, strict=False):
+        roots = [t.root for t in at]
+        known = [(k, r) for k, r in enumerate(roots) if r is not None]
+        if len(known) < 2 or len({r for _, r in known}) == 1:
+            continue
+        (k, mine), (j, theirs) = known[0], next(x for x in known if x[1] != known[0][1])
+        tok, other = at[k], at[j]
+        where = (tok.path, tok.pos.line, tok.pos.col)
+        if where in reported:
+            return []
+        reported.add(where)
+        gname = "WORLD" if group == "WORLD" else f"group `{group}`"
+        who = _subject(node, k, cond)
+        verb = "calls" if who.startswith("rank ") else "call"
+        return [
+            RawFinding(
+                code=_code(cond, tok),
+                message=(
+                    f"{who} {verb} {tok.op} on {gname} with `{mine}` at {tok.describe()}, the "
+                    f"other ranks ({arm_label(node, j)}) with `{theirs}` at {other.describe()}: "
+                    "the members disagree on the root, so the calls do not match and the job "
+                    "hangs (or uses the wrong rank's data)"
+                ),
+                path=fn.path,
+                pos=tok.pos,
+                fix=(
+                    f"Pass the same root to {tok.op} on every rank of {gname} (compute it from "
+                    "the group, e.g. its first member, not from the branch)."
+                ),
+                related=[cond_related(fn, cond)],
+            )
+        ]
+    return []
 
 
 def _guarded_function(program: Program, fn: Function) -> list[RawFinding]:
@@ -324,7 +411,7 @@ def _guarded_function(program: Program, fn: Function) -> list[RawFinding]:
 def _divergent_loop(program: Program, fn: Function, node: Loop, cond: Cond) -> list[RawFinding]:
     body = program.tokens(node.body, fn)
     for group in program.groups_of(body):
-        if not program.divergent(cond, group):
+        if not program.divergent(cond, group, fn):
             continue
         proj = program.project(body, group)
         if not proj:
@@ -382,7 +469,7 @@ def _early_exits(program: Program, fn: Function, node: Branch, cond: Cond, cont)
             if not others:
                 break
             for group in program.groups_of(skipped):
-                if not program.divergent(cond, group):
+                if not program.divergent(cond, group, fn):
                     continue
                 mine = [t.key() for t in program.project(taken, group)]
                 theirs = program.project(others[0], group)

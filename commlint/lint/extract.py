@@ -88,9 +88,19 @@ class Val:
     deps: tuple[str, ...] = ()
     guard: str | None = None
     group_rank_of: str | None = None
+    tensor: bool = False  # a tensor whose values may differ between ranks (read = data source)
+    rank_mod: int | None = None  # equals the global rank modulo this
+    mod_test: tuple[int, int, bool] | None = None  # true iff (rank % k == a) == holds
+    stride: tuple[int, int | None] | None = None  # ranks all ≡ a (mod k); a None: one unknown a
+    loop_group: bool = False  # a group made by `new_group` in a loop: its name holds several
 
     def tainted(self) -> bool:
         return bool(self.dims) or self.data
+
+    @property
+    def rank_tensor(self) -> bool:
+        """A tensor of this rank's own values (not one a collective made equal everywhere)."""
+        return self.tensor and not self.uniform
 
 
 CLEAN = Val()
@@ -111,6 +121,49 @@ def join(*vals: Val) -> Val:
             origin = v.origin
         deps += v.deps
     return Val(dims=dims, data=data, origin=origin, deps=deps)
+
+
+# Tensor methods whose result is not a tensor of the receiver's values (sizes, metadata) or
+# that read it (handled as data sources).
+NON_TENSOR_METHODS = frozenset(
+    {
+        "size",
+        "dim",
+        "numel",
+        "element_size",
+        "nelement",
+        "data_ptr",
+        "stride",
+        "storage_offset",
+        "is_contiguous",
+        "is_floating_point",
+        "is_complex",
+        "get_device",
+        "type",
+        "item",
+        "tolist",
+        "any",
+        "all",
+        "wait",
+        "register_hook",
+        "backward",
+        "numpy",
+        "__len__",
+    }
+)
+TENSOR_ATTRIBUTES = frozenset({"data", "T", "mT", "grad", "real", "imag"})
+
+
+def read_tensor(v: Val, text: str) -> Val:
+    """The Python value of a rank's tensor (`float(t)`, `if t > 0.5:`): a data source."""
+    if not v.rank_tensor:
+        return v
+    return Val(
+        data=True,
+        dims=v.dims,
+        exact=v.exact,
+        origin=v.origin or f"`{text[:40]}` reads this rank's tensor values",
+    )
 
 
 def _int(node: cst.BaseExpression) -> int | None:
@@ -253,6 +306,8 @@ class Extractor:
             getattr(self, "restrict", None),
             getattr(self, "divergent_depth", 0),
             getattr(self, "_param_names", set()),
+            getattr(self, "loop_depth", 0),
+            getattr(self, "mod_restrict", []),
         )
         self.env = env
         self.cls = class_key
@@ -261,6 +316,8 @@ class Extractor:
         self.async_pending: list[tuple[str, AsyncFact]] = []
         self.restrict: list[tuple[frozenset[int] | None, frozenset[int] | None, Cond]] = []
         self.divergent_depth = 0
+        self.loop_depth = 0
+        self.mod_restrict: list[tuple[int, int, bool] | None] = []
         self._param_names = set(params)
         body = self.block(stmts)
         func = Function(
@@ -293,6 +350,8 @@ class Extractor:
             self.restrict,
             self.divergent_depth,
             self._param_names,
+            self.loop_depth,
+            self.mod_restrict,
         ) = saved
         return func
 
@@ -338,6 +397,15 @@ class Extractor:
             self._current_target = self.text(s.targets[0].target) if len(s.targets) == 1 else None
             v = self.expr(s.value)
             self._current_target = None
+            if (
+                v.loop_group
+                and isinstance(s.value, cst.Name)
+                and len(s.targets) == 1
+                and isinstance(s.targets[0].target, cst.Name | cst.Attribute)
+            ):
+                # `for ranks in ...: group = new_group(ranks); if rank in ranks: tp = group`:
+                # `group` names a new group on every iteration; `tp` names the one kept
+                v = replace(v, group=self.text(s.targets[0].target), loop_group=False)
             for t in s.targets:
                 self.bind(t.target, v)
             self._track_async(s.value, [t.target for t in s.targets], before)
@@ -406,6 +474,7 @@ class Extractor:
 
     def stmt_If(self, node: cst.If) -> None:
         cond = self.cond(node.test)
+        fixed = self._fixed_value(cond)
         arms: list[list[Node]] = []
         arms.append(self.arm(node.body.body, cond, True))
         if node.orelse is None:
@@ -416,6 +485,10 @@ class Extractor:
             self._leave(cond)
         else:
             arms.append(self.arm(node.orelse.body.body, cond, False))
+        if fixed is not None:
+            for n in arms[0 if fixed else 1]:  # the other arm is dead on every rank here
+                self.emit(n)
+            return
         self.emit(Branch(cond, arms, self.pos(node.test), "if"))
 
     def arm(self, stmts, cond: Cond, truth: bool | None) -> list[Node]:
@@ -425,7 +498,38 @@ class Extractor:
         finally:
             self._leave(cond)
 
+    def _fixed_value(self, cond: Cond) -> bool | None:
+        """The value of a rank condition when it is the same on every rank that can reach
+        it (`if is_main_process():` inside the odd-rank arm of `if rank % 2 == 0:`); None when
+        it can differ."""
+        if cond.data or not cond.dims:
+            return None
+        rank_set, excluded, _ = self._restriction()
+        mods = [m for m in self.mod_restrict if m is not None]
+        if rank_set is None and excluded is None and not mods:
+            return None
+
+        def reachable(r: int) -> bool:
+            if rank_set is not None and r not in rank_set:
+                return False
+            if excluded is not None and r in excluded:
+                return False
+            return all((r % k == a) == holds for k, a, holds in mods)
+
+        def unreachable(ranks: frozenset[int]) -> bool:
+            return not any(reachable(r) for r in ranks)
+
+        if cond.true_ranks is not None and unreachable(cond.true_ranks):
+            return False
+        if cond.false_ranks is not None and unreachable(cond.false_ranks):
+            return True
+        return None
+
     def _enter(self, cond: Cond, truth: bool | None) -> None:
+        mt = cond.mod_test if not cond.data else None
+        self.mod_restrict.append(
+            (mt[0], mt[1], mt[2] == truth) if mt is not None and truth is not None else None
+        )
         if truth is True:
             self.restrict.append((cond.true_ranks, cond.false_ranks, cond))
         elif truth is False:
@@ -436,6 +540,7 @@ class Extractor:
             self.divergent_depth += 1
 
     def _leave(self, cond: Cond) -> None:
+        self.mod_restrict.pop()
         self.restrict.pop()
         if cond.divergent:
             self.divergent_depth -= 1
@@ -452,11 +557,13 @@ class Extractor:
 
     def stmt_For(self, node: cst.For) -> None:
         it = self.expr(node.iter)
-        self.bind(node.target, it)
+        self.bind(node.target, replace(it, stride=None))
         cond = self._cond_from_val(node.iter, it) if it.tainted() else None
         if cond is not None:
             self._enter(cond, None)
+        self.loop_depth += 1
         body = self.block(node.body.body)
+        self.loop_depth -= 1
         if cond is not None:
             self._leave(cond)
         self.emit(Loop(cond, body, self.pos(node.iter), "for"))
@@ -469,7 +576,9 @@ class Extractor:
         cond = c if c.divergent else None
         if cond is not None:
             self._enter(cond, None)
+        self.loop_depth += 1
         body = self.block(node.body.body)
+        self.loop_depth -= 1
         if cond is not None:
             self._leave(cond)
         self.emit(Loop(cond, body, self.pos(node.test), "while"))
@@ -540,12 +649,16 @@ class Extractor:
 
     # ----------------------------------------------------------- conditions
     def cond(self, test: cst.BaseExpression) -> Cond:
-        v = self.expr(test)
+        v = read_tensor(self.expr(test), self.text(test))
         return self._cond_from_val(test, v)
 
     def _cond_from_val(self, node: cst.BaseExpression, v: Val) -> Cond:
         true_ranks, false_ranks = self.rank_sets(node)
+        mod_test = v.mod_test
+        if mod_test is None and v.rank_mod is not None:
+            mod_test = (v.rank_mod, 0, False)  # `if rank % 2:`
         return Cond(
+            mod_test=mod_test,
             text=self.text(node)[:80],
             pos=self.pos(node),
             dims=v.dims,
@@ -639,8 +752,13 @@ class Extractor:
             return Val(ints=(k,))
         v = self.expr(node.expression)
         if isinstance(node.operator, cst.Not):
-            return replace(join(v), zero=False, guard=v.guard)
-        return join(v)
+            v = read_tensor(v, self.text(node.expression))
+            mt = v.mod_test
+            if mt is None and v.rank_mod is not None:
+                mt = (v.rank_mod, 0, False)
+            flipped = (mt[0], mt[1], not mt[2]) if mt else None
+            return replace(join(v), zero=False, guard=v.guard, mod_test=flipped)
+        return replace(join(v), tensor=v.rank_tensor)
 
     def ex_Name(self, node: cst.Name) -> Val:
         v = self.lookup(node.value)
@@ -669,6 +787,8 @@ class Extractor:
         if nv is not None:
             return nv
         if base.uniform:
+            return base
+        if base.rank_tensor and attr in TENSOR_ATTRIBUTES:
             return base
         return join(base)
 
@@ -700,7 +820,7 @@ class Extractor:
                 return Val(ints=(base.ints[i],))
         if base.uniform:
             return base
-        return join(base, *idx)
+        return replace(join(base, *idx), tensor=base.rank_tensor)
 
     def _env_val(self, name: str, text: str) -> Val:
         if name in self.table.rank_env:
@@ -736,12 +856,49 @@ class Extractor:
             if isinstance(comp.operator, cst.In) and left.dims:
                 guard = "*"
         v = join(*vals)
-        return replace(v, guard=guard or next((x.guard for x in vals if x.guard), None))
+        return replace(
+            v,
+            guard=guard or next((x.guard for x in vals if x.guard), None),
+            tensor=any(x.rank_tensor for x in vals),
+            mod_test=self._mod_test(node, vals),
+        )
+
+    def _mod_test(self, node: cst.Comparison, vals: list[Val]) -> tuple[int, int, bool] | None:
+        """`rank % k == a` / `a != rank % k` / `stage == a` with `stage = rank % k`."""
+        if len(node.comparisons) != 1 or len(vals) != 2:
+            return None
+        op = node.comparisons[0].operator
+        if not isinstance(op, cst.Equal | cst.NotEqual):
+            return None
+        a, b = vals
+        if a.rank_mod is None:
+            a, b = b, a
+        if a.rank_mod is None or b.rank_mod is not None or not b.ints or len(b.ints) != 1:
+            return None
+        k, r = a.rank_mod, b.ints[0]
+        if not 0 <= r < k:
+            return (k, 0, False) if isinstance(op, cst.NotEqual) else None
+        return (k, r, isinstance(op, cst.Equal))
+
+    def ex_BinaryOperation(self, node: cst.BinaryOperation) -> Val:
+        left, right = self.expr(node.left), self.expr(node.right)
+        v = join(left, right)
+        if (
+            isinstance(node.operator, cst.Modulo)
+            and left.exact
+            and GLOBAL in left.dims
+            and right.ints
+            and len(right.ints) == 1
+            and right.ints[0] > 0
+        ):
+            return replace(v, rank_mod=right.ints[0])
+        return replace(v, tensor=left.rank_tensor or right.rank_tensor)
 
     def ex_BooleanOperation(self, node) -> Val:
         if isinstance(node.operator, cst.And) and _is_single_stage_test(node):
             return CLEAN  # first and last pipeline stage at once: pipeline size 1, everywhere
-        a, b = self.expr(node.left), self.expr(node.right)
+        a = read_tensor(self.expr(node.left), self.text(node.left))
+        b = read_tensor(self.expr(node.right), self.text(node.right))
         v = join(a, b)
         return replace(v, guard=a.guard or b.guard)
 
@@ -786,7 +943,7 @@ class Extractor:
         vals = []
         while f is not None:
             it = self.expr(f.iter)
-            self.bind(f.target, it)
+            self.bind(f.target, replace(it, stride=None))
             vals.append(it)
             fors.append(f)
             for cond in f.ifs:
@@ -810,7 +967,50 @@ class Extractor:
             elt = self._peek(node.elt) if not isinstance(node, cst.DictComp) else CLEAN
             if elt.group:
                 return Val(typ="group-list")
+        if not isinstance(node, cst.DictComp) and not v.tainted():
+            stride = self._comprehension_stride(node)
+            if stride is not None:
+                return replace(v, stride=stride)
         return v
+
+    def _comprehension_stride(self, node) -> tuple[int, int | None] | None:
+        """`[r for r in range(world_size) if r % k == a]`: the ranks ≡ a (mod k)."""
+        f = node.for_in
+        if f.inner_for_in is not None or not isinstance(f.target, cst.Name):
+            return None
+        var = f.target.value
+        if not (isinstance(node.elt, cst.Name) and node.elt.value == var):
+            return None
+        it = f.iter
+        if not (isinstance(it, cst.Call) and self.text(it.func) == "range"):
+            return None
+        base = self._peek(it).stride
+        if base is None and len(it.args) == 3:
+            return None  # a step that is not a literal
+        stride = base
+        for c in f.ifs:
+            test = c.test
+            if not (
+                isinstance(test, cst.Comparison)
+                and len(test.comparisons) == 1
+                and isinstance(test.comparisons[0].operator, cst.Equal)
+                and isinstance(test.left, cst.BinaryOperation)
+                and isinstance(test.left.operator, cst.Modulo)
+                and isinstance(test.left.left, cst.Name)
+                and test.left.left.value == var
+            ):
+                return None
+            k = self._peek(test.left.right).ints
+            a = self._peek(test.comparisons[0].comparator).ints
+            if not k or not a or len(k) != 1 or len(a) != 1 or k[0] <= 1:
+                return None
+            if not 0 <= a[0] < k[0]:
+                return None
+            new = (k[0], a[0])
+            if stride is not None and stride != new:
+                return None
+            stride = new
+        return stride
 
     ex_ListComp = _comprehension
     ex_SetComp = _comprehension
@@ -872,8 +1072,24 @@ class Extractor:
                 if args and all(a.uniform for a in args):
                     return Val(uniform=True)  # `torch.equal(reduced_max, reduced_min)`
                 return Val(data=True, origin=f"`{self.text(node)[:40]}` differs between ranks")
+        for q in names:
+            if q in self.table.random_tensors:
+                v = join(*args)
+                return Val(
+                    tensor=True,
+                    dims=v.dims,
+                    data=v.data,
+                    origin=v.origin or f"`{self.text(node)[:40]}` draws random numbers",
+                )
+            if q in self.table.tensor_functions:
+                v = join(*args)
+                if v.tainted() or any(a.rank_tensor for a in args):
+                    return replace(v, tensor=True)
+                return CLEAN
         if any(q.startswith("builtins.") for q in names) or (not names and last in PURE_BUILTINS):
             if last in PURE_BUILTINS:
+                if last in ("float", "int", "bool") and len(args) == 1 and args[0].rank_tensor:
+                    return read_tensor(args[0], self.text(node))
                 v = join(*args)
                 if last in ("range", "list", "tuple", "sorted", "set") and args:
                     ints = self._range_ints(node, args)
@@ -881,6 +1097,11 @@ class Extractor:
                         return Val(ints=ints)
                     if last != "range" and len(args) == 1 and args[0].ints is not None:
                         return Val(ints=args[0].ints)
+                    stride = self._range_stride(node, args)
+                    if stride is None and last != "range" and len(args) == 1:
+                        stride = args[0].stride
+                    if stride is not None:
+                        return replace(v, stride=stride)
                 if last in ("int", "bool", "str") and args:
                     return replace(v, exact=args[0].exact, zero=args[0].zero)
                 if last == "next" and len(node.args) == 1:
@@ -919,6 +1140,20 @@ class Extractor:
             return Val(data=data, origin=next((a.origin for a in args if a.data), ""))
         self.emit(site)
         return Val(data=data, deps=site.names, origin=next((a.origin for a in args if a.data), ""))
+
+    def _range_stride(self, node: cst.Call, args: list[Val]) -> tuple[int, int | None] | None:
+        """`range(a, n, k)` with a literal step k: every element is ≡ a (mod k); `a` may be
+        unknown (`range(first, world_size, k)` in a loop over `first`), the bound always is."""
+        if self.text(node.func).rsplit(".", 1)[-1] != "range" or len(args) != 3:
+            return None
+        if any(a.keyword is not None for a in node.args):
+            return None
+        step = args[2].ints
+        if not step or len(step) != 1 or step[0] <= 1:
+            return None
+        start = args[0].ints
+        k = step[0]
+        return (k, start[0] % k) if start and len(start) == 1 else (k, None)
 
     def _range_ints(self, node: cst.Call, args: list[Val]) -> tuple[int, ...] | None:
         last = self.text(node.func).rsplit(".", 1)[-1]
@@ -1107,6 +1342,10 @@ class Extractor:
             return CLEAN
         if meth in ("start", "join", "result") and recv.typ is None:
             return None
+        if recv.rank_tensor and meth == "tolist" and not node.args:
+            return read_tensor(recv, self.text(node))
+        if recv.rank_tensor and meth not in NON_TENSOR_METHODS:
+            return replace(join(recv, *args), tensor=True)  # `probe.sum()`, `t.to(...)`
         if recv.tainted() and not recv.uniform:
             return join(recv, *args)
         return None
@@ -1180,6 +1419,7 @@ class Extractor:
         gval = self._peek(_kwarg(node, fact.group[1], fact.group[0])) if fact.group else CLEAN
         members = gval.members
         size = gval.size or (len(members) if members else None)
+        member_stride = gval.stride if gval.group else None
         root = self._root_fact(node, fact)
         peer_dims = root.dims if root and fact.kind in ("send", "recv") else frozenset()
         rank_set, excluded, rcond = self._restriction()
@@ -1195,6 +1435,7 @@ class Extractor:
             root=root,
             peer_dims=peer_dims,
             members=members,
+            member_stride=member_stride,
             group_size=size,
             rank_set=rank_set,
             rank_excluded=excluded,
@@ -1283,17 +1524,21 @@ class Extractor:
             )
         if fact.op == "new_group":
             members = None
+            stride = None
             if fact.ranks is not None:
                 ra = _kwarg(node, fact.ranks[1], fact.ranks[0])
                 if ra is not None:
                     v = self._peek(ra)
                     if v.ints is not None:
                         members = frozenset(v.ints)
+                    stride = v.stride
             key = self._assign_key(node)
             return Val(
                 group=key,
                 members=members,
                 size=len(members) if members else None,
+                stride=stride if members is None else None,
+                loop_group=self.loop_depth > 0,
             )
         if fact.op in ("init_device_mesh", "DeviceMesh"):
             names: tuple[str, ...] = ()

@@ -30,6 +30,7 @@ class Cond:
     guard: str | None = None  # membership test: the group key, or "*" for `rank in ranks`
     true_ranks: frozenset[int] | None = None  # global ranks for which it holds, if finite
     false_ranks: frozenset[int] | None = None  # global ranks for which it fails, if finite
+    mod_test: tuple[int, int, bool] | None = None  # true iff (rank % k == a) == holds
     deps: tuple[str, ...] = ()  # project calls whose return value may carry rank taint
     decorator: bool = False  # a rank-zero-only decorator
 
@@ -65,6 +66,8 @@ class Comm:
     root: RootFact | None = None
     peer_dims: frozenset[str] = frozenset()
     members: frozenset[int] | None = None  # literal members of the group, if known
+    # members all ≡ a (mod k) (`new_group(range(a, world_size, k))`); a None: the same unknown a
+    member_stride: tuple[int, int | None] | None = None
     group_size: int | None = None
     rank_set: frozenset[int] | None = None  # global ranks that can reach this call, if finite
     rank_excluded: frozenset[int] | None = None

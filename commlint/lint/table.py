@@ -87,6 +87,8 @@ class ApiTable:
     rank_zero_decorators: frozenset[str]
     data_sources: frozenset[str]
     data_methods: frozenset[str]
+    random_tensors: frozenset[str]
+    tensor_functions: frozenset[str]
     thread_spawners: frozenset[str]
     executor_methods: frozenset[str]
     exit_calls: frozenset[str]
@@ -192,6 +194,8 @@ def build_table(extra: dict[str, Any] | None = None) -> ApiTable:
         | frozenset(extra.get("rank_zero_decorators", [])),
         data_sources=frozenset(raw["data_sources"]),
         data_methods=frozenset(raw["data_methods"]),
+        random_tensors=frozenset(raw.get("random_tensors", [])),
+        tensor_functions=frozenset(raw.get("tensor_functions", [])),
         thread_spawners=frozenset(raw["thread_spawners"]),
         executor_methods=frozenset(raw["executor_methods"]),
         exit_calls=frozenset(raw["exit_calls"]),

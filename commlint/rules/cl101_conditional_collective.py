@@ -23,8 +23,16 @@ extra collective wait for the others forever (NCCL) or until the timeout (gloo).
 The check is per group and PARCOACH-precise: a branch is reported only when its arms differ on
 some group. Both arms calling `broadcast(src=0)` is fine; a condition on the pipeline stage
 around a collective on the data-parallel group is fine (every member of that group is on the
-same stage); `if rank == 0: send(...) else: recv(...)` is a matched pair, not a finding. Calls
-into other functions (in any file given) are followed, and the message shows the chain.
+same stage); `if rank == 0: send(...) else: recv(...)` is a matched pair, not a finding. A
+condition is compared with the group's members where they are known: `if rank % 2 == 0:`
+around a collective on `new_group(list(range(0, world_size, 2)))` (or `[0, 2]`, or
+`[r for r in range(world_size) if r % 2 == 0]`) selects exactly the members and is fine, and
+so is a parity test around a group kept from a loop of `new_group(range(first, world_size,
+2))`. A condition whose value is fixed on every rank that reaches it (`if is_main_process():`
+inside the odd-rank arm of `if rank % 2 == 0:`) does not split anything. Arms that issue the
+same rooted collective must also agree on the root: `broadcast(t, src=1)` in one arm against
+`broadcast(t, src=0)` in the other is reported. Calls into other functions (in any file given)
+are followed, and the message shows the chain.
 Hidden collectives count too: a DDP/FSDP-wrapped module's forward, `accelerator.gather` /
 `wait_for_everyone` / `save_state`, DeepSpeed `engine.save_checkpoint`, Lightning
 `self.log(..., sync_dist=True)` and `self.all_gather`.
@@ -56,6 +64,15 @@ def evaluate(preds):
         preds = accelerator.gather(preds)
         print(preds.mean())
 """,
+        """
+import torch.distributed as dist
+
+def share(t, group):
+    if dist.get_rank() == 1:
+        dist.broadcast(t, src=1, group=group)
+    else:
+        dist.broadcast(t, src=0, group=group)
+""",
     ),
     valid=(
         """
@@ -74,6 +91,14 @@ def exchange(t, rank):
         dist.send(t, dst=1)
     else:
         dist.recv(t, src=0)
+""",
+        """
+import torch.distributed as dist
+
+def reduce_on_leaders(t, rank, world_size):
+    leaders = dist.new_group(list(range(0, world_size, 2)))
+    if rank % 2 == 0:
+        dist.all_reduce(t, group=leaders)
 """,
     ),
 )

@@ -15,10 +15,15 @@ RULE = Rule(
     explanation="""
 Values computed from a rank's own data differ between ranks: a loss read with `.item()`,
 `torch.isnan(x).any()`, a tensor comparison, the time (`time.time()`), the length of a
-per-rank shard, or whether an iterator is exhausted. A branch on such a value that calls a
-collective on one side only (or a loop whose trip count depends on it) makes some ranks call the
-collective and others not, and the job hangs the first time the values disagree — which may be
-hours into a run.
+per-rank shard, or whether an iterator is exhausted. Reading a tensor the linter knows to hold
+this rank's values — drawn with `torch.rand`/`randn`/... or built from a rank's value with
+`torch.tensor(...)`, and what is computed from it — is the same read whatever its spelling:
+`float(t)`, `int(t)`, `bool(t)`, `t.item()`, `t.tolist()`, or `if t > 0.5:` itself.
+
+A branch on such a value that calls a collective on one side only (or a loop whose trip count
+depends on it) makes some ranks call the collective and others not, and the job hangs the first
+time the values disagree — which may be hours into a run. The same holds for a `send` or `recv`
+under such a condition: the peer's matching call does not follow this rank's data.
 
 A value that came out of a collective (`all_reduce`d, `broadcast`, gathered, or returned by a
 functional collective) is the same on every member and is not reported.
@@ -37,6 +42,14 @@ import torch.distributed as dist
 def step(loss, grads):
     if loss.item() > 10.0:
         dist.all_reduce(grads)
+""",
+        """
+import torch
+import torch.distributed as dist
+
+def maybe_log(stats):
+    if float(torch.rand(1)) < 0.1:
+        dist.all_reduce(stats)
 """,
     ),
     valid=(
