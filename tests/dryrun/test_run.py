@@ -161,6 +161,23 @@ def test_an_exception_ends_the_rank_and_strands_its_peer():
     assert not result.notes  # the program's own exception, not a limit of fake tensors
 
 
+def test_ddp_unused_parameters_raise_ddps_own_error_at_the_users_line():
+    program = PROGRAMS / "bad_ddp_unused.py"
+    result, trace = record(str(program))
+    end = trace.ends[1]  # rank 1 skips layer b: its gradient never comes
+    assert end.kind == "exception"
+    assert end.message.startswith(
+        "RuntimeError: Expected to have finished reduction in the prior iteration"
+    )
+    assert "parameters 2, 3" in end.message and "find_unused_parameters=True" in end.message
+    assert end.site.endswith(f":{line_of(program, '.backward()')}")
+    assert 0 not in trace.ends
+    assert result.mode == "fake" and not result.notes  # DDP's check, not a fake-tensor limit
+    findings = check_trace(trace, None).findings
+    assert [f.code for f in findings] == ["CL210"]
+    assert "find_unused_parameters=True" in findings[0].message
+
+
 def test_parse_ranks():
     assert parse_ranks("0-3,8,10-11", 16) == [0, 1, 2, 3, 8, 10, 11]
     for bad in ("5-2", "0-16", "x", ""):

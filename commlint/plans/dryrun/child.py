@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import resource
 import runpy
 import signal
@@ -464,7 +465,11 @@ def _install_fake_helpers(c10d: Any) -> None:
 
     def rebuild_buckets(self: Any) -> bool:
         # The rebuild copies parameter data, which fake tensors do not have: the first
-        # iteration's buckets stay (an assumption noted in the trace's meta).
+        # iteration's buckets stay (an assumption noted in the trace's meta). The rebuild's
+        # first step stays: DDP's check that the previous backward reduced every bucket,
+        # which raises its own error for parameters that got no gradient (unused parameters
+        # without find_unused_parameters=True).
+        self._check_reducer_finalized()
         if not told:
             told.append(True)
             _RECORDER.send(("assume", "DDP buckets keep the first iteration's order (no rebuild)"))
@@ -481,9 +486,31 @@ def _error_site(exc: BaseException) -> str | None:
     return site
 
 
+_DDP_UNFINISHED = "Expected to have finished reduction in the prior iteration"
+_DDP_NO_GRAD = re.compile(r"Parameter indices which did not receive grad for rank \d+: ([\d ]+)")
+
+
 def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    """The exception's first line; DDP's unused-parameter error (whose first line stops
+    mid-sentence) summed up."""
+    text = str(exc).strip()
+    if text.startswith(_DDP_UNFINISHED):
+        return f"{type(exc).__name__}: {_ddp_unfinished(text)}"
+    lines = text.splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+def _ddp_unfinished(text: str) -> str:
+    """DDP's error when a parameter got no gradient in the previous backward (unused
+    parameters without `find_unused_parameters=True`), as DDP says it, in one line."""
+    found = _DDP_NO_GRAD.search(text)
+    which = f"parameters {', '.join(found.group(1).split())}" if found else "some parameters"
+    return (
+        f"{_DDP_UNFINISHED} before starting a new one — DDP: {which} of this rank got no "
+        "gradient in the previous backward (unused parameters); pass "
+        "find_unused_parameters=True to DistributedDataParallel, or make every parameter "
+        "take part in the loss"
+    )
 
 
 def run_rank(spec: RankSpec, table: ValueTable, conn: Any) -> None:
@@ -541,7 +568,9 @@ def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
         return {"kind": "exit", "message": f"sys.exit({exc.code!r})", "site": _error_site(exc)}
     except BaseException as exc:
         kind = "exception"
-        if spec.mode == "fake":
+        if spec.mode == "fake" and not str(exc).startswith(_DDP_UNFINISHED):
+            # DDP's own check failed (its reducer state, not tensor data): no need to see
+            # whether real tensors raise it too.
             limit = type(exc).__name__ in FAKE_LIMITS
             recorder.send(("fake-limit", _one_line(exc), _error_site(exc), limit))
         return {"kind": kind, "message": _one_line(exc), "site": _error_site(exc)}
