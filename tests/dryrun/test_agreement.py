@@ -14,7 +14,7 @@ import pytest
 from realrun import run_real
 
 PROGRAMS = Path(__file__).parent / "programs"
-FOUR_RANKS = {"ok_mesh_2d.py", "bad_mesh_branch.py", "ok_subgroups.py"}
+FOUR_RANKS = {"ok_mesh_2d.py", "bad_mesh_branch.py", "ok_subgroups.py", "ok_anysource_monitored.py"}
 ALL = sorted(PROGRAMS.glob("*.py"))
 
 

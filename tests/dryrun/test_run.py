@@ -178,6 +178,51 @@ def test_ddp_unused_parameters_raise_ddps_own_error_at_the_users_line():
     assert "find_unused_parameters=True" in findings[0].message
 
 
+def test_recv_from_any_source_pairs_with_each_sender_once():
+    program = PROGRAMS / "ok_anysource_monitored.py"
+    result, trace = record(str(program), world=4)
+    # The program asserts that recv(src=None) returned every sender once.
+    assert not trace.ends and result.converged and result.mode == "fake"
+    recvs = [a for a in trace.ranks[0] if a.op == "recv"]
+    assert [a.peer for a in recvs] == [1, 2, 3]
+    assert all(a.label == "recv from any source" for a in recvs)
+    assert recvs[0].site.endswith(f":{line_of(program, 'dist.recv(buf, src=None)')}")
+    assert "could pair with ranks 1, 2, 3" in trace.meta["assumes"]
+    barriers = [(a.group, a.label) for a in trace.ranks[1] if a.op == "barrier"]
+    assert barriers == [("WORLD", "monitored_barrier"), ("g0_1", "monitored_barrier")]
+    assert [a.op for a in trace.ranks[3]] == ["send", "barrier"]
+    assert check_trace(trace, None).findings == []
+
+
+def test_recv_from_any_source_that_nobody_answers_is_a_hang():
+    program = PROGRAMS / "bad_recv_anysource.py"
+    _, trace = record(str(program))
+    recvs = [a for a in trace.ranks[0] if a.op == "recv"]
+    assert [a.peer for a in recvs] == [1, 1]
+    assert "no rank sends rank 0 a message" in trace.meta["assumes"]
+    findings = check_trace(trace, None).findings
+    assert [f.code for f in findings] == ["CL202"]
+    assert findings[0].actions[0].site.endswith(f":{line_of(program, 'dist.recv(buf, src=None)')}")
+
+
+def test_monitored_barrier_needs_gloo_as_in_torch(tmp_path: Path):
+    program = tmp_path / "monitored_nccl.py"
+    program.write_text(
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('nccl')\n"
+        "dist.monitored_barrier()\n"
+    )
+    result, trace = record(str(program))
+    assert {r: e.message for r, e in trace.ends.items()} == {
+        r: "ValueError: monitored_barrier is only implemented for GLOO backend." for r in (0, 1)
+    }
+    assert not result.notes  # raised again with real tensors: the program's own error
+    skipped = PROGRAMS / "bad_monitored_barrier.py"
+    _, trace = record(str(skipped))
+    assert [a.op for a in trace.ranks[1]] == ["all_reduce"]
+    assert [f.code for f in check_trace(trace, None).findings] == ["CL202"]
+
+
 def test_parse_ranks():
     assert parse_ranks("0-3,8,10-11", 16) == [0, 1, 2, 3, 8, 10, 11]
     for bad in ("5-2", "0-16", "x", ""):

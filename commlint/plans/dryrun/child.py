@@ -15,6 +15,7 @@ import signal
 import sys
 import traceback
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -248,6 +249,11 @@ def _install(spec: RankSpec, recorder: Recorder) -> None:
 
     def make_helper(orig: Any) -> Any:
         def helper(group_size, group_rank, global_ranks, backend, store, group_name, *a, **k):
+            # The backend this group would really have: its own, or the default group's.
+            asked = str(backend) if backend is not None else BACKEND
+            recorder.group_backends[str(group_name)] = (
+                recorder.requested_backend or "nccl" if asked in (BACKEND, "undefined") else asked
+            )
             k.pop("backend_options", None)
             k.pop("device_id", None)
             if a:
@@ -271,6 +277,29 @@ def _install(spec: RankSpec, recorder: Recorder) -> None:
 
     for mod in (dist, c10d):
         _wrap(mod, "batch_isend_irecv", make_batch)
+
+    def make_monitored_barrier(orig: Any) -> Any:
+        def monitored_barrier(
+            group: Any = None, timeout: Any = None, wait_all_ranks: bool = False
+        ) -> None:
+            # torch's own checks, against the backend the script asked for (the recording
+            # group's backend is `commlint`); gloo's barrier itself is recorded as a barrier.
+            if c10d._rank_not_in_group(group):
+                c10d._warn_not_in_group("monitored_barrier")
+                return None
+            pg = c10d._get_default_group() if group is None else group
+            if str(recorder.group_backends.get(pg.group_name, "")).lower() != "gloo":
+                raise ValueError("monitored_barrier is only implemented for GLOO backend.")
+            if isinstance(timeout, (int, float)):
+                timeout = timedelta(seconds=timeout)
+            if timeout is not None:
+                c10d._check_valid_timeout(timeout)
+            return pg.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
+
+        return monitored_barrier
+
+    for mod in (dist, c10d):
+        _wrap(mod, "monitored_barrier", make_monitored_barrier)
 
     _meshes_on_cpu()
     _modules_stay_on_cpu()

@@ -206,7 +206,10 @@ def _handle(run: RankRun, msg: tuple) -> None:
     elif kind == "fake-limit":
         run.fake_limit = (msg[1], msg[2], msg[3])
     elif kind == "assume":
-        run.assumes = msg[1]
+        if not run.assumes:
+            run.assumes = msg[1]
+        elif msg[1] not in run.assumes:
+            run.assumes = f"{run.assumes}; {msg[1]}"
     elif kind == "usage":
         run.cpu_seconds, run.peak_bytes = msg[1], msg[2]
     elif kind == "backend":

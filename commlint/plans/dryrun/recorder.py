@@ -228,6 +228,7 @@ class RecordedWork(dist.Work):
         self._handle = handle
         self._result = result
         self._waited = handle is None
+        self._source = 0
 
     def wait(self, timeout: Any = None) -> bool:
         if not self._waited:
@@ -255,7 +256,11 @@ class RecordedWork(dist.Work):
         return self._result
 
     def source_rank(self) -> int:
-        return 0
+        """The group rank a receive got its message from (`recv(src=None)` returns it)."""
+        return self._source
+
+    def _source_rank(self) -> int:
+        return self._source
 
     def synchronize(self) -> None:
         return None
@@ -278,6 +283,7 @@ class Recorder:
         self.batch: str | None = None
         self.deferred_waits: list[str] = []
         self.requested_backend: str | None = None
+        self.group_backends: dict[str, str] = {}  # torch group name -> backend asked for
         self.from_cpp = False
         self.bucket = 0  # index of the next DDP gradient bucket in this backward
         self.stream: str | None = None
@@ -703,6 +709,17 @@ class RecordingProcessGroup(dist.ProcessGroup):
         work, _ = self._coll("barrier", [], None, [])
         return work
 
+    def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> None:
+        """gloo's monitored barrier: every member meets the group's first rank (send to it,
+        then wait for its answer), which raises naming the ranks that did not arrive in time
+        (all of them with `wait_all_ranks`) — a barrier on the group that fails instead of
+        hanging. It is recorded as a barrier: a member that never arrives strands the others
+        (CL2xx), as it makes them raise in a real run."""
+        self._next()
+        self._rec.emit(
+            {"op": "barrier", "group": self._name, "label": "monitored_barrier"}, _frames(2)
+        )
+
     # point to point
     def _channel(self, src: int, dst: int, tag: int) -> Key:
         chan = (self._name, src, dst, tag)
@@ -715,25 +732,68 @@ class RecordingProcessGroup(dist.ProcessGroup):
         handle = self._rec.record(
             "send", self._name, tensors, peer=peer, tag=tag, frames=_frames(2)
         )
-        self._rec.contribute(self._channel(self._rec.rank, peer, tag), to_value(tensors[0]))
+        key = self._channel(self._rec.rank, peer, tag)
+        self._rec.contribute(key, to_value(tensors[0]))
+        # That this message exists, whatever its value (a fake tensor has none): a receive
+        # from any source pairs with it.
+        self._rec.contribute(("s", *key[1:]), True)
         return self._work(handle, tensors)
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> RecordedWork:
+        return self._recv_from(tensors, src, tag, None, _frames(2))
+
+    def _recv_from(
+        self, tensors: list[torch.Tensor], src: int, tag: int, extra: Any, frames: list[Any]
+    ) -> RecordedWork:
         peer = self._ranks[src]
         handle = self._rec.record(
-            "recv", self._name, tensors, peer=peer, tag=tag, frames=_frames(2)
+            "recv", self._name, tensors, peer=peer, tag=tag, extra=extra, frames=frames
         )
         key = self._channel(peer, self._rec.rank, tag)
         if _is_real(tensors[0]):
             v = self._rec.receive(key).get(peer)
             if v is not None:
                 _copy(tensors[0], from_value(v))
-        return self._work(handle, tensors)
+        work = self._work(handle, tensors)
+        work._source = src
+        return work
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> RecordedWork:
-        raise RuntimeError(
-            "commlint dry-run: recv from any source is not supported; name the source rank"
-        )
+        """`recv(src=None)`: gloo pairs it with a pending send to this rank with this tag —
+        the first one announced, or the first to arrive. The trace names one peer per receive,
+        so the receive is recorded from the sender it pairs with: the member whose next
+        message to this rank (with this tag) exists, known from the previous pass. When
+        several have one, the real pairing depends on timing and the lowest rank is followed;
+        when none has, the receive blocks forever and is recorded from the lowest other
+        member, which never sends it (the checker reports the hang). A note in the trace's
+        `meta.assumes` says which."""
+        me = self._rec.rank
+        senders, others = [], []
+        for m, peer in enumerate(self._ranks):
+            if peer == me:
+                continue
+            others.append(m)
+            n = self._rec.p2p_seq.get((self._name, peer, me, tag), 0)
+            if peer in self._rec.receive(("s", self._name, peer, me, tag, n)):
+                senders.append(m)
+        frames = _frames(2)
+        if len(senders) != 1 and others:
+            site, _ = user_site(frames)
+            where = f"recv from any source at {site or 'a torch call'}"
+            if senders:
+                choices = ", ".join(str(self._ranks[m]) for m in senders)
+                note = (
+                    f"{where} could pair with ranks {choices} (whichever sends first); the "
+                    f"dry-run followed rank {self._ranks[senders[0]]}"
+                )
+            else:
+                note = (
+                    f"{where}: no rank sends rank {me} a message it could pair with (tag "
+                    f"{tag}); recorded as a receive from rank {self._ranks[others[0]]}"
+                )
+            self._rec.send(("assume", note))
+        src = senders[0] if senders else others[0] if others else self._me
+        return self._recv_from(tensors, src, tag, {"label": "recv from any source"}, frames)
 
 
 def make_backend(recorder: Recorder) -> Callable:
