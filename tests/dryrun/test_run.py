@@ -307,3 +307,12 @@ def test_every_collective_api_delivers_peer_values():
     a2a = trace.ranks[1][3]
     assert a2a.in_splits == [1, 1] and a2a.out_splits == [1, 1]
     assert check_trace(trace, None).findings == []
+
+
+def test_call_stacks_stop_at_the_users_script():
+    # The stack of an action holds the torch API frame and the script's frames, never the
+    # frames of whoever started the dry-run (here pytest).
+    _, trace = record(str(PROGRAMS / "ok_sendrecv.py"))
+    for action in trace.ranks[0]:
+        assert action.stack, action
+        assert all("ok_sendrecv.py" in f or f.startswith("torch/") for f in action.stack)

@@ -89,8 +89,8 @@ def user_site(frames: list[Any]) -> tuple[str | None, list[str]]:
     site = None
     for i, f in enumerate(frames):
         name = f.f_code.co_filename
-        if name.endswith(_RUNPY):
-            break
+        if name.endswith(_RUNPY) or name == "<frozen runpy>":
+            break  # the frames that ran the script: the dry-run's own, or its caller's
         if not is_user_file(name):
             continue
         if site is None:
