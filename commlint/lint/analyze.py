@@ -49,6 +49,7 @@ class Tok:
     blocking: bool = True
     peer_dims: frozenset[str] = frozenset()
     root: str | None = None  # `src=0`: the root as written (a literal: its value), if known
+    payload: tuple[tuple[str, str], ...] = ()  # what each buffer argument was made from
 
     def key(self) -> tuple:
         if self.cat in ("alt", "loop"):
@@ -235,9 +236,20 @@ class Program:
                 p2p=c.kind,
                 blocking=c.blocking,
                 peer_dims=c.peer_dims,
+                payload=c.payload,
             )
         cat = "create" if c.kind == "create" else "coll"
-        return Tok(cat, c.op, c.group, path, c.pos, leaf, blocking=c.blocking, root=root_of(c))
+        return Tok(
+            cat,
+            c.op,
+            c.group,
+            path,
+            c.pos,
+            leaf,
+            blocking=c.blocking,
+            root=root_of(c),
+            payload=c.payload,
+        )
 
     def _group_mapping(self, site: CallSite, callee: Function) -> dict[str, str]:
         params = list(callee.params)

@@ -240,6 +240,8 @@ def _compare_arms(
         keys = [tuple(t.key() for t in p) for p in proj]
         if all(k == keys[0] for k in keys):
             out.extend(_root_mismatch(fn, node, cond, proj, group, reported))
+            out.extend(_payload_mismatch(fn, node, cond, proj, group, reported))
+            out.extend(_order_mismatch(fn, node, cond, proj, group, reported))
             continue
         if _compensated(program, fn, node, rest, group):
             continue
@@ -297,7 +299,77 @@ def _compare_arms(
         )
     if cond.data:
         out.extend(_data_p2p(fn, node, cond, arms))
+    if not out:
+        out.extend(_p2p_payloads(program, fn, node, cond, arms, reported))
+    if not out:
+        out.extend(_interleaving(program, fn, node, cond, arms, reported))
     return out
+
+
+def _p2p_payloads(program: Program, fn: Function, node: Branch, cond: Cond, arms, reported):
+    """Arms that send (or receive) the same messages on a group, but with buffers of another
+    dtype or size, or in another order: the peer's side expects one of them."""
+    out: list[RawFinding] = []
+    p2p = [[t for t in leaves(a) if t.cat == "p2p" and t.p2p in ("send", "recv")] for a in arms]
+    for group in dict.fromkeys(t.group for a in p2p for t in a):
+        proj = [[t for t in a if t.group == group] for a in p2p]
+        keys = [[t.key() for t in a] for a in proj]
+        if not keys[0] or any(k != keys[0] for k in keys):
+            continue
+        out.extend(_payload_mismatch(fn, node, cond, proj, group, reported))
+        out.extend(_order_mismatch(fn, node, cond, proj, group, reported))
+    return out
+
+
+def _interleaving(program: Program, fn: Function, node: Branch, cond: Cond, arms, reported):
+    """Each group's sequence is the same in every arm, but the arms interleave two groups
+    that the condition splits in another order (`all_reduce(g=dp); all_reduce(g=world)` on one
+    rank, the reverse on the others): a rank waits on one group for a peer that waits for it
+    on the other — a wait-for cycle."""
+    groups = [
+        g for g in program.groups_of([t for a in arms for t in a]) if program.divergent(cond, g, fn)
+    ]
+    if len(groups) < 2:
+        return []
+    seqs = [
+        [t for t in leaves(a) if t.cat == "coll" and t.group in groups and t.blocking] for a in arms
+    ]
+    keys = [[t.key() for t in s] for s in seqs]
+    if all(k == keys[0] for k in keys):
+        return []
+    for g in groups:  # the per-group orders must agree, or the other comparison reports it
+        per = [[k for k in ks if k[2] == g] for ks in keys]
+        if any(p != per[0] for p in per):
+            return []
+    j = next(j for j, k in enumerate(keys) if k != keys[0])
+    i = next(i for i, (a, b) in enumerate(zip(keys[0], keys[j], strict=False)) if a != b)
+    mine, theirs = seqs[0][i], seqs[j][i]
+    where = (mine.path, mine.pos.line, mine.pos.col)
+    if where in reported:
+        return []
+    reported.add(where)
+    g1 = "WORLD" if mine.group == "WORLD" else f"group `{mine.group}`"
+    g2 = "WORLD" if theirs.group == "WORLD" else f"group `{theirs.group}`"
+    who = _subject(node, 0, cond)
+    verb = "calls" if who.startswith("rank ") else "call"
+    return [
+        RawFinding(
+            code=_code(cond, mine),
+            message=(
+                f"{who} {verb} {mine.op} on {g1} at {mine.describe()} first, while the other "
+                f"ranks ({arm_label(node, j)}) call {theirs.op} on {g2} at {theirs.describe()} "
+                f"first: a rank waiting on {g1} for a peer that waits on {g2} (and the reverse) "
+                "is a wait-for cycle, and the job hangs"
+            ),
+            path=fn.path,
+            pos=mine.pos,
+            fix=(
+                f"Issue the collectives on {g1} and {g2} in the same order on every rank "
+                f"(the order of the branch at line {cond.pos.line} must not depend on the rank)."
+            ),
+            related=[cond_related(fn, cond)],
+        )
+    ]
 
 
 def _data_p2p(fn: Function, node: Branch, cond: Cond, arms) -> list[RawFinding]:
@@ -376,6 +448,110 @@ def _root_mismatch(fn: Function, node: Branch, cond: Cond, proj, group, reported
                 fix=(
                     f"Pass the same root to {tok.op} on every rank of {gname} (compute it from "
                     "the group, e.g. its first member, not from the branch)."
+                ),
+                related=[cond_related(fn, cond)],
+            )
+        ]
+    return []
+
+
+def _describe_payload(p: tuple[str, str]) -> str:
+    if not p[1]:
+        return f"`{p[0]}` itself"
+    if p[1] == "size":
+        return f"`{p[0]}` with more elements"
+    return f"`{p[0]}` converted to {p[1].split(' ', 1)[1]}"
+
+
+def _payload_mismatch(fn: Function, node: Branch, cond: Cond, proj, group, reported) -> list:
+    """The arms issue the same collective on `group`, but one passes a buffer made from the
+    other arm's with another dtype or more elements (`buf = t.to(torch.float64)`,
+    `torch.cat([t, pad])`): the members' buffers disagree (a size error, a hang, or silently
+    mixed data)."""
+    flat = [list(leaves(a)) for a in proj]
+    for at in zip(*flat, strict=False):
+        loads = [t.payload for t in at]
+        if len({len(x) for x in loads}) != 1:
+            continue
+        for i in range(len(loads[0])):
+            made = [x[i] for x in loads]
+            k = next((j for j, p in enumerate(made) if p[1]), None)
+            if k is None:
+                continue
+            j = next(
+                (j for j, p in enumerate(made) if p[0] == made[k][0] and p[1] != made[k][1]),
+                None,
+            )
+            if j is None:
+                continue
+            tok, other = at[k], at[j]
+            where = (tok.path, tok.pos.line, tok.pos.col)
+            if where in reported:
+                return []
+            reported.add(where)
+            gname = "WORLD" if group == "WORLD" else f"group `{group}`"
+            who = _subject(node, k, cond)
+            verb = "pass" if not who.startswith("rank ") else "passes"
+            return [
+                RawFinding(
+                    code=_code(cond, tok),
+                    message=(
+                        f"{who} {verb} {_describe_payload(made[k])} to {tok.op} on {gname} at "
+                        f"{tok.describe()}, the other ranks ({arm_label(node, j)}) pass "
+                        f"{_describe_payload(made[j])} at {other.describe()}: "
+                        + (
+                            "the peer's side expects one dtype and size, so the message fails "
+                            "or is misread"
+                            if tok.cat == "p2p"
+                            else "the members' buffers differ in dtype or size, so the call "
+                            "fails, hangs or mixes mismatched data"
+                        )
+                    ),
+                    path=fn.path,
+                    pos=tok.pos,
+                    fix=(
+                        f"Give {tok.op} the same dtype and number of elements on every rank of "
+                        f"{gname}: convert or pad on all ranks, or on none."
+                    ),
+                    related=[cond_related(fn, cond)],
+                )
+            ]
+    return []
+
+
+def _order_mismatch(fn: Function, node: Branch, cond: Cond, proj, group, reported) -> list:
+    """The arms issue the same calls on `group` with the same buffers, in another order
+    (`all_reduce(g2); all_reduce(g1)` on one rank, `g1` then `g2` on the others): each call
+    pairs with the other rank's other buffer."""
+    flat = [list(leaves(a)) for a in proj]
+    names = [[t.payload[0][0] if t.payload else None for t in a] for a in flat]
+    for j in range(1, len(names)):
+        a, b = names[0], names[j]
+        if None in a or None in b or a == b or sorted(a) != sorted(b):
+            continue
+        i = next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
+        tok, other = flat[0][i], flat[j][i]
+        where = (tok.path, tok.pos.line, tok.pos.col)
+        if where in reported:
+            return []
+        reported.add(where)
+        gname = "WORLD" if group == "WORLD" else f"group `{group}`"
+        who = _subject(node, 0, cond)
+        verb = "pass" if not who.startswith("rank ") else "passes"
+        return [
+            RawFinding(
+                code=_code(cond, tok),
+                message=(
+                    f"{who} {verb} `{a[i]}` to {tok.op} on {gname} at {tok.describe()}, where "
+                    f"the other ranks ({arm_label(node, j)}) pass `{b[i]}` "
+                    f"at {other.describe()}: the arms use the same buffers in another order, "
+                    "so each call pairs with the wrong data (or sizes that do not match)"
+                ),
+                path=fn.path,
+                pos=tok.pos,
+                fix=(
+                    f"Issue the calls on {gname} in the same order on every rank, whatever the "
+                    f"branch at line {cond.pos.line} decides."
                 ),
                 related=[cond_related(fn, cond)],
             )

@@ -93,6 +93,7 @@ class Val:
     mod_test: tuple[int, int, bool] | None = None  # true iff (rank % k == a) == holds
     stride: tuple[int, int | None] | None = None  # ranks all ≡ a (mod k); a None: one unknown a
     loop_group: bool = False  # a group made by `new_group` in a loop: its name holds several
+    payload: tuple[str, str] | None = None  # (variable it was made from, "dtype X" / "size")
 
     def tainted(self) -> bool:
         return bool(self.dims) or self.data
@@ -152,6 +153,48 @@ NON_TENSOR_METHODS = frozenset(
     }
 )
 TENSOR_ATTRIBUTES = frozenset({"data", "T", "mT", "grad", "real", "imag"})
+# Tensor methods that change the dtype, and to what.
+DTYPE_METHODS = {
+    "double": "torch.float64",
+    "float": "torch.float32",
+    "half": "torch.float16",
+    "bfloat16": "torch.bfloat16",
+    "long": "torch.int64",
+    "int": "torch.int32",
+}
+# Views and copies that keep a tensor's dtype and number of elements.
+SAME_PAYLOAD_METHODS = frozenset(
+    {"flatten", "view", "reshape", "contiguous", "detach", "clone", "view_as", "reshape_as"}
+)
+DTYPE_NAMES = frozenset(
+    {
+        "float64",
+        "float32",
+        "float16",
+        "bfloat16",
+        "double",
+        "float",
+        "half",
+        "int64",
+        "int32",
+        "int16",
+        "int8",
+        "uint8",
+        "long",
+        "int",
+        "bool",
+        "complex64",
+        "complex128",
+    }
+)
+CONCAT_CALLS = frozenset({"torch.cat", "torch.concat", "torch.concatenate"})
+PAD_CALLS = frozenset({"torch.nn.functional.pad"})
+
+
+def _is_dtype(text: str) -> bool:
+    """`torch.float64`, `torch.bfloat16`: a dtype spelled out."""
+    head, _, name = text.rpartition(".")
+    return head == "torch" and name in DTYPE_NAMES
 
 
 def read_tensor(v: Val, text: str) -> Val:
@@ -397,6 +440,9 @@ class Extractor:
             self._current_target = self.text(s.targets[0].target) if len(s.targets) == 1 else None
             v = self.expr(s.value)
             self._current_target = None
+            made = self._payload_of(s.value)
+            if made is not None:
+                v = replace(v, payload=made)
             if (
                 v.loop_group
                 and isinstance(s.value, cst.Name)
@@ -429,6 +475,54 @@ class Extractor:
             self.emit(Exit("break", self.pos(s), "break"))
         elif isinstance(s, cst.Continue):
             self.emit(Exit("continue", self.pos(s), "continue"))
+
+    def _payload_root(self, expr: cst.BaseExpression) -> str | None:
+        """The variable a tensor expression views or copies (`g.flatten()` -> `g`)."""
+        while (
+            isinstance(expr, cst.Call)
+            and isinstance(expr.func, cst.Attribute)
+            and expr.func.attr.value in SAME_PAYLOAD_METHODS
+        ):
+            expr = expr.func.value
+        if isinstance(expr, cst.Name | cst.Attribute):
+            return self.text(expr)
+        return None
+
+    def _payload_of(self, value: cst.BaseExpression) -> tuple[str, str] | None:
+        """`buf = t.to(torch.float64)` / `t.double()`: t with another dtype; `torch.cat([t,
+        pad])` / `F.pad(t, ...)`: t with more elements. What a collective's buffer is made
+        from, to compare the buffers that the arms of a rank branch pass."""
+        if not isinstance(value, cst.Call):
+            return None
+        func = value.func
+        if isinstance(func, cst.Attribute):
+            root = self._payload_root(func.value)
+            meth = func.attr.value
+            if root is not None and meth in DTYPE_METHODS and not value.args:
+                return (root, f"dtype {DTYPE_METHODS[meth]}")
+            if root is not None and meth == "to":
+                arg = _kwarg(value, "dtype", None)
+                if arg is None:
+                    arg = next(
+                        (
+                            a.value
+                            for a in value.args
+                            if a.keyword is None and _is_dtype(self.text(a.value))
+                        ),
+                        None,
+                    )
+                if arg is not None:
+                    return (root, f"dtype {self.text(arg)}")
+        names = set(self.qnames(func))
+        if names & PAD_CALLS and value.args:
+            root = self._payload_root(value.args[0].value)
+            return (root, "size") if root else None
+        if names & CONCAT_CALLS and value.args:
+            parts = value.args[0].value
+            if isinstance(parts, cst.List | cst.Tuple) and len(parts.elements) >= 2:
+                root = self._payload_root(parts.elements[0].value)
+                return (root, "size") if root else None
+        return None
 
     def _track_async(self, value, targets, before: int) -> None:
         if not isinstance(value, cst.Call):
@@ -1417,6 +1511,11 @@ class Extractor:
             if isinstance(a, cst.Name) and a.value == "True":
                 blocking = False
         gval = self._peek(_kwarg(node, fact.group[1], fact.group[0])) if fact.group else CLEAN
+        payload = tuple(
+            self._peek(a.value).payload or (self.text(a.value), "")
+            for a in node.args
+            if a.keyword is None and isinstance(a.value, cst.Name | cst.Attribute)
+        )
         members = gval.members
         size = gval.size or (len(members) if members else None)
         member_stride = gval.stride if gval.group else None
@@ -1436,6 +1535,7 @@ class Extractor:
             peer_dims=peer_dims,
             members=members,
             member_stride=member_stride,
+            payload=payload,
             group_size=size,
             rank_set=rank_set,
             rank_excluded=excluded,

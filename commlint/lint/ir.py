@@ -68,6 +68,8 @@ class Comm:
     members: frozenset[int] | None = None  # literal members of the group, if known
     # members all ≡ a (mod k) (`new_group(range(a, world_size, k))`); a None: the same unknown a
     member_stride: tuple[int, int | None] | None = None
+    # per positional buffer argument: (the variable it was made from, "" / "dtype X" / "size")
+    payload: tuple[tuple[str, str], ...] = ()
     group_size: int | None = None
     rank_set: frozenset[int] | None = None  # global ranks that can reach this call, if finite
     rank_excluded: frozenset[int] | None = None

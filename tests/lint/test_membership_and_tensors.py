@@ -278,3 +278,108 @@ def test_tolist_of_an_array_of_ranks_is_not_data(tmp_path):
         "        for sub_ranks in rearranged:\n            dist.new_group(sub_ranks)\n"
     )
     assert codes(src, tmp_path) == []
+
+
+# --------------------------------------------------------------------------- payloads
+
+PAYLOADS = {
+    "to-dtype": ("buf = t.to(torch.float64)", "buf", True),
+    "to-dtype-kw": ("buf = t.to(dtype=torch.bfloat16)", "buf", True),
+    "double": ("buf = t.double()", "buf", True),
+    "cat-pad": ("buf = torch.cat([t.flatten(), t.new_zeros(3)])", "buf", True),
+    "F.pad": ("buf = torch.nn.functional.pad(t, (0, 3))", "buf", True),
+    "same-view": ("buf = t.view(-1)", "buf", False),
+    "clone": ("buf = t.clone()", "buf", False),
+    "to-device": ("buf = t.to('cuda')", "buf", False),
+    "other-tensor": ("buf = u", "buf", False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PAYLOADS))
+def test_arms_must_pass_buffers_of_one_dtype_and_size(case, tmp_path):
+    made, name, bad = PAYLOADS[case]
+    src = (
+        HEAD + "def f(t, u, rank):\n    if rank == 1:\n"
+        f"        {made}\n        dist.all_reduce({name})\n"
+        "    else:\n        dist.all_reduce(t)\n"
+    )
+    assert codes(src, tmp_path) == (["CL101"] if bad else []), src
+
+
+def test_buffers_converted_on_every_rank_are_fine(tmp_path):
+    src = (
+        HEAD + "def f(t, rank):\n    buf = t.to(torch.float64)\n    if rank == 1:\n"
+        "        dist.all_reduce(buf)\n    else:\n        dist.all_reduce(buf)\n"
+    )
+    assert codes(src, tmp_path) == []
+
+
+def test_both_arms_converting_alike_are_fine(tmp_path):
+    src = (
+        HEAD + "def f(t, rank):\n    if rank == 1:\n        buf = t.double()\n"
+        "        dist.all_reduce(buf)\n    else:\n        b = t.to(torch.float64)\n"
+        "        dist.all_reduce(b)\n"
+    )
+    assert codes(src, tmp_path) == []
+
+
+def test_send_of_a_converted_buffer_on_one_rank_is_reported(tmp_path):
+    src = (
+        HEAD + "def f(t, rank, peer, g):\n    if rank == 0:\n        buf = t.double()\n"
+        "        dist.send(buf, dst=peer, group=g)\n    else:\n"
+        "        dist.send(t, dst=peer, group=g)\n"
+    )
+    assert [c for c in codes(src, tmp_path) if c != "CL110"] == ["CL101"]
+
+
+# ------------------------------------------------------------------------------ order
+
+
+@pytest.mark.parametrize(
+    ("mine", "theirs", "expected"),
+    [
+        ("a, b", "b, a", ["CL101"]),
+        ("a, b", "a, b", []),
+        ("a, b", "x, y", []),  # a sender's data against a receiver's buffers: no order to tell
+        ("a, a", "a, a", []),
+    ],
+)
+def test_same_buffers_in_another_order(mine, theirs, expected, tmp_path):
+    m1, m2 = mine.split(", ")
+    t1, t2 = theirs.split(", ")
+    src = (
+        HEAD + "def f(a, b, x, y, rank):\n    if rank == 1:\n"
+        f"        dist.all_reduce({m1})\n        dist.all_reduce({m2})\n    else:\n"
+        f"        dist.all_reduce({t1})\n        dist.all_reduce({t2})\n"
+    )
+    assert codes(src, tmp_path) == expected, src
+
+
+def test_sends_in_another_order_are_reported(tmp_path):
+    src = (
+        HEAD + "def f(header, mem, rank, peer):\n    if rank == 0:\n"
+        "        dist.send(mem, dst=peer)\n        dist.send(header, dst=peer)\n    else:\n"
+        "        dist.send(header, dst=peer)\n        dist.send(mem, dst=peer)\n"
+    )
+    assert [c for c in codes(src, tmp_path) if c != "CL110"] == ["CL101"]
+
+
+INTERLEAVE = (
+    HEAD + "def f(t, u, rank, world_size):\n"
+    "    dp = dist.new_group({dp})\n    world = dist.new_group(list(range(world_size)))\n"
+    "    if rank == 3:\n        dist.all_reduce(u, group=world)\n        dist.all_reduce(t, group=dp)\n"
+    "    else:\n        dist.all_reduce(t, group=dp)\n        dist.all_reduce(u, group=world)\n"
+)
+
+
+def test_two_groups_in_another_order_are_a_cycle(tmp_path):
+    src = INTERLEAVE.format(dp="list(range(1, world_size, 2))")
+    found = lint_source(src, tmp_path).findings
+    assert [f.code for f in found] == ["CL101"]
+    assert "wait-for cycle" in found[0].message
+
+
+def test_group_the_condition_does_not_split_keeps_its_own_order(tmp_path):
+    # dp holds only even ranks: rank 3 is not a member, so only WORLD is split
+    src = INTERLEAVE.format(dp="list(range(0, world_size, 2))")
+    assert codes(src, tmp_path) == []
