@@ -344,6 +344,11 @@ def _interleaving(program: Program, fn: Function, node: Branch, cond: Cond, arms
     j = next(j for j, k in enumerate(keys) if k != keys[0])
     i = next(i for i, (a, b) in enumerate(zip(keys[0], keys[j], strict=False)) if a != b)
     mine, theirs = seqs[0][i], seqs[j][i]
+    # a cycle needs two ranks, one per side, that share both groups: sure when one of them
+    # is the whole world (then both are members of the other, which the condition splits);
+    # two orthogonal subgroups (tp x dp) share one rank only and drain without a cycle
+    if not any(_whole_world(program, fn, g) for g in (mine.group, theirs.group)):
+        return []
     where = (mine.path, mine.pos.line, mine.pos.col)
     if where in reported:
         return []
@@ -517,6 +522,10 @@ def _payload_mismatch(fn: Function, node: Branch, cond: Cond, proj, group, repor
                 )
             ]
     return []
+
+
+def _whole_world(program: Program, fn: Function, group: str) -> bool:
+    return group == "WORLD" or program.membership(fn, group) == (None, (1, 0))
 
 
 def _order_mismatch(fn: Function, node: Branch, cond: Cond, proj, group, reported) -> list:

@@ -187,6 +187,7 @@ DTYPE_NAMES = frozenset(
         "complex128",
     }
 )
+WORLD_SIZE_TEXT = re.compile(r"(^|\.)(get_)?world_size(\(\))?$", re.IGNORECASE)
 CONCAT_CALLS = frozenset({"torch.cat", "torch.concat", "torch.concatenate"})
 PAD_CALLS = frozenset({"torch.nn.functional.pad"})
 
@@ -1101,7 +1102,7 @@ class Extractor:
             if not 0 <= a[0] < k[0]:
                 return None
             new = (k[0], a[0])
-            if stride is not None and stride != new:
+            if stride is not None and stride not in ((1, 0), new):
                 return None
             stride = new
         return stride
@@ -1238,7 +1239,11 @@ class Extractor:
     def _range_stride(self, node: cst.Call, args: list[Val]) -> tuple[int, int | None] | None:
         """`range(a, n, k)` with a literal step k: every element is ≡ a (mod k); `a` may be
         unknown (`range(first, world_size, k)` in a loop over `first`), the bound always is."""
-        if self.text(node.func).rsplit(".", 1)[-1] != "range" or len(args) != 3:
+        if self.text(node.func).rsplit(".", 1)[-1] != "range":
+            return None
+        if len(args) == 1 and WORLD_SIZE_TEXT.search(self.text(node.args[0].value)):
+            return (1, 0)  # range(world_size): every rank
+        if len(args) != 3:
             return None
         if any(a.keyword is not None for a in node.args):
             return None

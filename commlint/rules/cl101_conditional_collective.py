@@ -31,8 +31,12 @@ so is a parity test around a group kept from a loop of `new_group(range(first, w
 2))`. A condition whose value is fixed on every rank that reaches it (`if is_main_process():`
 inside the odd-rank arm of `if rank % 2 == 0:`) does not split anything. Arms that issue the
 same rooted collective must also agree on the root: `broadcast(t, src=1)` in one arm against
-`broadcast(t, src=0)` in the other is reported. Calls into other functions (in any file given)
-are followed, and the message shows the chain.
+`broadcast(t, src=0)` in the other is reported, and so are arms that pass a buffer converted to
+another dtype (`t.to(torch.float64)`, `t.double()`) or padded (`torch.cat([t, pad])`,
+`F.pad(t, ...)`) where the other arm passes `t` itself, arms that use the same buffers in
+another order (sends included), and arms that keep each group's order but interleave two
+groups the condition splits in another order (a wait-for cycle across the groups). Calls into
+other functions (in any file given) are followed, and the message shows the chain.
 Hidden collectives count too: a DDP/FSDP-wrapped module's forward, `accelerator.gather` /
 `wait_for_everyone` / `save_state`, DeepSpeed `engine.save_checkpoint`, Lightning
 `self.log(..., sync_dist=True)` and `self.all_gather`.

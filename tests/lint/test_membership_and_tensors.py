@@ -367,8 +367,10 @@ def test_sends_in_another_order_are_reported(tmp_path):
 INTERLEAVE = (
     HEAD + "def f(t, u, rank, world_size):\n"
     "    dp = dist.new_group({dp})\n    world = dist.new_group(list(range(world_size)))\n"
-    "    if rank == 3:\n        dist.all_reduce(u, group=world)\n        dist.all_reduce(t, group=dp)\n"
-    "    else:\n        dist.all_reduce(t, group=dp)\n        dist.all_reduce(u, group=world)\n"
+    "    if rank == 3:\n        dist.all_reduce(u, group=world)\n"
+    "        dist.all_reduce(t, group=dp)\n"
+    "    else:\n        dist.all_reduce(t, group=dp)\n"
+    "        dist.all_reduce(u, group=world)\n"
 )
 
 
@@ -383,3 +385,24 @@ def test_group_the_condition_does_not_split_keeps_its_own_order(tmp_path):
     # dp holds only even ranks: rank 3 is not a member, so only WORLD is split
     src = INTERLEAVE.format(dp="list(range(0, world_size, 2))")
     assert codes(src, tmp_path) == []
+
+
+def test_two_orthogonal_subgroups_in_another_order_drain(tmp_path):
+    # rank 3 runs dp then tp, its tp peer and dp peer run tp then dp: they share one rank
+    # only, so every wait ends (no cycle)
+    body = (
+        "    if rank == 3:\n        dist.all_reduce(t, group=dp_group)\n"
+        "        dist.all_reduce(t, group=tp_group)\n    else:\n"
+        "        dist.all_reduce(t, group=tp_group)\n        dist.all_reduce(t, group=dp_group)\n"
+    )
+    assert codes(LOOP_GROUPS.format(body=body), tmp_path) == []
+
+
+def test_default_group_counts_as_the_whole_world(tmp_path):
+    src = (
+        HEAD
+        + "def f(t, rank, world_size):\n    dp = dist.new_group(list(range(1, world_size, 2)))\n"
+        "    if rank == 3:\n        dist.barrier()\n        dist.all_reduce(t, group=dp)\n"
+        "    else:\n        dist.all_reduce(t, group=dp)\n        dist.barrier()\n"
+    )
+    assert [c for c in codes(src, tmp_path) if c != "CL105"] == ["CL101"]
