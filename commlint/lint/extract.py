@@ -571,7 +571,13 @@ class Extractor:
         cond = self.cond(node.test)
         fixed = self._fixed_value(cond)
         arms: list[list[Node]] = []
+        payloads = {k: v.payload for k, v in self.env.items()}
         arms.append(self.arm(node.body.body, cond, True))
+        # one environment runs through both arms; what the first arm made of a buffer
+        # (`v = torch.cat([v, pad])`) does not hold in the second
+        for k, v in list(self.env.items()):
+            if v.payload != payloads.get(k):
+                self.env[k] = replace(v, payload=payloads.get(k))
         if node.orelse is None:
             arms.append([])
         elif isinstance(node.orelse, cst.If):

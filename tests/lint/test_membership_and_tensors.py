@@ -406,3 +406,14 @@ def test_default_group_counts_as_the_whole_world(tmp_path):
         "    else:\n        dist.all_reduce(t, group=dp)\n        dist.barrier()\n"
     )
     assert [c for c in codes(src, tmp_path) if c != "CL105"] == ["CL101"]
+
+
+def test_buffer_padded_in_place_in_one_arm_only(tmp_path):
+    # the environment runs through both arms: the else arm must still see `v` unpadded
+    src = (
+        HEAD
+        + "def f(v, out, rank):\n    if rank == 2:\n        v = torch.cat([v, v.new_zeros(1)])\n"
+        "        dist.all_to_all_single(out, v)\n"
+        "    else:\n        dist.all_to_all_single(out, v)\n"
+    )
+    assert codes(src, tmp_path) == ["CL101"]
