@@ -2,8 +2,9 @@
 
 Prints, per configuration: wall time of the whole dry-run, wall and CPU seconds per rank (CPU
 is what counts on a shared machine), passes, actions recorded, and the peak resident memory of
-one rank (most of it is torch itself, shared with the parent after fork). Goals: ≤ 2 s per
-rank at W=8; W=64 in ≤ 60 s in total.
+one rank (most of it is torch itself, shared with the parent after fork), and the load
+average when the configuration ended (the machine is shared: CPU seconds inflate too when
+both cores' neighbours are busy). Goals: ≤ 2 s per rank at W=8; W=64 in ≤ 60 s in total.
 
     nice -n 10 python bench/dryrun.py            # all four configurations
     nice -n 10 python bench/dryrun.py --worlds 8 --configs ddp
@@ -54,7 +55,8 @@ def main() -> int:
     print(f"jobs: {args.jobs}   load average: {os.getloadavg()[0]:.1f}")
     header = (
         f"{'config':8} {'W':>4} {'total s':>8} {'wall/rank':>10} {'cpu/rank':>9} "
-        f"{'cpu max':>8} {'passes':>6} {'actions':>8} {'peak MB':>8} {'findings':>8}  goal"
+        f"{'cpu max':>8} {'passes':>6} {'actions':>8} {'peak MB':>8} {'findings':>8} "
+        f"{'load':>5}  goal"
     )
     print(header)
     print("-" * len(header))
@@ -97,7 +99,8 @@ def main() -> int:
             print(
                 f"{config:8} {world:>4} {total:>8.1f} {wall:>10.2f} {cpu_mean:>9.2f} "
                 f"{max(cpu or [0]):>8.2f} {result.passes:>6} {trace.num_actions():>8} "
-                f"{peak:>8.0f} {'-' if sampled else len(findings):>8}  {goal}"
+                f"{peak:>8.0f} {'-' if sampled else len(findings):>8} "
+                f"{os.getloadavg()[0]:>5.1f}  {goal}"
                 + (f"  [{ended} ranks ended early, tensors={result.mode}]" if ended else "")
             )
             sys.stdout.flush()

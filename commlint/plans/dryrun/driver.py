@@ -13,6 +13,7 @@ import gc
 import multiprocessing as mp
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
@@ -321,6 +322,9 @@ def warm_up(mode: str = "fake") -> None:
             importlib.import_module(name)
     if mode == "fake" and not _WARM:
         _warm_fake_tensors()
+        if os.environ.get("COMMLINT_DRYRUN_WARM_DISTRIBUTED", "1") != "0":
+            with contextlib.suppress(Exception):
+                _warm_distributed()
         _WARM.append(True)
 
 
@@ -345,6 +349,49 @@ def _warm_fake_tensors() -> None:
         loss = F.cross_entropy(a.reshape(-1, 8), idx.view(-1) % 8) + F.mse_loss(x, a)
         loss.backward()
         torch.optim.AdamW(layer.parameters()).step()
+
+
+def _warm_distributed() -> None:
+    """One tiny tensor-parallel + FSDP2 step on fake tensors, in a fake 4-rank world (torch's
+    `fake` process group: no communication), so no forked rank pays DTensor's and FSDP2's
+    first-call costs (~10 % of a TP×FSDP rank). Nothing of it stays: the world is destroyed
+    and DTensor's random-number tracker, set by the first sharded module, is reset."""
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
+    from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import _random
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        return
+    mesh_init = DeviceMesh.__init__
+
+    def mesh_on_real_tensors(self: Any, *a: Any, **k: Any) -> None:
+        with unset_fake_temporarily():  # as in a rank (child.py): the mesh needs values
+            mesh_init(self, *a, **k)
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+    DeviceMesh.__init__ = mesh_on_real_tensors
+    try:
+        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+        with FakeTensorMode(allow_non_fake_inputs=True), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8))
+            parallelize_module(model, mesh["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
+            fully_shard(model, mesh=mesh["dp"])
+            model(torch.randn(2, 8)).sum().backward()
+    finally:
+        DeviceMesh.__init__ = mesh_init
+        dist.destroy_process_group()
+        _random._rng_tracker = None
 
 
 def default_jobs() -> int:
