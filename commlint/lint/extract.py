@@ -631,10 +631,14 @@ class Extractor:
         self.mod_restrict.append(
             (mt[0], mt[1], mt[2] == truth) if mt is not None and truth is not None else None
         )
+        # an and/or's rank sets are supersets: fine as "only these ranks get here", not as
+        # "these ranks never get here"
         if truth is True:
-            self.restrict.append((cond.true_ranks, cond.false_ranks, cond))
+            excluded = None if cond.approx else cond.false_ranks
+            self.restrict.append((cond.true_ranks, excluded, cond))
         elif truth is False:
-            self.restrict.append((cond.false_ranks, cond.true_ranks, cond))
+            excluded = None if cond.approx else cond.true_ranks
+            self.restrict.append((cond.false_ranks, excluded, cond))
         else:
             self.restrict.append((None, None, cond))
         if cond.divergent:
@@ -758,8 +762,12 @@ class Extractor:
         mod_test = v.mod_test
         if mod_test is None and v.rank_mod is not None:
             mod_test = (v.rank_mod, 0, False)  # `if rank % 2:`
+        bare = node
+        while isinstance(bare, cst.UnaryOperation) and isinstance(bare.operator, cst.Not):
+            bare = bare.expression
         return Cond(
             mod_test=mod_test,
+            approx=isinstance(bare, cst.BooleanOperation),
             text=self.text(node)[:80],
             pos=self.pos(node),
             dims=v.dims,

@@ -31,6 +31,7 @@ class Cond:
     true_ranks: frozenset[int] | None = None  # global ranks for which it holds, if finite
     false_ranks: frozenset[int] | None = None  # global ranks for which it fails, if finite
     mod_test: tuple[int, int, bool] | None = None  # true iff (rank % k == a) == holds
+    approx: bool = False  # and/or: true_ranks/false_ranks may hold more ranks than the truth
     deps: tuple[str, ...] = ()  # project calls whose return value may carry rank taint
     decorator: bool = False  # a rank-zero-only decorator
 

@@ -417,3 +417,13 @@ def test_buffer_padded_in_place_in_one_arm_only(tmp_path):
         "    else:\n        dist.all_to_all_single(out, v)\n"
     )
     assert codes(src, tmp_path) == ["CL101"]
+
+
+def test_and_condition_does_not_exclude_its_ranks_from_the_else_arm(tmp_path):
+    # rank 0 with `ready` false takes the else arm: the inner test still splits the ranks
+    src = (
+        HEAD + "def f(t, rank, ready):\n    if rank == 0 and ready:\n        pass\n"
+        "    else:\n        if rank == 0:\n            dist.all_reduce(t)\n"
+    )
+    found = lint_source(src, tmp_path).findings
+    assert any(f.code == "CL101" and f.line == 10 for f in found), found
