@@ -237,6 +237,7 @@ class Program:
                 blocking=c.blocking,
                 peer_dims=c.peer_dims,
                 payload=c.payload,
+                root=root_of(c),
             )
         cat = "create" if c.kind == "create" else "coll"
         return Tok(

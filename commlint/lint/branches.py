@@ -540,6 +540,8 @@ def _order_mismatch(fn: Function, node: Branch, cond: Cond, proj, group, reporte
             continue
         i = next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
         tok, other = flat[0][i], flat[j][i]
+        if any(x.root != y.root for x, y in zip(flat[0], flat[j], strict=False)):
+            continue  # other peers or roots: another exchange, not the same one reordered
         where = (tok.path, tok.pos.line, tok.pos.col)
         if where in reported:
             return []

@@ -427,3 +427,12 @@ def test_and_condition_does_not_exclude_its_ranks_from_the_else_arm(tmp_path):
     )
     found = lint_source(src, tmp_path).findings
     assert any(f.code == "CL101" and f.line == 10 for f in found), found
+
+
+def test_buffers_sent_to_other_peers_are_not_a_reorder(tmp_path):
+    src = (
+        HEAD + "def f(a, b, rank):\n    if rank == 0:\n"
+        "        dist.send(a, dst=1)\n        dist.send(b, dst=2)\n    else:\n"
+        "        dist.send(b, dst=0)\n        dist.send(a, dst=3)\n"
+    )
+    assert "CL101" not in codes(src, tmp_path)
