@@ -14,6 +14,7 @@ import runpy
 import signal
 import sys
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -449,9 +450,52 @@ def _skip_computation_without_communication() -> None:
         cls.step = step
 
 
+class _LazyChunks(Sequence):
+    """`torch.chunk(tensor, n, dim)` padded with empty tensors to n pieces, as FSDP2's
+    `_chunk_with_empty`, but each piece made only when asked for: FSDP2 chunks every
+    parameter into as many pieces as the data-parallel world and keeps one or two, which on
+    fake tensors costs O(world) tensor objects per parameter on every rank (~0.8 s of a
+    rank at W=64). A piece is the same view `torch.chunk` returns (a narrow of the dim)."""
+
+    def __init__(self, tensor: torch.Tensor, num_chunks: int, dim: int):
+        self._tensor, self._n, self._dim = tensor, num_chunks, dim
+        size = tensor.size(dim)
+        self._step = -(-size // num_chunks)  # torch.chunk: ceil(size / chunks) per piece
+        self._full = -(-size // self._step)  # pieces torch.chunk returns; the rest are empty
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self._n))]
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        if i >= self._full:
+            return self[0].new_empty(0)
+        start = i * self._step
+        length = min(self._step, self._tensor.size(self._dim) - start)
+        return self._tensor.narrow(self._dim, start, length)
+
+
+def _chunk_lazily(orig: Any) -> Any:
+    def chunk_with_empty(tensor: torch.Tensor, num_chunks: int, dim: int) -> Any:
+        if num_chunks <= 1 or tensor.size(dim) == 0:
+            return orig(tensor, num_chunks, dim)
+        return _LazyChunks(tensor, num_chunks, dim)
+
+    return chunk_with_empty
+
+
 def _install_fake_helpers(c10d: Any) -> None:
     """What fake tensors cannot do: object collectives, DeviceMesh set-up, DDP's checks."""
     _skip_computation_without_communication()
+    with contextlib.suppress(ImportError):
+        from torch.distributed.fsdp._fully_shard import _fsdp_param
+
+        _wrap(_fsdp_param, "_chunk_with_empty", _chunk_lazily)
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     def real_tensors(orig: Any) -> Any:
