@@ -246,12 +246,10 @@ def _compare_arms(
         if _compensated(program, fn, node, rest, group):
             continue
         _, k, tok, other = first_difference(proj)
-        where = (tok.path, tok.pos.line, tok.pos.col)
-        if where in reported:
+        if not _first_report(tok, reported):
             continue
-        reported.add(where)
         real = leaf_tok(tok)
-        gname = "WORLD" if group == "WORLD" else f"group `{group}`"
+        gname = _group_name(group)
         if other is None:
             rest = (
                 f"the other ranks skip it and block in their next collective on {gname} "
@@ -288,13 +286,13 @@ def _compare_arms(
                 "different names and every later collective on them hangs"
             )
         out.append(
-            RawFinding(
+            _finding(
+                fn,
+                cond,
                 code=_code(cond, real),
                 message=msg,
-                path=fn.path,
                 pos=tok.pos,
                 fix=_fix(real, gname, cond),
-                related=[cond_related(fn, cond)],
             )
         )
     if cond.data:
@@ -358,7 +356,9 @@ def _interleaving(program: Program, fn: Function, node: Branch, cond: Cond, arms
     who = _subject(node, 0, cond)
     verb = "calls" if who.startswith("rank ") else "call"
     return [
-        RawFinding(
+        _finding(
+            fn,
+            cond,
             code=_code(cond, mine),
             message=(
                 f"{who} {verb} {mine.op} on {g1} at {mine.describe()} first, while the other "
@@ -366,13 +366,11 @@ def _interleaving(program: Program, fn: Function, node: Branch, cond: Cond, arms
                 f"first: a rank waiting on {g1} for a peer that waits on {g2} (and the reverse) "
                 "is a wait-for cycle, and the job hangs"
             ),
-            path=fn.path,
             pos=mine.pos,
             fix=(
                 f"Issue the collectives on {g1} and {g2} in the same order on every rank "
                 f"(the order of the branch at line {cond.pos.line} must not depend on the rank)."
             ),
-            related=[cond_related(fn, cond)],
         )
     ]
 
@@ -400,7 +398,9 @@ def _data_p2p(fn: Function, node: Branch, cond: Cond, arms) -> list[RawFinding]:
         )
         peer = "receive" if tok.p2p == "send" else "send"
         return [
-            RawFinding(
+            _finding(
+                fn,
+                cond,
                 code=_code(cond, tok),
                 message=(
                     f"ranks where {arm_label(node, k)}{_data_note(cond)} call {tok.op} on "
@@ -408,14 +408,12 @@ def _data_p2p(fn: Function, node: Branch, cond: Cond, arms) -> list[RawFinding]:
                     f"not follow this rank's data, so one side waits for a message that never "
                     "comes and the job hangs"
                 ),
-                path=fn.path,
                 pos=tok.pos,
                 fix=(
                     "Make the decision identical on both sides of the exchange before branching "
                     "(send the flag to the peer first, or all_reduce it), then send and receive "
                     "on both sides or on neither."
                 ),
-                related=[cond_related(fn, cond)],
             )
         ]
     return []
@@ -432,15 +430,15 @@ def _root_mismatch(fn: Function, node: Branch, cond: Cond, proj, group, reported
             continue
         (k, mine), (j, theirs) = known[0], next(x for x in known if x[1] != known[0][1])
         tok, other = at[k], at[j]
-        where = (tok.path, tok.pos.line, tok.pos.col)
-        if where in reported:
+        if not _first_report(tok, reported):
             return []
-        reported.add(where)
-        gname = "WORLD" if group == "WORLD" else f"group `{group}`"
+        gname = _group_name(group)
         who = _subject(node, k, cond)
         verb = "calls" if who.startswith("rank ") else "call"
         return [
-            RawFinding(
+            _finding(
+                fn,
+                cond,
                 code=_code(cond, tok),
                 message=(
                     f"{who} {verb} {tok.op} on {gname} with `{mine}` at {tok.describe()}, the "
@@ -448,13 +446,11 @@ def _root_mismatch(fn: Function, node: Branch, cond: Cond, proj, group, reported
                     "the members disagree on the root, so the calls do not match and the job "
                     "hangs (or uses the wrong rank's data)"
                 ),
-                path=fn.path,
                 pos=tok.pos,
                 fix=(
                     f"Pass the same root to {tok.op} on every rank of {gname} (compute it from "
                     "the group, e.g. its first member, not from the branch)."
                 ),
-                related=[cond_related(fn, cond)],
             )
         ]
     return []
@@ -490,15 +486,15 @@ def _payload_mismatch(fn: Function, node: Branch, cond: Cond, proj, group, repor
             if j is None:
                 continue
             tok, other = at[k], at[j]
-            where = (tok.path, tok.pos.line, tok.pos.col)
-            if where in reported:
+            if not _first_report(tok, reported):
                 return []
-            reported.add(where)
-            gname = "WORLD" if group == "WORLD" else f"group `{group}`"
+            gname = _group_name(group)
             who = _subject(node, k, cond)
             verb = "pass" if not who.startswith("rank ") else "passes"
             return [
-                RawFinding(
+                _finding(
+                    fn,
+                    cond,
                     code=_code(cond, tok),
                     message=(
                         f"{who} {verb} {_describe_payload(made[k])} to {tok.op} on {gname} at "
@@ -512,16 +508,39 @@ def _payload_mismatch(fn: Function, node: Branch, cond: Cond, proj, group, repor
                             "fails, hangs or mixes mismatched data"
                         )
                     ),
-                    path=fn.path,
                     pos=tok.pos,
                     fix=(
                         f"Give {tok.op} the same dtype and number of elements on every rank of "
                         f"{gname}: convert or pad on all ranks, or on none."
                     ),
-                    related=[cond_related(fn, cond)],
                 )
             ]
     return []
+
+
+def _finding(fn: Function, cond: Cond, code: str, message: str, pos, fix: str) -> RawFinding:
+    """A finding at `pos` in `fn`, pointing back at the branch condition that splits ranks."""
+    return RawFinding(
+        code=code,
+        message=message,
+        path=fn.path,
+        pos=pos,
+        fix=fix,
+        related=[cond_related(fn, cond)],
+    )
+
+
+def _first_report(tok, reported: set) -> bool:
+    """Record that `tok`'s site is reported; False if it already was (one finding a site)."""
+    where = (tok.path, tok.pos.line, tok.pos.col)
+    if where in reported:
+        return False
+    reported.add(where)
+    return True
+
+
+def _group_name(group: str) -> str:
+    return "WORLD" if group == "WORLD" else f"group `{group}`"
 
 
 def _whole_world(program: Program, fn: Function, group: str) -> bool:
@@ -542,15 +561,15 @@ def _order_mismatch(fn: Function, node: Branch, cond: Cond, proj, group, reporte
         tok, other = flat[0][i], flat[j][i]
         if any(x.root != y.root for x, y in zip(flat[0], flat[j], strict=False)):
             continue  # other peers or roots: another exchange, not the same one reordered
-        where = (tok.path, tok.pos.line, tok.pos.col)
-        if where in reported:
+        if not _first_report(tok, reported):
             return []
-        reported.add(where)
-        gname = "WORLD" if group == "WORLD" else f"group `{group}`"
+        gname = _group_name(group)
         who = _subject(node, 0, cond)
         verb = "pass" if not who.startswith("rank ") else "passes"
         return [
-            RawFinding(
+            _finding(
+                fn,
+                cond,
                 code=_code(cond, tok),
                 message=(
                     f"{who} {verb} `{a[i]}` to {tok.op} on {gname} at {tok.describe()}, where "
@@ -558,13 +577,11 @@ def _order_mismatch(fn: Function, node: Branch, cond: Cond, proj, group, reporte
                     f"at {other.describe()}: the arms use the same buffers in another order, "
                     "so each call pairs with the wrong data (or sizes that do not match)"
                 ),
-                path=fn.path,
                 pos=tok.pos,
                 fix=(
                     f"Issue the calls on {gname} in the same order on every rank, whatever the "
                     f"branch at line {cond.pos.line} decides."
                 ),
-                related=[cond_related(fn, cond)],
             )
         ]
     return []
@@ -579,17 +596,17 @@ def _guarded_function(program: Program, fn: Function) -> list[RawFinding]:
         if real.cat not in ("coll", "create"):
             continue
         return [
-            RawFinding(
+            _finding(
+                fn,
+                cond,
                 code="CL108" if real.cat == "create" else "CL101",
                 message=(
                     f"`{fn.name}` runs on one rank only ({cond.text}) but calls {real.op} at "
                     f"{real.describe()}; the other ranks never enter it: {HANG}"
                 ),
-                path=fn.path,
                 pos=t.pos,
                 fix=f"Remove {cond.text} from `{fn.name}` and call it on every rank, or move "
                 f"{real.op} out of `{fn.name}` into code that every rank runs.",
-                related=[cond_related(fn, cond)],
             )
         ]
     return []
@@ -604,9 +621,11 @@ def _divergent_loop(program: Program, fn: Function, node: Loop, cond: Cond) -> l
         if not proj:
             continue
         real = leaf_tok(proj[0])
-        gname = "WORLD" if group == "WORLD" else f"group `{group}`"
+        gname = _group_name(group)
         return [
-            RawFinding(
+            _finding(
+                fn,
+                cond,
                 code=_code(cond, real),
                 message=(
                     f"the loop at line {node.pos.line} runs a number of times that differs "
@@ -614,14 +633,12 @@ def _divergent_loop(program: Program, fn: Function, node: Loop, cond: Cond) -> l
                     f"{real.describe()} in every iteration; the ranks with fewer iterations "
                     f"stop calling it: {HANG}"
                 ),
-                path=fn.path,
                 pos=proj[0].pos,
                 fix=(
                     "Give every rank the same number of iterations (agree on the count with an "
                     "all_reduce of the local count, op=MAX or MIN, before the loop, or use "
                     "DistributedSampler / `join()` for uneven inputs)."
                 ),
-                related=[cond_related(fn, cond)],
             )
         ]
     return []
@@ -666,24 +683,24 @@ def _early_exits(program: Program, fn: Function, node: Branch, cond: Cond, cont)
                 if not missed:
                     continue
                 real = leaf_tok(missed[0])
-                gname = "WORLD" if group == "WORLD" else f"group `{group}`"
+                gname = _group_name(group)
                 verb = EXIT_WORDS.get(n.kind, n.kind)
                 out.append(
-                    RawFinding(
+                    _finding(
+                        fn,
+                        cond,
                         code="CL103",
                         message=(
                             f"{_who_exit(node, k, cond)} {verb} at line "
                             f"{n.pos.line} and never reach {real.op} at {real.describe()}, "
                             f"which the other ranks enter: {HANG} on {gname}"
                         ),
-                        path=fn.path,
                         pos=n.pos,
                         fix=(
                             f"Let every rank reach {real.op}: agree on the exit first (e.g. "
                             "all_reduce a stop flag with op=MAX and leave on all ranks "
                             f"together), or move the {n.kind} after the communication."
                         ),
-                        related=[cond_related(fn, cond)],
                     )
                 )
                 break

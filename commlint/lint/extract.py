@@ -198,16 +198,16 @@ def _is_dtype(text: str) -> bool:
     return head == "torch" and name in DTYPE_NAMES
 
 
+def as_data(v: Val, origin: str) -> Val:
+    """`v` as this rank's data (its own origin kept when it has one)."""
+    return Val(data=True, dims=v.dims, exact=v.exact, origin=v.origin or origin)
+
+
 def read_tensor(v: Val, text: str) -> Val:
     """The Python value of a rank's tensor (`float(t)`, `if t > 0.5:`): a data source."""
     if not v.rank_tensor:
         return v
-    return Val(
-        data=True,
-        dims=v.dims,
-        exact=v.exact,
-        origin=v.origin or f"`{text[:40]}` reads this rank's tensor values",
-    )
+    return as_data(v, f"`{text[:40]}` reads this rank's tensor values")
 
 
 def _int(node: cst.BaseExpression) -> int | None:
@@ -1445,12 +1445,7 @@ class Extractor:
         if meth in self.table.data_methods and not node.args:
             if recv.uniform:
                 return recv
-            return Val(
-                data=True,
-                dims=recv.dims,
-                exact=recv.exact,
-                origin=recv.origin or f"`{self.text(node)[:40]}` is this rank's data",
-            )
+            return as_data(recv, f"`{self.text(node)[:40]}` is this rank's data")
         if meth == "wait":
             return CLEAN
         if meth in ("start", "join", "result") and recv.typ is None:
