@@ -32,8 +32,11 @@ BACKEND = "commlint"
 _TORCH_DIR = str(Path(torch.__file__).parent) + os.sep
 _COMMLINT_DIR = str(Path(__file__).parents[2]) + os.sep
 _STDLIB_DIRS = tuple(
-    {str(Path(p)) + os.sep for p in (sysconfig.get_paths()["stdlib"],) if p}
-    | {str(Path(p)) + os.sep for k, p in sysconfig.get_paths().items() if k in ("purelib",)}
+    {
+        str(Path(p)) + os.sep
+        for k, p in sysconfig.get_paths().items()
+        if k in ("stdlib", "purelib") and p
+    }
 )
 _C10D_FILE = os.sep + os.path.join("distributed", "distributed_c10d.py")
 
@@ -259,8 +262,7 @@ class RecordedWork(dist.Work):
         """The group rank a receive got its message from (`recv(src=None)` returns it)."""
         return self._source
 
-    def _source_rank(self) -> int:
-        return self._source
+    _source_rank = source_rank  # the name torch's recv(src=None) calls
 
     def synchronize(self) -> None:
         return None
@@ -289,14 +291,12 @@ class Recorder:
         self.stream: str | None = None
         self.functional_handles: dict[int, str] = {}
         self.functional_waited: set[str] = set()
-        self.ddp_rebuilds: dict[int, int] = {}
 
     # -- messages --------------------------------------------------------------------------
 
     def emit(self, action: dict[str, Any], frames: list[Any] | None = None) -> None:
-        if self.deferred_waits and action.get("op") != "wait":
-            handles, self.deferred_waits = self.deferred_waits, []
-            self.send(("a", {"op": "wait", "handles": handles, "label": "DDP bucket wait"}))
+        if action.get("op") != "wait":
+            self.flush()
         if threading.current_thread() is not threading.main_thread():
             action["thread"] = threading.current_thread().name
         if self.stream is not None:
@@ -308,6 +308,7 @@ class Recorder:
         self.send(("a", action))
 
     def flush(self) -> None:
+        """Record DDP's deferred bucket waits (see `RecordedWork.get_future`), if any."""
         if self.deferred_waits:
             handles, self.deferred_waits = self.deferred_waits, []
             self.send(("a", {"op": "wait", "handles": handles, "label": "DDP bucket wait"}))
@@ -508,8 +509,7 @@ class RecordingProcessGroup(dist.ProcessGroup):
                 _copy(t, _reduce(parts, red))
         return work
 
-    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> RecordedWork:
-        return self.allreduce(tensors, opts)
+    allreduce_coalesced = allreduce
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> RecordedWork:
         root = opts.rootRank
@@ -675,35 +675,11 @@ class RecordingProcessGroup(dist.ProcessGroup):
         return work
 
     # torch 2.13 names for the single-tensor collectives
-    def all_gather_single(
-        self, output: torch.Tensor, input: torch.Tensor, opts: Any = None
-    ) -> RecordedWork:
-        return self._allgather_base(output, input, opts)
-
-    def reduce_scatter_single(
-        self, output: torch.Tensor, input: torch.Tensor, opts: Any = None
-    ) -> RecordedWork:
-        return self._reduce_scatter_base(output, input, opts)
-
-    def all_to_all_single(
-        self,
-        output: torch.Tensor,
-        input: torch.Tensor,
-        output_split_sizes: list[int],
-        input_split_sizes: list[int],
-        opts: Any = None,
-    ) -> RecordedWork:
-        return self.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
-
-    def all_gather_single_coalesced(
-        self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
-    ) -> RecordedWork:
-        return self.allgather_into_tensor_coalesced(outputs, inputs, opts)
-
-    def reduce_scatter_single_coalesced(
-        self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
-    ) -> RecordedWork:
-        return self.reduce_scatter_tensor_coalesced(outputs, inputs, opts)
+    all_gather_single = _allgather_base
+    reduce_scatter_single = _reduce_scatter_base
+    all_to_all_single = alltoall_base
+    all_gather_single_coalesced = allgather_into_tensor_coalesced
+    reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
 
     def barrier(self, opts: Any = None) -> RecordedWork:
         work, _ = self._coll("barrier", [], None, [])
