@@ -52,11 +52,6 @@ class StageMap:
         n = pp * vpp
         return cls(pp, n, tuple(v % pp for v in range(n)))
 
-    @classmethod
-    def v_shape(cls, pp: int) -> StageMap:
-        """ZB-V / DualPipeV: two chunks per rank, stage `v` and `2pp-1-v` on rank `v`."""
-        return cls(pp, 2 * pp, tuple(v if v < pp else 2 * pp - 1 - v for v in range(2 * pp)))
-
     def rank_of(self, stage: int) -> int:
         return self.owner[stage]
 

@@ -43,6 +43,23 @@ def only(trace, code: str):
     return found[0]
 
 
+def cross_group_ranks() -> tuple[Rank, Rank]:
+    """Both ranks scheduled both all-reduces; rank 0's tp#1 and rank 1's dp#1 started."""
+    r0 = (
+        Rank(0)
+        .coll("all_reduce")
+        .coll("all_reduce", pg="1", desc="tp", state="started", line=50)
+        .coll("all_reduce", pg="2", desc="dp", state="scheduled", line=51)
+    )
+    r1 = (
+        Rank(1)
+        .coll("all_reduce")
+        .coll("all_reduce", pg="2", desc="dp", state="started", line=55)
+        .coll("all_reduce", pg="1", desc="tp", state="scheduled", line=56)
+    )
+    return r0, r1
+
+
 # --- dumps built in the schema -----------------------------------------------------------------
 
 
@@ -62,18 +79,7 @@ def test_cross_group_order_under_nccl_async_host(tmp_path):
     """Both ranks scheduled both all-reduces (NCCL returns at once); the states say rank 0's
     tp#1 and rank 1's dp#1 started: each waits in a different group — fr_trace sees matching
     pairs, the checker sees the cycle."""
-    r0 = (
-        Rank(0)
-        .coll("all_reduce")
-        .coll("all_reduce", pg="1", desc="tp", state="started", line=50)
-        .coll("all_reduce", pg="2", desc="dp", state="scheduled", line=51)
-    )
-    r1 = (
-        Rank(1)
-        .coll("all_reduce")
-        .coll("all_reduce", pg="2", desc="dp", state="started", line=55)
-        .coll("all_reduce", pg="1", desc="tp", state="scheduled", line=56)
-    )
+    r0, r1 = cross_group_ranks()
     trace = load_flight_recorder(write(tmp_path, [r0, r1], TPDP))
     f = only(trace, "CL201")
     assert {(e.rank, e.group, e.site) for e in f.cycle} == {
@@ -236,6 +242,19 @@ def test_bad_inputs_are_located_errors(tmp_path):
         load_flight_recorder(both)
 
 
+def test_a_send_to_itself_names_the_rank_file_and_trace_action(tmp_path):
+    """The plan file's structural checks (importers.common.validated); the index is the
+    trace action's, not the dump entry's (the completed all-reduce before it is dropped)."""
+    r0 = Rank(0).coll("all_reduce").p2p("send", 0, 0, line=70)
+    folder = write(tmp_path, [r0, Rank(1).coll("all_reduce")], W2)
+    with pytest.raises(CommlintInputError) as exc:
+        load_flight_recorder(folder)
+    assert exc.value.error.path == str(folder / "rank_0")
+    assert exc.value.error.message == (
+        "rank 0, action 0 (/job/train.py:70): send to itself (peer 0)"
+    )
+
+
 def test_cli_reads_a_dump_folder(tmp_path, capsys):
     r0 = Rank(0).coll("all_reduce").p2p("send", 0, 1, line=70)
     r1 = Rank(1).coll("all_reduce").p2p("send", 1, 0, line=74)
@@ -393,18 +412,7 @@ def test_real_dumps_side_by_side_with_fr_trace(real_dumps):
 
 
 def test_html_report_of_a_dump_folder(tmp_path):
-    r0 = (
-        Rank(0)
-        .coll("all_reduce")
-        .coll("all_reduce", pg="1", desc="tp", state="started", line=50)
-        .coll("all_reduce", pg="2", desc="dp", state="scheduled", line=51)
-    )
-    r1 = (
-        Rank(1)
-        .coll("all_reduce")
-        .coll("all_reduce", pg="2", desc="dp", state="started", line=55)
-        .coll("all_reduce", pg="1", desc="tp", state="scheduled", line=56)
-    )
+    r0, r1 = cross_group_ranks()
     folder = write(tmp_path / "dumps", [r0, r1], TPDP)
     out = tmp_path / "hang.html"
     assert main(["plan", str(folder), "--format", "html", "-o", str(out)]) == 1

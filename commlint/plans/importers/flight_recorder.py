@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from commlint.findings import CommlintInputError
-from commlint.plans.io import semantic_errors
+from commlint.plans.importers.common import validated
 from commlint.trace import WORLD, Action, RankEnd, Trace
 
 DUMP_SUFFIXES = ("", ".json", ".pkl", ".pickle")
@@ -614,11 +614,7 @@ def dumps_to_trace(
         "source": "flight-recorder",
         "meta": meta,
     }
-    trace = Trace(**trace_data)
-    for rank, index, msg in semantic_errors(trace):
-        where = f"rank {rank}" + (f", entry {index}" if index is not None else "")
-        raise CommlintInputError(f"{where}: {msg}", (files or {}).get(rank, path))
-    return trace
+    return validated(Trace(**trace_data), path, dict(files) if files else None)
 
 
 def _payload(entry: dict[str, Any]) -> tuple[list[int] | None, str | None]:
