@@ -14,13 +14,14 @@ import runpy
 import signal
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.overrides import TorchFunctionMode
 
 from commlint.plans.dryrun import recorder as rec_mod
@@ -489,6 +490,16 @@ def _chunk_lazily(orig: Any) -> Any:
     return chunk_with_empty
 
 
+def real_tensors(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """`orig`, run outside the fake tensor mode (it needs values, not just shapes)."""
+
+    def wrapper(*a: Any, **k: Any) -> Any:
+        with unset_fake_temporarily():
+            return orig(*a, **k)
+
+    return wrapper
+
+
 def _install_fake_helpers(c10d: Any) -> None:
     """What fake tensors cannot do: object collectives, DeviceMesh set-up, DDP's checks."""
     _skip_computation_without_communication()
@@ -496,15 +507,6 @@ def _install_fake_helpers(c10d: Any) -> None:
         from torch.distributed.fsdp._fully_shard import _fsdp_param
 
         _wrap(_fsdp_param, "_chunk_with_empty", _chunk_lazily)
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-    def real_tensors(orig: Any) -> Any:
-        def wrapper(*a: Any, **k: Any) -> Any:
-            with unset_fake_temporarily():
-                return orig(*a, **k)
-
-        return wrapper
-
     for name in (
         "all_gather_object",
         "gather_object",
@@ -640,12 +642,12 @@ def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
             return None
         return {"kind": "exit", "message": f"sys.exit({exc.code!r})", "site": _error_site(exc)}
     except BaseException as exc:
-        kind = "exception"
+        message, site = _one_line(exc), _error_site(exc)
         if spec.mode == "fake" and not str(exc).startswith(_DDP_UNFINISHED):
             # DDP's own check failed (its reducer state, not tensor data): no need to see
             # whether real tensors raise it too.
             limit = type(exc).__name__ in FAKE_LIMITS
-            recorder.send(("fake-limit", _one_line(exc), _error_site(exc), limit))
-        return {"kind": kind, "message": _one_line(exc), "site": _error_site(exc)}
+            recorder.send(("fake-limit", message, site, limit))
+        return {"kind": "exception", "message": message, "site": site}
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any
 
-from commlint.plans.dryrun.child import RankSpec, run_rank
+from commlint.plans.dryrun.child import RankSpec, real_tensors, run_rank
 from commlint.plans.dryrun.values import Key, ValueTable
 from commlint.trace import Action, RankEnd, Trace
 
@@ -137,12 +137,10 @@ def _run_pass(
         run = runs[rank]
         run.seconds = time.monotonic() - start
         if not run.ended:
-            last = next((a.get("site") for a in reversed(run.actions) if a.get("site")), None)
-            code = proc.exitcode
             run.end = {
                 "kind": "exit",
-                "message": f"process ended with code {code} (crashed or killed)",
-                "site": last,
+                "message": f"process ended with code {proc.exitcode} (crashed or killed)",
+                "site": _last_site(run),
             }
         conn.close()
         if on_done:
@@ -179,16 +177,20 @@ def _run_pass(
             if now - start > options.timeout + GRACE_SECONDS:
                 proc.kill()
                 run = runs[rank]
-                last = next((a.get("site") for a in reversed(run.actions) if a.get("site")), None)
                 run.end = {
                     "kind": "timeout",
                     "message": f"killed after {options.timeout:g} s (--timeout); "
                     "it did not respond to the time limit",
-                    "site": last,
+                    "site": _last_site(run),
                 }
                 run.ended = True
                 finish(conn)
     return runs
+
+
+def _last_site(run: RankRun) -> str | None:
+    """The call site of the last action a rank recorded that has one."""
+    return next((a["site"] for a in reversed(run.actions) if a.get("site")), None)
 
 
 def _handle(run: RankRun, msg: tuple) -> None:
@@ -359,7 +361,7 @@ def _warm_distributed() -> None:
     import torch
     import torch.distributed as dist
     from torch import nn
-    from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
+    from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor import _random
@@ -373,13 +375,8 @@ def _warm_distributed() -> None:
     if dist.is_initialized():
         return
     mesh_init = DeviceMesh.__init__
-
-    def mesh_on_real_tensors(self: Any, *a: Any, **k: Any) -> None:
-        with unset_fake_temporarily():  # as in a rank (child.py): the mesh needs values
-            mesh_init(self, *a, **k)
-
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
-    DeviceMesh.__init__ = mesh_on_real_tensors
+    DeviceMesh.__init__ = real_tensors(mesh_init)  # as in a rank: the mesh needs values
     try:
         mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
         with FakeTensorMode(allow_non_fake_inputs=True), warnings.catch_warnings():

@@ -7,7 +7,8 @@ programs whose control flow never depends on received values take exactly one pa
 
 Keys: `("c", group, seq)` for the seq-th collective a rank issues on a group (every member
 contributes under its global rank); `("p", group, src, dst, tag, n)` for the n-th message on a
-point-to-point channel.
+point-to-point channel, and `("s", group, src, dst, tag, n)` for that message's existence
+(whatever its value: a receive from any source pairs with it).
 """
 
 from __future__ import annotations
