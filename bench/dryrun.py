@@ -34,7 +34,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worlds", default="8,64")
     parser.add_argument("--configs", default="ddp,tp-dp")
-    parser.add_argument("-j", "--jobs", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument("-j", "--jobs", type=int, default=None, help="default: every CPU")
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument(
         "--sample",
@@ -47,8 +47,9 @@ def main() -> int:
 
     start = time.monotonic()
     from commlint.graph.check import check_trace
-    from commlint.plans.dryrun.driver import DryRunOptions, dry_run, warm_up
+    from commlint.plans.dryrun.driver import DryRunOptions, default_jobs, dry_run, warm_up
 
+    args.jobs = args.jobs or default_jobs()
     warm_up("fake")
     startup = time.monotonic() - start
     print(f"parent start-up (import torch, warm fake tensors): {startup:.1f} s")
