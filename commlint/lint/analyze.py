@@ -104,7 +104,8 @@ class Program:
         self._summary: dict[str, list[Tok]] = {}
         self._in_progress: set[str] = set()
         self._node_toks: dict[int, list[Tok]] = {}
-        self._exits: dict[str, tuple[Exit, Cond, tuple[str, ...]] | None] = {}
+        # may_exit's memo: (exit, condition, function, call chain) or None, per function key
+        self._may_exit: dict[str, tuple[Exit, Cond, Function, tuple[str, ...]] | None] = {}
         self.siblings: dict[int, tuple[list[Node], int]] = {}
         self.group_dims: dict[str, frozenset[str]] = {}
         for g in table.group_getters.values():

@@ -36,8 +36,7 @@ def branch_findings(program: Program) -> list[RawFinding]:
                 cond = program.effective(node.cond)
                 if cond is None or not cond.divergent:
                     continue
-                rest = cont[0][1] if cont and cont[0][0] == "seq" else []
-                out.extend(_compare_arms(program, fn, node, cond, rest))
+                out.extend(_compare_arms(program, fn, node, cond))
                 out.extend(_early_exits(program, fn, node, cond, cont))
             elif isinstance(node, CallSite):
                 out.extend(_exiting_call(program, fn, node, cont))
@@ -62,6 +61,12 @@ def _subject(node: Branch, k: int, cond: Cond) -> str:
         names = ", ".join(map(str, sorted(ranks)))
         return f"rank{'s' if len(ranks) > 1 else ''} {names} (`{cond.text}`)"
     return f"ranks where {arm_label(node, k)}{_data_note(cond)}"
+
+
+def _subject_verb(node: Branch, k: int, cond: Cond, one: str, many: str) -> tuple[str, str]:
+    """The subject of arm `k` and the verb agreeing with it (`rank 0 calls`, `ranks ... call`)."""
+    who = _subject(node, k, cond)
+    return who, one if who.startswith("rank ") else many
 
 
 def _who_exit(node: Branch, k: int, cond: Cond) -> str:
@@ -175,7 +180,7 @@ def _parse(text: str) -> cst.BaseExpression | None:
         return None
 
 
-def _compensated(program, fn, node: Branch, rest, group: str) -> bool:
+def _compensated(program, fn, node: Branch, group: str) -> bool:
     """`if not main: barrier()` ... `if main: barrier()` (or Hugging Face's `local_rank not in
     [-1, 0]` ... `local_rank == 0`): over the whole block, every rank value issues the same
     sequence. A negative rank means "not distributed" and is left out."""
@@ -227,9 +232,7 @@ def _iter_ints(expr: cst.CSTNode):
         yield from _iter_ints(child)
 
 
-def _compare_arms(
-    program: Program, fn: Function, node: Branch, cond: Cond, rest=()
-) -> list[RawFinding]:
+def _compare_arms(program: Program, fn: Function, node: Branch, cond: Cond) -> list[RawFinding]:
     arms = [program.tokens(a, fn) for a in node.arms]
     out: list[RawFinding] = []
     reported: set[tuple] = set()
@@ -243,7 +246,7 @@ def _compare_arms(
             out.extend(_payload_mismatch(fn, node, cond, proj, group, reported))
             out.extend(_order_mismatch(fn, node, cond, proj, group, reported))
             continue
-        if _compensated(program, fn, node, rest, group):
+        if _compensated(program, fn, node, group):
             continue
         _, k, tok, other = first_difference(proj)
         if not _first_report(tok, reported):
@@ -263,8 +266,7 @@ def _compare_arms(
             )
         kind = "loop" if tok.cat == "loop" and real is not tok else ""
         what = f"{real.op}{' (in a loop)' if kind else ''}"
-        who = _subject(node, k, cond)
-        verb = "calls" if who.startswith("rank ") else "call"
+        who, verb = _subject_verb(node, k, cond, "calls", "call")
         msg = f"{who} {verb} {what} on {gname} at {real.describe()}; {rest}"
         if (
             (tok.cat == "create" or real.cat == "create")
@@ -298,13 +300,13 @@ def _compare_arms(
     if cond.data:
         out.extend(_data_p2p(fn, node, cond, arms))
     if not out:
-        out.extend(_p2p_payloads(program, fn, node, cond, arms, reported))
+        out.extend(_p2p_payloads(fn, node, cond, arms, reported))
     if not out:
         out.extend(_interleaving(program, fn, node, cond, arms, reported))
     return out
 
 
-def _p2p_payloads(program: Program, fn: Function, node: Branch, cond: Cond, arms, reported):
+def _p2p_payloads(fn: Function, node: Branch, cond: Cond, arms, reported):
     """Arms that send (or receive) the same messages on a group, but with buffers of another
     dtype or size, or in another order: the peer's side expects one of them."""
     out: list[RawFinding] = []
@@ -347,14 +349,10 @@ def _interleaving(program: Program, fn: Function, node: Branch, cond: Cond, arms
     # two orthogonal subgroups (tp x dp) share one rank only and drain without a cycle
     if not any(_whole_world(program, fn, g) for g in (mine.group, theirs.group)):
         return []
-    where = (mine.path, mine.pos.line, mine.pos.col)
-    if where in reported:
+    if not _first_report(mine, reported):
         return []
-    reported.add(where)
-    g1 = "WORLD" if mine.group == "WORLD" else f"group `{mine.group}`"
-    g2 = "WORLD" if theirs.group == "WORLD" else f"group `{theirs.group}`"
-    who = _subject(node, 0, cond)
-    verb = "calls" if who.startswith("rank ") else "call"
+    g1, g2 = _group_name(mine.group), _group_name(theirs.group)
+    who, verb = _subject_verb(node, 0, cond, "calls", "call")
     return [
         _finding(
             fn,
@@ -390,7 +388,7 @@ def _data_p2p(fn: Function, node: Branch, cond: Cond, arms) -> list[RawFinding]:
         k = next(j for j, t in enumerate(at) if t is not None)
         tok = at[k]
         other = next((t for j, t in enumerate(at) if j != k and t is not None), None)
-        gname = "WORLD" if tok.group == "WORLD" else f"group `{tok.group}`"
+        gname = _group_name(tok.group)
         instead = (
             f"the other ranks call {other.op} at {other.describe()} at that point"
             if other is not None
@@ -433,8 +431,7 @@ def _root_mismatch(fn: Function, node: Branch, cond: Cond, proj, group, reported
         if not _first_report(tok, reported):
             return []
         gname = _group_name(group)
-        who = _subject(node, k, cond)
-        verb = "calls" if who.startswith("rank ") else "call"
+        who, verb = _subject_verb(node, k, cond, "calls", "call")
         return [
             _finding(
                 fn,
@@ -489,8 +486,7 @@ def _payload_mismatch(fn: Function, node: Branch, cond: Cond, proj, group, repor
             if not _first_report(tok, reported):
                 return []
             gname = _group_name(group)
-            who = _subject(node, k, cond)
-            verb = "pass" if not who.startswith("rank ") else "passes"
+            who, verb = _subject_verb(node, k, cond, "passes", "pass")
             return [
                 _finding(
                     fn,
@@ -564,8 +560,7 @@ def _order_mismatch(fn: Function, node: Branch, cond: Cond, proj, group, reporte
         if not _first_report(tok, reported):
             return []
         gname = _group_name(group)
-        who = _subject(node, 0, cond)
-        verb = "pass" if not who.startswith("rank ") else "passes"
+        who, verb = _subject_verb(node, 0, cond, "passes", "pass")
         return [
             _finding(
                 fn,
@@ -710,7 +705,7 @@ def _early_exits(program: Program, fn: Function, node: Branch, cond: Cond, cont)
 
 def may_exit(program: Program, fn: Function, depth: int = 0):
     """(exit, condition, function, chain) if `fn` may end the process on some ranks only."""
-    memo = program.__dict__.setdefault("_may_exit", {})
+    memo = program._may_exit
     if fn.key in memo:
         return memo[fn.key]
     memo[fn.key] = None
@@ -766,7 +761,3 @@ def _exiting_call(program: Program, fn: Function, site: CallSite, cont) -> list[
             related=[cond_related(where, cond)],
         )
     ]
-
-
-def _fmt_pos(path: str, line: int) -> str:
-    return f"{short(path)}:{line}"
