@@ -210,6 +210,13 @@ def read_tensor(v: Val, text: str) -> Val:
     return as_data(v, f"`{text[:40]}` reads this rank's tensor values")
 
 
+def _mod_test_of(v: Val) -> tuple[int, int, bool] | None:
+    """`v`'s residue test; a bare `rank % k` is true iff it is not 0 (`if rank % 2:`)."""
+    if v.mod_test is None and v.rank_mod is not None:
+        return (v.rank_mod, 0, False)
+    return v.mod_test
+
+
 def _int(node: cst.BaseExpression) -> int | None:
     if isinstance(node, cst.Integer):
         try:
@@ -581,9 +588,7 @@ class Extractor:
         if node.orelse is None:
             arms.append([])
         elif isinstance(node.orelse, cst.If):
-            self._enter(cond, False)
-            arms.append(self.block([node.orelse]))
-            self._leave(cond)
+            arms.append(self.arm([node.orelse], cond, False))
         else:
             arms.append(self.arm(node.orelse.body.body, cond, False))
         if fixed is not None:
@@ -664,13 +669,7 @@ class Extractor:
         it = self.expr(node.iter)
         self.bind(node.target, replace(it, stride=None))
         cond = self._cond_from_val(node.iter, it) if it.tainted() else None
-        if cond is not None:
-            self._enter(cond, None)
-        self.loop_depth += 1
-        body = self.block(node.body.body)
-        self.loop_depth -= 1
-        if cond is not None:
-            self._leave(cond)
+        body = self._loop_body(cond, node.body.body)
         self.emit(Loop(cond, body, self.pos(node.iter), "for"))
         if node.orelse is not None:
             for n in self.block(node.orelse.body.body):
@@ -679,14 +678,19 @@ class Extractor:
     def stmt_While(self, node: cst.While) -> None:
         c = self.cond(node.test)
         cond = c if c.divergent else None
+        body = self._loop_body(cond, node.body.body)
+        self.emit(Loop(cond, body, self.pos(node.test), "while"))
+
+    def _loop_body(self, cond: Cond | None, stmts) -> list[Node]:
+        """A loop's body, under its rank-dependent condition (if any)."""
         if cond is not None:
             self._enter(cond, None)
         self.loop_depth += 1
-        body = self.block(node.body.body)
+        body = self.block(stmts)
         self.loop_depth -= 1
         if cond is not None:
             self._leave(cond)
-        self.emit(Loop(cond, body, self.pos(node.test), "while"))
+        return body
 
     def stmt_With(self, node: cst.With) -> None:
         for item in node.items:
@@ -759,9 +763,7 @@ class Extractor:
 
     def _cond_from_val(self, node: cst.BaseExpression, v: Val) -> Cond:
         true_ranks, false_ranks = self.rank_sets(node)
-        mod_test = v.mod_test
-        if mod_test is None and v.rank_mod is not None:
-            mod_test = (v.rank_mod, 0, False)  # `if rank % 2:`
+        mod_test = _mod_test_of(v)
         bare = node
         while isinstance(bare, cst.UnaryOperation) and isinstance(bare.operator, cst.Not):
             bare = bare.expression
@@ -862,32 +864,22 @@ class Extractor:
         v = self.expr(node.expression)
         if isinstance(node.operator, cst.Not):
             v = read_tensor(v, self.text(node.expression))
-            mt = v.mod_test
-            if mt is None and v.rank_mod is not None:
-                mt = (v.rank_mod, 0, False)
+            mt = _mod_test_of(v)
             flipped = (mt[0], mt[1], not mt[2]) if mt else None
             return replace(join(v), zero=False, guard=v.guard, mod_test=flipped)
         return replace(join(v), tensor=v.rank_tensor)
 
     def ex_Name(self, node: cst.Name) -> Val:
-        v = self.lookup(node.value)
+        v = self.lookup(node.value) or self._getter_group(self.qnames(node))
         if v is not None:
             return v
-        for q in self.qnames(node):
-            g = self.table.group_getter(q)
-            if g:
-                return Val(group=g["group"])
         return self._name_val(node.value, node.value) or CLEAN
 
     def ex_Attribute(self, node: cst.Attribute) -> Val:
         key = self.text(node)
-        v = self.lookup(key)
+        v = self.lookup(key) or self._getter_group(self.qnames(node))
         if v is not None:
             return v
-        for q in self.qnames(node):
-            g = self.table.group_getter(q)
-            if g:
-                return Val(group=g["group"])
         base = self.expr(node.value)
         attr = node.attr.value
         if base.mesh is not None and attr in ("shape", "ndim", "mesh_dim_names"):
@@ -900,6 +892,14 @@ class Extractor:
         if base.rank_tensor and attr in TENSOR_ATTRIBUTES:
             return base
         return join(base)
+
+    def _getter_group(self, names: list[str]) -> Val | None:
+        """The group a configured group getter names (`mpu.get_data_parallel_group`)."""
+        for q in names:
+            g = self.table.group_getter(q)
+            if g:
+                return Val(group=g["group"])
+        return None
 
     def ex_Subscript(self, node: cst.Subscript) -> Val:
         key = self.text(node)
@@ -1151,15 +1151,14 @@ class Extractor:
         for q in names:
             fact = self.table.call(q)
             if fact is not None:
-                return self.comm_call(node, fact, args, callee_text)
-        for q in names:
-            g = self.table.group_getter(q)
-            if g:
-                return Val(group=g["group"])
+                return self.comm_call(node, fact, callee_text)
+        getter = self._getter_group(names)
+        if getter is not None:
+            return getter
         for q in names:
             rs = self.table.rank_source(q)
             if rs:
-                return self.rank_source_val(node, rs, args, callee_text)
+                return self.rank_source_val(node, rs)
         for q in names:
             w = self.table.wrapper(q)
             if w:
@@ -1223,19 +1222,15 @@ class Extractor:
             res = self.method_call(node, func, recv_val, args, callee_text)
             if res is not None:
                 return res
-        func_val = self._peek(func) if isinstance(func, cst.Attribute) else recv_val
+        if isinstance(func, cst.Name):
+            func_val = self.lookup(func.value)
+        else:
+            func_val = self._peek(func) if isinstance(func, cst.Attribute) else recv_val
         if func_val is not None and func_val.typ and func_val.typ.startswith("wrapped:"):
             _, op, grp = func_val.typ.split(":", 2)
             return self._emit_comm(
                 node, CallFact(name=op, kind="collective", op=op), grp, callee_text, via=op
             )
-        if isinstance(func, cst.Name):
-            v = self.lookup(func.value)
-            if v is not None and v.typ and v.typ.startswith("wrapped:"):
-                _, op, grp = v.typ.split(":", 2)
-                return self._emit_comm(
-                    node, CallFact(name=op, kind="collective", op=op), grp, callee_text, via=op
-                )
         if last in self.table.rank_helpers:
             return Val(
                 dims=frozenset({GLOBAL}),
@@ -1458,7 +1453,7 @@ class Extractor:
             return join(recv, *args)
         return None
 
-    def rank_source_val(self, node, rs, args, text) -> Val:
+    def rank_source_val(self, node, rs) -> Val:
         dims = frozenset(rs.get("dims", [GLOBAL]))
         grp_of = None
         if "group" in rs:
@@ -1500,9 +1495,9 @@ class Extractor:
     def _params(self) -> set[str]:
         return getattr(self, "_param_names", set())
 
-    def comm_call(self, node: cst.Call, fact: CallFact, args: list[Val], text: str) -> Val:
+    def comm_call(self, node: cst.Call, fact: CallFact, text: str) -> Val:
         if fact.kind == "create":
-            return self.create_call(node, fact, args, text)
+            return self.create_call(node, fact, text)
         gkey, given = self._group_arg(node, fact.group)
         return self._emit_comm(node, fact, gkey, text, default_group=not given, torch_api=True)
 
@@ -1607,7 +1602,7 @@ class Extractor:
             )
         return None
 
-    def create_call(self, node: cst.Call, fact: CallFact, args, text) -> Val:
+    def create_call(self, node: cst.Call, fact: CallFact, text: str) -> Val:
         local = False
         if fact.local_sync is not None:
             a = _kwarg(node, fact.local_sync[1], fact.local_sync[0])
