@@ -22,10 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("paths", nargs="*", default=["."], metavar="PATH", help="files or folders")
     add_output_options(p)
-    if not any("--extend-select" in a.option_strings for a in p._actions):
-        p.add_argument(
-            "--extend-select", help="comma-separated codes or prefixes to add to the selection"
-        )
+    p.add_argument(
+        "--extend-select", help="comma-separated codes or prefixes to add to the selection"
+    )
     p.add_argument(
         "-j",
         "--jobs",
@@ -66,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     opts = LintOptions(
         select=_codes(args.select),
         ignore=_codes(args.ignore) or [],
-        extend_select=_codes(getattr(args, "extend_select", None)) or [],
+        extend_select=_codes(args.extend_select) or [],
         jobs=args.jobs,
         cache=not args.no_cache,
         cache_dir=Path(args.cache_dir) if args.cache_dir else None,
