@@ -81,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
     report = Report()
     traces = {}  # for reports that draw the traces (html)
     partial: dict[tuple, list] = {}
+    symmetry = {"on": True, "orbits": "orbits", "off": False}[getattr(args, "symmetry", "on")]
     for path, problem, kind in _inputs(args):
         if problem:
             report.errors.append(InputError(path=path, message=problem))
@@ -90,10 +91,10 @@ def run(args: argparse.Namespace) -> int:
         except CommlintInputError as exc:
             report.errors.append(exc.error)
             continue
-        if job_key(loaded.trace) is not None:  # a part of a dry-run: checked with the others
-            partial.setdefault(job_key(loaded.trace), []).append((path, loaded.trace))
+        key = job_key(loaded.trace)
+        if key is not None:  # a part of a dry-run: checked with the others
+            partial.setdefault(key, []).append((path, loaded.trace))
             continue
-        symmetry = {"on": True, "orbits": "orbits", "off": False}[getattr(args, "symmetry", "on")]
         result = check_trace(
             loaded.trace, args.model, path, loaded.lines, args.max_cycles, symmetry=symmetry
         )

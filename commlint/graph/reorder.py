@@ -184,7 +184,7 @@ def _closures(w: Window) -> None:
     w.issue_pred = issue
 
 
-def _forced(w: Window, model: str, u: int, v: int) -> bool:
+def _forced(w: Window, u: int, v: int) -> bool:
     """Must unit u be issued before unit v in every legal order?"""
     return bool(w.issue_pred[v] >> u & 1)
 
@@ -194,7 +194,7 @@ def _can_block(w: Window, model: str, x: int, y: int) -> bool:
     ux, uy = w.units[x], w.units[y]
     if ux.comms & uy.comms:
         return False  # same communicator: order fixed, matching unchanged
-    if _forced(w, model, y, x):
+    if _forced(w, y, x):
         return False
     if model == "single-queue":
         return True
@@ -205,7 +205,7 @@ def _can_block(w: Window, model: str, x: int, y: int) -> bool:
 
 def _fixed_block(w: Window, model: str, x: int, y: int) -> bool:
     """Does y wait for x in every legal order?"""
-    if not _forced(w, model, x, y):
+    if not _forced(w, x, y):
         return False
     if model == "single-queue":
         return True
@@ -493,7 +493,7 @@ def _shortest_path(
     return None
 
 
-def _linearise(w: Window, model: str, extra: list[tuple[int, int]]) -> list[int] | None:
+def _linearise(w: Window, extra: list[tuple[int, int]]) -> list[int] | None:
     """A legal order of the window's units with the extra `u before v` pairs, or None.
 
     Ties go to the earliest recorded unit, so only what the witness needs moves."""
@@ -556,7 +556,7 @@ def _cycle_tags(ex: _Explicit, seed: tuple, path: list[int]) -> list[tuple[tuple
 
 
 def _choose(
-    windows: dict[int, list[Window]], model: str, options: list[tuple[tuple, list]]
+    windows: dict[int, list[Window]], options: list[tuple[tuple, list]]
 ) -> tuple[dict[tuple[int, int], list[int]] | None, tuple | None]:
     """Pick one rank per choice so every window stays linearisable: the orders, or None and
     the first edge no rank can take."""
@@ -566,7 +566,7 @@ def _choose(
         for rank, wid, x, y in opts:
             key = (rank, wid)
             trial = [*pairs.get(key, []), (x, y)]
-            order = _linearise(windows[rank][wid - 1], model, trial)
+            order = _linearise(windows[rank][wid - 1], trial)
             if order is not None:
                 pairs[key] = trial
                 orders[key] = order
@@ -655,7 +655,7 @@ def find_witnesses(
                 path = _shortest_path(ex.adj, b, a, labels, banned)
                 if path is None:
                     break
-                orders, bad = _choose(windows, model, _cycle_tags(ex, tag, path))
+                orders, bad = _choose(windows, _cycle_tags(ex, tag, path))
                 if orders is not None or bad == (a, b):
                     break
                 banned.add(bad)

@@ -311,8 +311,8 @@ def verdict(
             -1
         ].message += f" More than {max_cycles} elementary cycles exist; the smallest are shown."
 
-    for (inst, target), waiters in stranded.items():
-        findings.append(_stranded(ctx, st, inst, target, waiters))
+    for (_, target), waiters in stranded.items():
+        findings.append(_stranded(ctx, st, target, waiters))
 
     for p in g.problems:
         findings.append(ctx.finding(p.code, p.severity, p.message, p.refs, p.fix))
@@ -320,7 +320,7 @@ def verdict(
     return Verdict(findings, outs)
 
 
-def _stranded(ctx: _Ctx, st: State, inst: int, target: int, waiters: list[Blocked]) -> Finding:
+def _stranded(ctx: _Ctx, st: State, target: int, waiters: list[Blocked]) -> Finding:
     trace = ctx.trace
     end = trace.ends.get(target)
     ranks = [b.rank for b in waiters]

@@ -423,11 +423,11 @@ def resolve_layout(spec: GenerateSpec) -> Layout:
             # the embedding group: first and last stage of each pipeline
             lay.add("embd", [[g[0], g[-1]] for g in groups if len(g) > 1])
     if d.ep > 1:
-        _expert_groups(spec, lay, names, dims)
+        _expert_groups(spec, lay)
     return lay
 
 
-def _expert_groups(spec: GenerateSpec, lay: Layout, names: list[str], dims: list[int]) -> None:
+def _expert_groups(spec: GenerateSpec, lay: Layout) -> None:
     ep, etp = lay.ep, lay.etp
     if spec.layout == "megatron":
         if lay.world_size % (etp * ep * lay.pp):
@@ -594,7 +594,7 @@ class _Emitter:
             if o.dp == "fsdp" and lay.dp_shard * lay.cp > 1:
                 self.coll("all_gather", self.fsdp_kind, f"{tag} FSDP all-gather params")
             self._cp(tag)
-            self._tp(tag, forward=True)
+            self._tp(tag)
             if moe:
                 self.coll("all_to_all", "ep", f"{tag} MoE dispatch")
                 self.coll("all_to_all", "ep", f"{tag} MoE combine")
@@ -610,12 +610,12 @@ class _Emitter:
                 if moe:
                     self.coll("all_to_all", "ep", f"{tag} MoE combine grad")
                     self.coll("all_to_all", "ep", f"{tag} MoE dispatch grad")
-                self._tp(tag, forward=False)
+                self._tp(tag)
                 self._cp(tag)
             if weight_grad and fsdp:
                 self.coll("reduce_scatter", self.fsdp_kind, f"{tag} FSDP reduce-scatter grads")
 
-    def _tp(self, tag: str, forward: bool) -> None:
+    def _tp(self, tag: str) -> None:
         style = self.opts.tp
         if style == "none" or self.lay.tp < 2:
             return
@@ -1050,13 +1050,11 @@ def _skeleton(
             marks = _skeleton_iterations(em, plan, loops, moe)
         else:
             marks = _skeleton_calls(em, plan, steps, fuse_all, moe)
-    _finalize(em, opts, lay, plan, position, marks)
+    _finalize(em, opts, lay, position, marks)
     return em.ops
 
 
-def _finalize(
-    em: _Emitter, opts: Options, lay: Layout, plan: PipelinePlan, position: int, marks: list
-) -> None:
+def _finalize(em: _Emitter, opts: Options, lay: Layout, position: int, marks: list) -> None:
     """Gradient sync after the pipeline drained (Megatron's finalize_model_grads)."""
     is_embd = lay.pp > 1 and opts.embedding and position in (0, lay.pp - 1)
     embd_early = is_embd and opts.early_embedding and position == 0

@@ -8,13 +8,9 @@ from commlint.findings import Finding, Report
 from commlint.report.text import summary_line
 
 
-def where(finding: Finding) -> str:
-    return finding.where()
-
-
 def one_line(finding: Finding) -> str:
     message = " ".join(finding.message.split())
-    return f"{where(finding)}: {finding.code} {message}"
+    return f"{finding.where()}: {finding.code} {message}"
 
 
 def write(report: Report, stream: IO[str], options: dict[str, Any]) -> None:

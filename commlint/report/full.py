@@ -26,7 +26,6 @@ from typing import IO, Any
 
 from commlint.findings import Finding, Report
 from commlint.report.common import secondary_locations, source_lines
-from commlint.report.concise import where
 from commlint.report.text import draw_cycle, summary_line
 
 CONTEXT = 1  # lines shown before and after each marked line
@@ -110,7 +109,7 @@ def excerpt(lines: tuple[str, ...], marks: list[Mark], indent: str = "") -> list
 
 def block(finding: Finding) -> list[str]:
     title = " ".join(finding.message.split())
-    out = [f"{where(finding)}: {finding.code} [{finding.severity}] {title}"]
+    out = [f"{finding.where()}: {finding.code} [{finding.severity}] {title}"]
     by_file: dict[str, list[Mark]] = {}
     if finding.path and finding.line is not None:
         label = f"{finding.code} {finding.name}".rstrip()

@@ -396,7 +396,7 @@ def _aligned_entries(
                 op = _op_name(e)[1] if p2p else ""
                 if op not in ("send", "recv"):
                     continue
-                peer = _p2p_peer(e, r, groups.ranks.get(pg, []))
+                peer = _p2p_peer(e, groups.ranks.get(pg, []))
                 if peer is None:
                     continue
                 if op == "send":
@@ -431,7 +431,7 @@ def _aligned_entries(
     return out, dropped
 
 
-def _p2p_peer(entry: dict[str, Any], rank: int, pg_ranks: list[int]) -> int | None:
+def _p2p_peer(entry: dict[str, Any], pg_ranks: list[int]) -> int | None:
     """Global peer of a `send a->b` / `recv a<-b` entry (group-local ranks in the name)."""
     _, op, detail = _op_name(entry)
     if not detail:
@@ -511,7 +511,7 @@ class _RankBuilder:
         self.actions.append(Action(op=op, group=group, root=root, label=label, **common))
 
     def _add_p2p(self, e, op, pg, group, pg_ranks, state, common) -> None:
-        peer = _p2p_peer(e, self.rank, pg_ranks)
+        peer = _p2p_peer(e, pg_ranks)
         if peer is None:
             self.unknown.add(str(e.get("profiling_name")))
             return

@@ -260,14 +260,13 @@ def to_trace(
     world = max([*schedule, *owner.values()]) + 1
     ranks: dict[int, list[Action]] = {}
     fsdp = 0
-    site_of = (lambda r, c: f"{path}:{r + 1}") if path else (lambda r, c: None)
     for rank, cells in schedule.items():
+        site = f"{path}:{rank + 1}" if path else None  # the rank's row
         acts: list[Action] = []
         pending_recv: dict[tuple[str, int, int | None], str] = {}
         sends: list[str] = []
         for col, cell in enumerate(cells):
             for a in _flat(cell):
-                site = site_of(rank, col)
                 if a.kind in FSDP:
                     fsdp += 1
                     continue
