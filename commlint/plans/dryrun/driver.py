@@ -324,9 +324,8 @@ def warm_up(mode: str = "fake") -> None:
             importlib.import_module(name)
     if mode == "fake" and not _WARM:
         _warm_fake_tensors()
-        if os.environ.get("COMMLINT_DRYRUN_WARM_DISTRIBUTED", "1") != "0":
-            with contextlib.suppress(Exception):
-                _warm_distributed()
+        with contextlib.suppress(Exception):
+            _warm_distributed()
         _WARM.append(True)
 
 
