@@ -106,6 +106,8 @@ class Program:
         self._node_toks: dict[int, list[Tok]] = {}
         # may_exit's memo: (exit, condition, function, call chain) or None, per function key
         self._may_exit: dict[str, tuple[Exit, Cond, Function, tuple[str, ...]] | None] = {}
+        self._membership: dict[tuple[str, str], tuple | None] = {}  # membership()'s memo
+        self._branch_findings: list[RawFinding] | None = None  # branches.branch_findings()'s
         self.siblings: dict[int, tuple[list[Node], int]] = {}
         self.group_dims: dict[str, frozenset[str]] = {}
         for g in table.group_getters.values():
@@ -284,15 +286,11 @@ class Program:
         seen: dict[str, None] = {}
         for t in toks:
             if t.cat in ("coll", "create"):
-                seen.setdefault(self.create_group(t), None)
+                seen.setdefault(t.group, None)
             for arm in t.kids:
                 for g in self.groups_of(arm):
                     seen.setdefault(g, None)
         return list(seen)
-
-    @staticmethod
-    def create_group(t: Tok) -> str:
-        return t.group
 
     def project(self, toks, group: str) -> list[Tok]:
         out: list[Tok] = []
@@ -351,7 +349,7 @@ class Program:
     ) -> tuple[frozenset[int] | None, tuple[int, int | None] | None] | None:
         """What `fn`'s own calls on `group` know of its members: literal ranks or a residue
         class; None when unknown or when two calls disagree (one name, several groups)."""
-        memo = self.__dict__.setdefault("_membership", {})
+        memo = self._membership
         key = (fn.key, group)
         if key not in memo:
             seen = {
@@ -461,7 +459,7 @@ def same_on_members(
 def cond_related(fn: Function, cond: Cond) -> tuple[str, Pos, str]:
     why = cond.origin or "its value can differ between ranks"
     if cond.decorator:
-        msg = f"{why}"
+        msg = why
     elif cond.data and not cond.dims:
         msg = f"this condition depends on data: {why}"
     else:

@@ -24,9 +24,8 @@ HANG = "they wait there for a partner that never comes, and the job hangs"
 
 
 def branch_findings(program: Program) -> list[RawFinding]:
-    cached = getattr(program, "_branch_findings", None)
-    if cached is not None:
-        return cached
+    if program._branch_findings is not None:
+        return program._branch_findings
     out: list[RawFinding] = []
     for fn in program.all_functions():
         if fn.rank_guard is not None:
@@ -44,7 +43,7 @@ def branch_findings(program: Program) -> list[RawFinding]:
                 cond = program.effective(node.cond)
                 if cond is not None and cond.divergent:
                     out.extend(_divergent_loop(program, fn, node, cond))
-    program._branch_findings = out  # type: ignore[attr-defined]
+    program._branch_findings = out
     return out
 
 

@@ -252,7 +252,7 @@ class Extractor:
         self._pos = self.wrapper.resolve(PositionProvider)
         self.pending: list[tuple] = []
         self.stmt_line = 1
-        body = self._function_body(
+        self._function_body(
             key=f"{self.module_name}.<module>",
             name="<module>",
             qualname="<module>",
@@ -264,7 +264,6 @@ class Extractor:
             defaults={},
             rank_guard=None,
         )
-        del body
         while self.pending:
             item = self.pending.pop(0)
             self._do_function(*item)
@@ -384,7 +383,6 @@ class Extractor:
             returns_rank=frozenset().union(*(v.dims for v in self.returns))
             if self.returns
             else frozenset(),
-            class_key=class_key,
         )
         if self.async_pending:
             counts = _name_counts(fnode)
@@ -1322,15 +1320,10 @@ class Extractor:
     def spawn(self, node: cst.Call, how: str, target: cst.BaseExpression | None) -> Val:
         if target is None:
             return CLEAN
-        saved = self.out
-        tmp: list[Node] = []
-        self.out = tmp
-        fake = cst.Call(func=target, args=[])
         names = self.qnames(target)
         for q in names:
             fact = self.table.call(q)
             if fact is not None:
-                self.out = saved
                 comm = Comm(
                     kind=fact.kind,
                     op=fact.op,
@@ -1341,8 +1334,6 @@ class Extractor:
                 self.emit(Spawn(comm, how, self.pos(node)))
                 return CLEAN
         site = self.callsite_from(target, names)
-        self.out = saved
-        del fake, tmp
         if site is not None:
             self.emit(Spawn(site, how, self.pos(node)))
         return CLEAN

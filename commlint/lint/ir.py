@@ -77,7 +77,6 @@ class Comm:
     rank_cond: Cond | None = None  # the condition that restricts rank_set
     under_divergent: bool = False  # inside a rank/data-dependent branch of its function
     in_branch: bool = False  # inside any branch or loop condition of its function
-    local_sync: bool = False
     via: str | None = None  # the wrapper that hides this communication
 
 
@@ -157,7 +156,6 @@ class Function:
     body: list[Node]
     rank_guard: Cond | None = None  # a rank-zero-only decorator
     returns_rank: frozenset[str] = frozenset()  # rank dims of the returned value
-    class_key: str | None = None
 
 
 @dataclass
@@ -171,7 +169,6 @@ class FileFacts:
     syntax_error: tuple[int, int, str] | None = None
     skipped: bool = False  # never mentions distributed code
     internal_error: str | None = None  # the extractor failed on this file (a bug of ours)
-    stmt_ranges: list[tuple[int, int]] = field(default_factory=list)
 
 
 def iter_nodes(nodes: list[Node]):
