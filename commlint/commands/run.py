@@ -13,7 +13,7 @@ from pathlib import Path
 
 from commlint.commands.common import add_output_options, emit
 from commlint.findings import InputError, Report
-from commlint.plans.dryrun.merge import locate_at_site
+from commlint.plans.dryrun.merge import locate_at_site, rank_spec, split_site
 
 
 def parse_ranks(spec: str, world_size: int) -> list[int]:
@@ -196,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
     if len(ranks) < world:
         where = args.save_trace or "DIR (use --save-trace DIR)"
         print(
-            f"commlint: note: recorded ranks {_join(ranks)} of {world}; check every rank "
+            f"commlint: note: recorded ranks {rank_spec(ranks)} of {world}; check every rank "
             f"together with `commlint plan {where}`",
             file=sys.stderr,
         )
@@ -212,12 +212,6 @@ def run(args: argparse.Namespace) -> int:
     report.findings.extend(checked.findings)
     report.checked += 1
     return emit(report, args)
-
-
-def _join(ranks: list[int]) -> str:
-    from commlint.plans.dryrun.driver import _spec
-
-    return _spec(ranks)
 
 
 def _record(options):
@@ -256,11 +250,7 @@ def _crashed_everywhere(result, ranks: list[int], program: str) -> InputError | 
     first = ends[0]
     if any((e["message"], e.get("site")) != (first["message"], first.get("site")) for e in ends):
         return None
-    path, line = None, None
-    site = first.get("site")
-    if site and ":" in site:
-        path, _, num = site.rpartition(":")
-        line = int(num) if num.isdigit() else None
+    path, line = split_site(first.get("site"))
     return InputError(
         path=path or program,
         line=line,

@@ -14,7 +14,7 @@ import pytest
 from commlint.commands.run import parse_ranks
 from commlint.findings import CommlintInputError
 from commlint.graph.check import check_trace
-from commlint.plans.dryrun.merge import merge_partial
+from commlint.plans.dryrun.merge import merge_partial, rank_spec, split_site
 from commlint.trace import Action, Trace
 
 HERE = Path(__file__).parent
@@ -230,6 +230,14 @@ def test_parse_ranks():
             parse_ranks(bad, 16)
 
 
+def test_rank_spec_and_split_site():
+    assert rank_spec([11, 0, 1, 2, 8, 10]) == "0-2,8,10-11"
+    assert parse_ranks(rank_spec([0, 1, 2, 5]), 8) == [0, 1, 2, 5]
+    assert split_site("dir/train.py:41") == ("dir/train.py", 41)
+    assert split_site("train.py:x") == ("train.py", None)
+    assert split_site("train.py") == split_site(None) == (None, None)
+
+
 def test_merge_refuses_a_rank_recorded_twice():
     part = Trace(world_size=2, ranks={0: [Action(op="barrier")]}, meta={"partial": True})
     with pytest.raises(CommlintInputError, match="rank 0 is recorded both"):
@@ -270,7 +278,8 @@ def test_partial_dry_runs_saved_per_rank_are_checked_together(tmp_path: Path):
     for ranks in ("0-1", "2-3"):
         out = cli("--nproc-per-node", "4", "--ranks", ranks, "--save-trace", str(tmp_path), program)
         assert out.returncode == 0, out.stderr
-        assert f"commlint plan {tmp_path}" in out.stderr
+        note = f"recorded ranks {ranks} of 4; check every rank together with `commlint plan "
+        assert f"{note}{tmp_path}`" in out.stderr
     files = sorted(p.name for p in tmp_path.iterdir())
     assert files == [f"rank-0000{r}.yaml" for r in range(4)]
     plan = [sys.executable, "-m", "commlint", "plan", "--format", "json", str(tmp_path)]

@@ -20,6 +20,7 @@ from multiprocessing.connection import wait
 from typing import Any
 
 from commlint.plans.dryrun.child import RankSpec, real_tensors, run_rank
+from commlint.plans.dryrun.merge import rank_spec
 from commlint.plans.dryrun.values import Key, ValueTable
 from commlint.trace import Action, RankEnd, Trace
 
@@ -83,7 +84,7 @@ class DryRunResult:
             "nproc_per_node": options.nproc_per_node,
             "tensors": self.mode,
             "passes": self.passes,
-            "recorded_ranks": _spec(ranks),
+            "recorded_ranks": rank_spec(ranks),
         }
         if options.steps:
             meta["steps"] = options.steps
@@ -103,17 +104,6 @@ class DryRunResult:
             source="dryrun",
             meta=meta,
         )
-
-
-def _spec(ranks: list[int]) -> str:
-    out, i, rs = [], 0, sorted(ranks)
-    while i < len(rs):
-        j = i
-        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
-            j += 1
-        out.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
-        i = j + 1
-    return ",".join(out)
 
 
 def _run_pass(

@@ -14,6 +14,27 @@ from commlint.findings import CommlintInputError, Finding, InputError, Report
 from commlint.trace import Trace
 
 
+def rank_spec(ranks: list[int]) -> str:
+    """Ranks as `--ranks` takes them: `[0, 1, 2, 5]` → `0-2,5`."""
+    out, i, rs = [], 0, sorted(ranks)
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        out.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def split_site(site: str | None) -> tuple[str | None, int | None]:
+    """`path:line` → (path, line); the line is None when it is not a number, both are None
+    when there is no `:`."""
+    if not site or ":" not in site:
+        return None, None
+    path, _, line = site.rpartition(":")
+    return path, int(line) if line.isdigit() else None
+
+
 def job_key(trace: Trace) -> tuple | None:
     """What makes partial traces parts of one job; None for a complete trace."""
     if not trace.meta.get("partial"):
@@ -91,8 +112,7 @@ def check_parts(parts: list[tuple[str, Trace]], args: Any, report: Report) -> No
 def locate_at_site(f: Finding) -> None:
     """Point a finding at the user's source line (its first action's call site)."""
     for loc in f.actions:
-        if loc.site and ":" in loc.site:
-            path, _, line = loc.site.rpartition(":")
-            if line.isdigit():
-                f.path, f.line = path, int(line)
-                return
+        path, line = split_site(loc.site)
+        if line is not None:
+            f.path, f.line = path, line
+            return
