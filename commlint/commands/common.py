@@ -11,13 +11,13 @@ from commlint.report import FORMATS, write_report
 from commlint.report.statistics import write_statistics
 
 
-def add_output_options(p: argparse.ArgumentParser, formats: tuple[str, ...] | None = None) -> None:
+def add_output_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--format",
         "--output-format",
         dest="format",
         default="text",
-        choices=formats or tuple(FORMATS),
+        choices=tuple(FORMATS),
         help="output format (default: text)",
     )
     p.add_argument("-o", "--output-file", help="write the report to this file instead of stdout")
