@@ -599,9 +599,7 @@ def run_rank(spec: RankSpec, table: ValueTable, conn: Any) -> None:
         os.environ.update(worker_env(spec.rank, spec.world_size, spec.nproc_per_node))
         os.environ.update(spec.env)
 
-        def send(msg: Any) -> None:
-            conn.send(msg)
-
+        send = conn.send
         recorder = Recorder(spec.rank, spec.world_size, table, send)
         _RECORDER = recorder
         _install(spec, recorder)

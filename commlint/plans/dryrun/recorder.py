@@ -346,15 +346,15 @@ class Recorder:
         group: str,
         tensors: list[torch.Tensor],
         *,
+        frames: list[Any],
         peer: int | None = None,
         root: int | None = None,
         tag: int = 0,
         reduce_op: str | None = None,
         extra: dict[str, Any] | None = None,
-        frames: list[Any] | None = None,
     ) -> str | None:
-        """Emit the action; return its handle when the caller gets an async work."""
-        frames = frames if frames is not None else _frames(3)
+        """Emit the action (`frames`: the caller's stack); return its handle when the caller
+        gets an async work."""
         api, local = _c10d_api(frames)
         action: dict[str, Any] = {"op": op, "group": group}
         handle = None
