@@ -114,7 +114,9 @@ def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
         for i, a in enumerate(actions):
             op = a.op
             if op == "wait":
-                ops = tuple(handles[h] for h in a.handles)
+                # a handle of a call that was skipped (non-member) or raised is absent: torch
+                # gave that rank no work to wait for, and the call has its own finding
+                ops = tuple(handles[h] for h in a.handles if h in handles)
                 for o in ops:
                     op_waited[o] = True
                 steps.append(len(g.waits) << 3 | WAIT)
@@ -129,10 +131,12 @@ def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
                 if rank not in mem:
                     pending.setdefault(("CL205", a.describe(), a.site), []).append((rank, i))
                     steps.append(SKIP)
+                    _forget(handles, a.handle)
                     continue
                 if a.root is not None and a.root not in mem:
                     pending.setdefault(("CL208", a.describe(), a.site), []).append((rank, i))
                     steps.append(FAIL)
+                    _forget(handles, a.handle)
                     continue
                 seq = seqs.get(group, 0)
                 seqs[group] = seq + 1
@@ -156,6 +160,7 @@ def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
                 if rank not in mem or peer not in mem:
                     pending.setdefault(("CL205", a.describe(), a.site, rank), []).append((rank, i))
                     steps.append(SKIP)
+                    _forget(handles, a.handle)
                     continue
                 is_send = op in SEND_OPS
                 src, dst = (rank, peer) if is_send else (peer, rank)
@@ -209,6 +214,13 @@ def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
     g.problems.extend(_per_call(trace, pending))
     _check_instances(g)
     return g
+
+
+def _forget(handles: dict[str, int], handle: str | None) -> None:
+    """A skipped or failing call rebinds its handle name to no work: a later `wait` on that
+    name must not wait for an earlier op that happened to use the same name."""
+    if handle is not None:
+        handles.pop(handle, None)
 
 
 def _ref(trace: Trace, rank: int, i: int) -> str:
