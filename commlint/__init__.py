@@ -5,22 +5,52 @@ Python API for plan gates::
     import commlint
     trace = commlint.load("plan.yaml")            # or build a commlint.Trace in code
     result = commlint.check(trace, model="nccl")   # -> TraceCheck(findings, outcomes)
+
+The names below are imported on first use (PEP 562), so that `commlint check`, which needs
+the linter and the report formats only, never pays for the checker and the plan importers.
 """
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from commlint.findings import CommlintInputError, Finding, Report
-from commlint.graph.check import TraceCheck, check_trace
-from commlint.plans.io import load_trace
-from commlint.trace import Action, Trace
+from commlint._version import __version__
 
-__version__ = "0.1.0"
+if TYPE_CHECKING:
+    from commlint.findings import CommlintInputError, Finding, Report
+    from commlint.graph.check import TraceCheck
+    from commlint.trace import Action, Trace
+
+# name -> the module that defines it
+_LAZY = {
+    "Action": "commlint.trace",
+    "Trace": "commlint.trace",
+    "CommlintInputError": "commlint.findings",
+    "Finding": "commlint.findings",
+    "Report": "commlint.findings",
+    "TraceCheck": "commlint.graph.check",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'commlint' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
 
 
 def load(path: str | Path) -> Trace:
     """Read and validate a trace / plan file (raises CommlintInputError, located)."""
+    from commlint.plans.io import load_trace
+
     return load_trace(path).trace
 
 
@@ -43,6 +73,8 @@ def check(
     checks one rank per orbit and recomputes findings on every rank when there are any;
     "orbits" reports the representatives' findings as they are (fastest rejection); False
     checks every rank."""
+    from commlint.graph.check import check_trace
+
     return check_trace(trace, model, max_cycles=max_cycles, symmetry=symmetry)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from commlint import __version__
+from commlint._version import __version__
 from commlint.findings import Finding, InputError, Location, Report
 from commlint.lint.analyze import Program, RawFinding, module_name
 from commlint.lint.config import LintConfig

@@ -173,7 +173,7 @@ def notification(error: InputError) -> dict[str, Any]:
 
 
 def as_dict(report: Report) -> dict[str, Any]:
-    from commlint import __version__
+    from commlint._version import __version__
 
     rules = [rule_descriptor(rule) for rule in all_rules().values()]
     index = {descriptor["id"]: k for k, descriptor in enumerate(rules)}
