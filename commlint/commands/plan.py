@@ -6,8 +6,6 @@ import argparse
 
 from commlint.commands.common import add_output_options, emit
 from commlint.findings import CommlintInputError, InputError, Report
-from commlint.graph.check import check_trace
-from commlint.plans.io import iter_plan_files, load_trace
 
 INPUT_FORMATS = ("auto", "trace", "fr", "nnscaler", "pipelining-csv", "sketchdlc")
 
@@ -60,6 +58,7 @@ def _inputs(args: argparse.Namespace):
     from pathlib import Path
 
     from commlint.plans.importers.detect import detect_format
+    from commlint.plans.io import iter_plan_files
 
     fmt = getattr(args, "input_format", "auto")
     for given in args.paths:
@@ -75,8 +74,11 @@ def _inputs(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    # the checker and the importers load when a plan is checked, not when any command starts
+    from commlint.graph.check import check_trace
     from commlint.plans.dryrun.merge import check_parts, job_key
     from commlint.plans.importers.detect import load_any
+    from commlint.plans.io import load_trace
 
     report = Report()
     traces = {}  # for reports that draw the traces (html)

@@ -6,8 +6,6 @@ import argparse
 import sys
 
 from commlint.findings import CommlintInputError
-from commlint.plans.io import load_trace
-from commlint.plans.replay import write_replay
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,6 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from commlint.plans.io import load_trace
+    from commlint.plans.replay import write_replay
+
     try:
         loaded = load_trace(args.trace)
     except CommlintInputError as exc:

@@ -29,7 +29,6 @@ and only a CL201 deadlock there is reported — so every finding carries a check
 
 from __future__ import annotations
 
-import sys
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -887,28 +886,6 @@ def explain_models(
     return lines
 
 
-def main(argv: list[str] | None = None) -> int:
-    from commlint.findings import CommlintInputError
-    from commlint.plans.io import load_trace
-
-    args = sys.argv[1:] if argv is None else argv
-    if not args:
-        print("usage: python -m commlint.graph.reorder PLAN...", file=sys.stderr)
-        return 2
-    status = 0
-    for p in args:
-        try:
-            loaded = load_trace(p)
-        except CommlintInputError as exc:
-            print(exc, file=sys.stderr)
-            status = 2
-            continue
-        print(f"{p}:")
-        for line in explain_models(loaded.trace):
-            print(f"  {line}")
-    return status
-
-
 __all__ = [
     "MODEL_REASONS",
     "explain_models",
@@ -917,5 +894,7 @@ __all__ = [
     "reorder_trace",
 ]
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # the command line is commlint.commands.reorder's (kept as an alias)
+    from commlint.commands.reorder import main
+
     raise SystemExit(main())

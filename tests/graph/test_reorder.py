@@ -264,7 +264,7 @@ def test_ddp_exposure_grows_with_bucket_count(buckets, hook_bucket, exposed):
 
 
 def test_module_cli_prints_models_and_reports_bad_input(tmp_path, capsys):
-    from commlint.graph.reorder import main
+    from commlint.commands.reorder import main
 
     good = tmp_path / "threads.yaml"
     good.write_text(BROKEN["two threads, blocking"][0])
