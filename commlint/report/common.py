@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
 from urllib.parse import quote
@@ -71,6 +72,75 @@ def source_line(path: str | None, line: int | None) -> str | None:
     return lines[line - 1]
 
 
+@dataclass(frozen=True)
+class Span:
+    """A region of a file, 1-based; `end_col` is one past the last character (as SARIF's
+    `endColumn`). Fields are None where they are not known."""
+
+    path: str
+    line: int | None = None
+    col: int | None = None
+    end_line: int | None = None
+    end_col: int | None = None
+
+
+def split_site(site: str | None) -> tuple[str, int] | None:
+    """A call site `file:line` (as traces and Flight Recorder frames give it) → (file, line)."""
+    path, _, line = (site or "").rpartition(":")
+    if path and line.isdigit() and int(line) >= 1:
+        return path, int(line)
+    return None
+
+
+def complete(span: Span) -> Span:
+    """`span` with the columns filled in from the source when only a line is known: the line
+    from its first to its last non-blank character. Without readable source, a known line
+    becomes the whole line from column 1 (SARIF's own default) with no end column."""
+    if span.line is None or span.col is not None:
+        return span
+    text = source_line(span.path, span.line)
+    if text is None:
+        return Span(span.path, span.line, 1, span.end_line or span.line, None)
+    stripped = text.rstrip()
+    start = len(stripped) - len(stripped.lstrip())
+    end_line = span.end_line or span.line
+    end_col = len(stripped) + 1 if end_line == span.line else span.end_col
+    return Span(span.path, span.line, start + 1, end_line, end_col)
+
+
+def anchor(loc: Finding | Location) -> Span | None:
+    """Where `loc` points in source: its own file and line, else its call site `file:line`
+    (a trace action, a Flight Recorder entry's frame), else its file without a line (a plan
+    file, a dump folder); None when it names no file."""
+    if loc.path and loc.line is not None:
+        return complete(Span(loc.path, loc.line, loc.col, loc.end_line, loc.end_col))
+    site = split_site(getattr(loc, "site", None))
+    if site:
+        return complete(Span(*site))
+    return Span(loc.path) if loc.path else None
+
+
+def finding_anchor(finding: Finding, secondary: bool = True) -> Span | None:
+    """The primary place of a finding: its own line; for a finding on a whole input (a dump
+    folder, a trace without line numbers) the call site of the first action or cycle edge it
+    names (so GitHub shows it on the source line the dump names); else its file; else the
+    first located secondary location."""
+    if finding.path and finding.line is not None:
+        return anchor(finding)
+    sites = [loc.site for loc in finding.actions] + [e.site for e in finding.cycle or ()]
+    for site in sites:
+        found = split_site(site)
+        if found:
+            return complete(Span(*found))
+    if finding.path or not secondary:
+        return Span(finding.path) if finding.path else None
+    for loc, _ in secondary_locations(finding):
+        found = anchor(loc)
+        if found:
+            return found
+    return None
+
+
 def located(loc: Location) -> bool:
     """A location a format can point at: a file and a line."""
     return bool(loc.path) and loc.line is not None
@@ -107,10 +177,17 @@ def action_label(loc: Location, finding: Finding) -> str:
 
 
 def secondary_locations(finding: Finding) -> list[tuple[Location, str]]:
-    """Related locations, then the trace actions not at the primary location, with labels."""
+    """Related locations, then the trace actions with labels — but not the action the finding
+    itself points at (the first one at its line, or at the call site it is shown at)."""
     out = [(rel, rel.message or "related location") for rel in finding.related]
+    primary = _place(finding_anchor(finding, secondary=False))
     for act in finding.actions:
-        if act.path == finding.path and act.line == finding.line:
+        if primary is not None and _place(anchor(act)) == primary:
+            primary = None  # other ranks blocked at the same line are kept
             continue
         out.append((act, action_label(act, finding)))
     return out
+
+
+def _place(span: Span | None) -> tuple[str, int] | None:
+    return (span.path, span.line) if span is not None and span.line is not None else None

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import IO, Any
 
 from commlint.findings import Finding, InputError, Report
-from commlint.report.common import posix_path
+from commlint.report.common import Span, finding_anchor, posix_path
 
 
 def escape_data(text: str) -> str:
@@ -29,8 +29,10 @@ def command(kind: str, properties: dict[str, object], message: str) -> str:
     return f"::{kind}{' ' + props if props else ''}::{escape_data(message)}"
 
 
-def _message(finding: Finding) -> str:
+def _message(finding: Finding, span: Span | None) -> str:
     lines = [finding.message]
+    if span is not None and finding.path and span.path != finding.path:
+        lines.append(f"input: {posix_path(finding.path)}")  # e.g. the Flight Recorder dumps
     for rel in finding.related:
         if rel.path and rel.line is not None:
             lines.append(f"note: {posix_path(rel.path)}:{rel.line}: {rel.message or ''}".rstrip())
@@ -40,19 +42,22 @@ def _message(finding: Finding) -> str:
 
 
 def annotation(finding: Finding) -> str:
-    has_line = finding.path is not None and finding.line is not None
-    one_line = has_line and finding.end_line in (None, finding.line)
+    # A finding on a whole input (a Flight Recorder dump folder) is shown on the source line
+    # of the first action it names, where GitHub can display it.
+    span = finding_anchor(finding)
+    has_line = span is not None and span.line is not None
+    one_line = has_line and span.end_line in (None, span.line)  # type: ignore[union-attr]
     properties: dict[str, object] = {
-        "file": posix_path(finding.path) if finding.path else None,
-        "line": finding.line if has_line else None,
+        "file": posix_path(span.path) if span else None,
+        "line": span.line if has_line else None,  # type: ignore[union-attr]
         # GitHub honours columns only for an annotation on a single line.
-        "col": finding.col if one_line else None,
-        "endLine": finding.end_line if has_line else None,
-        "endColumn": finding.end_col if one_line and finding.end_line is not None else None,
+        "col": span.col if one_line else None,  # type: ignore[union-attr]
+        "endLine": span.end_line if has_line else None,  # type: ignore[union-attr]
+        "endColumn": span.end_col if one_line else None,  # type: ignore[union-attr]
         "title": f"commlint {finding.code} ({finding.name})" if finding.name else finding.code,
     }
     kind = "error" if finding.severity == "error" else "warning"
-    return command(kind, properties, _message(finding))
+    return command(kind, properties, _message(finding, span))
 
 
 def input_error(error: InputError) -> str:

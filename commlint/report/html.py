@@ -78,6 +78,7 @@ border-radius:4px}
 .finding.warning{border-color:#d97706;background:#fffbeb}
 .code{font-weight:700;font-family:ui-monospace,Menlo,Consolas,monospace}
 .msg{margin:3px 0}
+.where{font:12px ui-monospace,Menlo,Consolas,monospace;color:#374151;word-break:break-all}
 .fix{color:#374151;margin:3px 0}
 .fix b{color:#065f46}
 ul.sites{margin:4px 0 2px 18px;padding:0;font-family:ui-monospace,Menlo,Consolas,monospace;
@@ -209,11 +210,16 @@ def _grid(
         }
         if len(sigs) > 1:
             mismatch.add(k)
-    out = ['<div class="gridwrap"><table class="grid"><thead><tr><th>rank</th>']
+    # Columns are numbered from 1, as Flight Recorder's collective_seq_id: the first
+    # collective a group sees is #1 there and here.
+    out = [
+        '<div class="gridwrap"><table class="grid"><thead><tr>'
+        '<th title="rows: ranks; columns: sequence number on this group, from 1">rank \\ #</th>'
+    ]
     for k in range(cols):
         cls = ' class="mm"' if k in mismatch else ""
         tip = ' title="members disagree on op, root, dtype or size"' if k in mismatch else ""
-        out.append(f"<th{cls}{tip}>{k}</th>")
+        out.append(f"<th{cls}{tip}>{k + 1}</th>")
     out.append("</tr></thead><tbody>")
     for r in rows:
         lane = lanes.get(r, [])
@@ -228,7 +234,7 @@ def _grid(
                     classes.append("mm")
                 codes = hits.get((r, i))
                 text = escape(_cell_text(a))
-                title = _title(r, i, a)
+                title = f"#{k + 1} on {group} · " + _title(r, i, a)
                 if codes:
                     classes.append("hit")
                     title += "\n" + "; ".join(codes)
@@ -242,8 +248,8 @@ def _grid(
                 )
             elif k in collective and r in members:
                 out.append(
-                    f'<td class="c miss" title="rank {r} never issues collective #{k} on '
-                    f'{escape(group)}" data-rank="{r}" data-missing="{k}">?</td>'
+                    f'<td class="c miss" title="rank {r} never issues collective #{k + 1} on '
+                    f'{escape(group)}" data-rank="{r}" data-missing="{k + 1}">?</td>'
                 )
             else:
                 out.append('<td class="e"></td>')
@@ -366,8 +372,11 @@ def _finding(f: Finding) -> str:
         f'<div><span class="code">{escape(f.code)}</span> {escape(f.name)} '
         f"<small>[{escape(f.severity)}]</small>"
         f"{' · ranks ' + escape(', '.join(map(str, f.ranks))) if f.ranks else ''}</div>",
-        f'<p class="msg">{escape(f.message)}</p>',
     ]
+    where = _where(f)
+    if where:
+        out.append(f'<div class="where">{escape(where)}</div>')
+    out.append(f'<p class="msg">{escape(f.message)}</p>')
     if f.cycle:
         out.append(_cycle_svg(f.cycle))
     sites = []
@@ -392,6 +401,20 @@ def _finding(f: Finding) -> str:
         out.append(f'<div class="models">model: {escape(", ".join(f.models))}</div>')
     out.append("</div>")
     return "".join(out)
+
+
+def _where(f: Finding) -> str | None:
+    """`file:line:col` of the finding, else the call site of the first action it names."""
+    if f.path:
+        return f.where()
+    for site in [loc.site for loc in f.actions] + [e.site for e in f.cycle or ()]:
+        if site:
+            return site
+    return None
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _legend(ops: set[str]) -> str:
@@ -504,11 +527,17 @@ def render(report: Report, traces: dict[str, Trace] | None = None) -> str:
     for f in report.findings:
         by_path[f.path or "<trace>"].append(f)
     paths = list(traces) + [p for p in by_path if p not in traces]
+    # Inputs with findings first (errors before warnings), so the problem is above the fold;
+    # the order of the command line is kept otherwise.
+    paths.sort(key=lambda p: _rank_of(by_path.get(p, [])))
     s = report.summary()
+    n_findings, n_errors, n_warnings = int(s["findings"]), int(s["errors"]), int(s["warnings"])
     summary = (
-        f"{s['findings']} finding{'s' if s['findings'] != 1 else ''} "
-        f"({s['errors']} errors, {s['warnings']} warnings) in {report.checked} checked"
+        f"{_plural(n_findings, 'finding')} ({_plural(n_errors, 'error')}, "
+        f"{_plural(n_warnings, 'warning')}) in {report.checked} checked"
     )
+    if report.errors:
+        summary += f"; {_plural(len(report.errors), 'input error')}"
     body = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -521,12 +550,18 @@ def render(report: Report, traces: dict[str, Trace] | None = None) -> str:
     if report.errors:
         items = "".join(f"<li>{escape(e.one_line())}</li>" for e in report.errors)
         body.append(f'<div class="errors"><b>Input errors</b><ul>{items}</ul></div>')
-    if not paths:
+    if not paths and not report.errors:
         body.append('<p class="ok">All checks passed.</p>')
     for path in paths:
         body.append(_trace_section(path, traces.get(path), by_path.get(path, [])))
     body.append("</main></body></html>")
     return "\n".join(body) + "\n"
+
+
+def _rank_of(findings: list[Finding]) -> int:
+    if any(f.severity == "error" for f in findings):
+        return 0
+    return 1 if findings else 2
 
 
 def write(report: Report, stream: IO[str], options: dict[str, Any]) -> None:

@@ -10,8 +10,16 @@ from __future__ import annotations
 import json
 from typing import IO, Any
 
-from commlint.findings import Finding, Location, Report
-from commlint.report.common import PROJECT_URL, posix_path, rule_url, secondary_locations
+from commlint.findings import Finding, Report
+from commlint.report.common import (
+    PROJECT_URL,
+    Span,
+    anchor,
+    finding_anchor,
+    posix_path,
+    rule_url,
+    secondary_locations,
+)
 
 SOURCE = {"name": "commlint", "url": PROJECT_URL}
 
@@ -31,11 +39,11 @@ def _range(line: int | None, col: int | None, end_line: int | None, end_col: int
     return rng
 
 
-def location(loc: Finding | Location) -> dict[str, Any] | None:
-    if not loc.path:
+def location(span: Span | None) -> dict[str, Any] | None:
+    if span is None:
         return None
-    out: dict[str, Any] = {"path": posix_path(loc.path)}
-    rng = _range(loc.line, loc.col, loc.end_line, loc.end_col)
+    out: dict[str, Any] = {"path": posix_path(span.path)}
+    rng = _range(span.line, span.col, span.end_line, span.end_col)
     if rng:
         out["range"] = rng
     return out
@@ -51,12 +59,12 @@ def diagnostic(finding: Finding) -> dict[str, Any]:
         "source": SOURCE,
         "code": {"value": finding.code, "url": rule_url(finding.code)},
     }
-    loc = location(finding)
+    loc = location(finding_anchor(finding))
     if loc:
         diag["location"] = loc
     related = []
     for rel, label in secondary_locations(finding):
-        rel_loc = location(rel)
+        rel_loc = location(anchor(rel))
         if rel_loc:
             related.append({"message": label, "location": rel_loc})
     if related:

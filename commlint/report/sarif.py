@@ -15,8 +15,12 @@ from typing import IO, Any
 from commlint.findings import Finding, InputError, Report
 from commlint.report.common import (
     PROJECT_URL,
+    Span,
+    anchor,
     artifact_uri,
+    finding_anchor,
     fingerprint,
+    posix_path,
     rule_url,
     secondary_locations,
 )
@@ -62,30 +66,30 @@ def _unknown_descriptor(finding: Finding) -> dict[str, Any]:
     }
 
 
-def _region(line: int | None, col: int | None, end_line: int | None, end_col: int | None):
-    if line is None or line < 1:
+def _region(span: Span) -> dict[str, int] | None:
+    if span.line is None or span.line < 1:
         return None
-    region: dict[str, int] = {"startLine": line}
-    has_col = col is not None and col >= 1
-    if has_col:
-        region["startColumn"] = col  # type: ignore[assignment]
-    if end_line is not None and end_line >= line:
+    region: dict[str, int] = {"startLine": span.line}
+    col = span.col if span.col is not None and span.col >= 1 else None
+    if col is not None:
+        region["startColumn"] = col
+    end_line = span.end_line
+    if end_line is not None and end_line >= span.line:
         region["endLine"] = end_line
-        ordered = end_line > line or (has_col and end_col is not None and end_col >= col)  # type: ignore[operator]
-        if has_col and end_col is not None and end_col >= 1 and ordered:
+        end_col = span.end_col
+        ordered = end_col is not None and (end_line > span.line or end_col >= (col or 1))
+        if col is not None and end_col is not None and end_col >= 1 and ordered:
             region["endColumn"] = end_col
     return region
 
 
-def physical_location(
-    path: str, line: int | None, col: int | None, end_line: int | None, end_col: int | None
-) -> dict[str, Any]:
-    uri, relative = artifact_uri(path)
+def physical_location(span: Span) -> dict[str, Any]:
+    uri, relative = artifact_uri(span.path)
     artifact: dict[str, Any] = {"uri": uri}
     if relative:
         artifact["uriBaseId"] = "%SRCROOT%"
     physical: dict[str, Any] = {"artifactLocation": artifact}
-    region = _region(line, col, end_line, end_col)
+    region = _region(span)
     if region:
         physical["region"] = region
     return physical
@@ -94,37 +98,26 @@ def physical_location(
 def related_locations(finding: Finding) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for loc, label in secondary_locations(finding):
-        if not loc.path:
+        span = anchor(loc)
+        if span is None:
             continue
-        physical = physical_location(loc.path, loc.line, loc.col, loc.end_line, loc.end_col)
-        out.append({"id": len(out) + 1, "physicalLocation": physical, "message": {"text": label}})
+        out.append(
+            {
+                "id": len(out) + 1,
+                "physicalLocation": physical_location(span),
+                "message": {"text": label},
+            }
+        )
     return out
 
 
-def _site_location(site: str | None) -> dict[str, Any] | None:
-    path, _, line = (site or "").rpartition(":")
-    if path and line.isdigit():
-        return physical_location(path, int(line), None, None, None)
-    return None
-
-
 def primary_location(finding: Finding) -> dict[str, Any] | None:
-    """Where the result points. GitHub code scanning rejects a whole SARIF file if one result
-    has no location, so a trace finding without a file borrows the first place it names: a
-    related location or action with a file, else a call site `file:line` of its cycle."""
-    if finding.path:
-        return physical_location(
-            finding.path, finding.line, finding.col, finding.end_line, finding.end_col
-        )
-    for loc, _ in secondary_locations(finding):
-        if loc.path:
-            return physical_location(loc.path, loc.line, loc.col, loc.end_line, loc.end_col)
-    sites = [loc.site for loc in finding.actions] + [e.site for e in finding.cycle or ()]
-    for site in sites:
-        found = _site_location(site)
-        if found:
-            return found
-    return None
+    """Where the result points: the finding's line; for a finding on a whole input (a Flight
+    Recorder dump folder) or a trace built in code, the source line of the first action it
+    names (see `common.finding_anchor`). GitHub code scanning rejects a whole SARIF file if one
+    result has no location, so only a finding that names no file at all has none."""
+    span = finding_anchor(finding)
+    return physical_location(span) if span else None
 
 
 def _message(finding: Finding) -> str:
@@ -158,6 +151,8 @@ def result(finding: Finding, rule_index: int, occurrence: int) -> dict[str, Any]
         properties["models"] = finding.models
     if finding.cycle:
         properties["cycle"] = [edge.model_dump(mode="json") for edge in finding.cycle]
+    if finding.path and finding.line is None:
+        properties["input"] = posix_path(finding.path)  # e.g. the Flight Recorder dump folder
     if properties:
         res["properties"] = properties
     return res
@@ -167,7 +162,7 @@ def notification(error: InputError) -> dict[str, Any]:
     note: dict[str, Any] = {"level": "error", "message": {"text": error.message}}
     if error.path:
         note["locations"] = [
-            {"physicalLocation": physical_location(error.path, error.line, error.col, None, None)}
+            {"physicalLocation": physical_location(Span(error.path, error.line, error.col))}
         ]
     return note
 

@@ -105,8 +105,8 @@ def test_mismatch_column_is_marked(tmp_path):
     assert len(page.find("th", "mm")) == 1  # column 1 of WORLD: all_reduce vs barrier
     mm_cells = page.find("td", "mm")
     assert sorted(c["data-rank"] for c in mm_cells) == ["0", "1", "2"]
-    # rank 2 never issues a third collective: its cell in column 2 is missing
-    assert [(c["data-rank"], c["data-missing"]) for c in page.find("td", "miss")] == [("2", "2")]
+    # rank 2 never issues a third collective: its cell at sequence number 3 is missing
+    assert [(c["data-rank"], c["data-missing"]) for c in page.find("td", "miss")] == [("2", "3")]
     hit_cells = {(c["data-rank"], c["data-op"]) for c in page.find("td", "hit")}
     assert ("2", "barrier") in hit_cells and ("0", "all_reduce") in hit_cells
 
@@ -144,7 +144,7 @@ def test_large_traces_are_truncated_keeping_the_odd_rank():
     page = Page(html_report.render(report, {"big.yaml": trace}))
     rows = {c["data-rank"] for c in page.find("td", "c") if c.get("data-action") == "0"}
     assert "97" in rows and len(rows) == html_report.MAX_ROWS
-    assert [(c["data-rank"], c["data-missing"]) for c in page.find("td", "miss")] == [("97", "2")]
+    assert [(c["data-rank"], c["data-missing"]) for c in page.find("td", "miss")] == [("97", "3")]
     assert any("showing 64 of 100 ranks" in t for t in page.text)
 
 

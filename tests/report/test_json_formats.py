@@ -67,7 +67,13 @@ def test_sarif_locations(sarif_validator, every_shape):
     # rejects a SARIF file with one unlocated result)
     trace_physical = trace["locations"][0]["physicalLocation"]
     assert trace_physical["artifactLocation"]["uri"] == "train.py"
-    assert trace_physical["region"] == {"startLine": 8}
+    # only the line is known (a call site): the columns are those of the code on that line
+    assert trace_physical["region"] == {
+        "startLine": 8,
+        "startColumn": 9,
+        "endLine": 8,
+        "endColumn": 30,
+    }
     assert trace["properties"]["ranks"] == [0, 1]
     assert "rank 0 ─send(→1) @train.py:8─▶ rank 1" in trace["message"]["text"]
     # a file without a line; characters that need percent-encoding in a URI
@@ -199,7 +205,11 @@ def test_rdjson(every_shape):
         },
     }
     assert "suggestions" not in source
-    assert "location" not in trace  # nothing to point at; the message says it all
+    # a trace finding points at the call site of its first action, as sarif and github do
+    assert trace["location"] == {
+        "path": "train.py",
+        "range": {"start": {"line": 8, "column": 9}, "end": {"line": 8, "column": 30}},
+    }
     assert pathonly["severity"] == "WARNING"
     assert pathonly["location"] == {"path": "plans/odd, name:1.yaml"}
     assert outside["location"]["path"].startswith("/")

@@ -169,9 +169,16 @@ def test_github_annotations(every_shape):
     assert "note: train.py:6: depends on rank" in message.splitlines()
     assert message.splitlines()[-1] == "fix: Move the all_reduce out of the `if rank == 0:` branch."
 
-    kind, props, message = parse(lines[2])  # no file at all: still a valid command
-    assert "file" not in props and "line" not in props
-    assert lines[2].startswith("::error title=commlint CL201 (deadlock-cycle)::")
+    # a trace finding without a file: shown on the call site of its first action, with the
+    # columns of the code on that line
+    kind, props, message = parse(lines[2])
+    assert (props["file"], props["line"], props["col"], props["endColumn"]) == (
+        "train.py",
+        "8",
+        "9",
+        "30",
+    )
+    assert props["title"] == "commlint CL201 (deadlock-cycle)"
 
     kind, props, message = parse(lines[3])
     assert kind == "warning"
@@ -179,6 +186,13 @@ def test_github_annotations(every_shape):
     assert "%2C" in lines[3] and "%3A" in lines[3]  # `,` and `:` escaped in the file property
     assert message.startswith("The handle of isend is never waited: 50% of runs, a, b: lost.")
     assert "\nSecond line.\r" in message
+
+
+def test_github_finding_that_names_nothing_has_only_a_title(cycle):
+    cycle.actions = []
+    cycle.cycle = None
+    [line] = render(make_report(cycle), "github").splitlines()
+    assert line.startswith("::error title=commlint CL201 (deadlock-cycle)::")
 
 
 def test_github_leaves_out_columns_of_a_multi_line_finding(conditional):
