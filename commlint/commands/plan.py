@@ -49,6 +49,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(nnscaler), a torch.distributed.pipelining schedule .csv (pipelining-csv), "
         "SketchDLC trace files (sketchdlc)",
     )
+    p.add_argument(
+        "--groups",
+        default=None,
+        metavar="FILE|JSON",
+        help="Flight Recorder dumps that do not list a process group's members (gloo): "
+        'the members, as JSON (\'{"1": [0, 1], "WORLD": [0, 1]}\': group name or '
+        "description → global ranks) or a JSON/YAML file holding it",
+    )
     add_output_options(p)
     p.set_defaults(func=run)
 
@@ -78,9 +86,20 @@ def run(args: argparse.Namespace) -> int:
     from commlint.graph.check import check_trace
     from commlint.plans.dryrun.merge import check_parts, job_key
     from commlint.plans.importers.detect import load_any
-    from commlint.plans.io import load_trace
+    from commlint.plans.importers.flight_recorder import (
+        finish_findings,
+        load_flight_recorder,
+        read_groups_option,
+    )
+    from commlint.plans.io import LoadedTrace, load_trace
 
     report = Report()
+    fr_groups = None
+    if getattr(args, "groups", None):
+        try:
+            fr_groups = read_groups_option(args.groups)
+        except CommlintInputError as exc:
+            report.errors.append(exc.error)
     traces = {}  # for reports that draw the traces (html)
     partial: dict[tuple, list] = {}
     symmetry = {"on": True, "orbits": "orbits", "off": False}[getattr(args, "symmetry", "on")]
@@ -89,7 +108,10 @@ def run(args: argparse.Namespace) -> int:
             report.errors.append(InputError(path=path, message=problem))
             continue
         try:
-            loaded = load_trace(path) if kind == "trace" else load_any(path, kind)
+            if kind == "fr":
+                loaded = LoadedTrace(load_flight_recorder(path, groups=fr_groups), path)
+            else:
+                loaded = load_trace(path) if kind == "trace" else load_any(path, kind)
         except CommlintInputError as exc:
             report.errors.append(exc.error)
             continue
@@ -100,6 +122,8 @@ def run(args: argparse.Namespace) -> int:
         result = check_trace(
             loaded.trace, args.model, path, loaded.lines, args.max_cycles, symmetry=symmetry
         )
+        if kind == "fr":  # at the source lines the dumps name, with the reader's findings
+            finish_findings(loaded.trace, result.findings)
         report.findings.extend(result.findings)
         report.checked += 1
         if args.format == "html":

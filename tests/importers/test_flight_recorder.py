@@ -185,17 +185,22 @@ def test_json_and_pickle_dumps_read_the_same(tmp_path):
     assert codes(a) == codes(b) == ["CL203"]
 
 
-def test_gloo_style_dump_without_pg_config_infers_groups(tmp_path):
+def test_gloo_style_dump_without_pg_config_is_never_guessed(tmp_path):
+    """Gloo leaves `pg_config` empty: the ranks that used a group are not its members."""
     r0 = Rank(0).coll("all_reduce", pg="1", desc="tp", state="scheduled")
     r1 = Rank(1).coll("all_reduce", pg="1", desc="tp", state="scheduled")
     folder = write(tmp_path, [r0, r1], {})
-    trace = load_flight_recorder(folder)
-    assert trace.groups == {"tp": [0, 1]}
-    assert trace.meta["flight_recorder"]["inferred_groups"] == ["tp"]
+    with pytest.raises(CommlintInputError) as exc:
+        load_flight_recorder(folder)
+    assert exc.value.error.path == str(folder / "rank_0")
+    message = exc.value.error.message
+    assert "'1' (tp, first used by rank 0 in entry 0)" in message
+    assert "--groups '{\"1\": [...]}'" in message
     given = load_flight_recorder(folder, groups={"tp": [0, 1, 2]}, world_size=3)
     assert given.groups == {"tp": [0, 1, 2]}
-    assert given.meta["flight_recorder"]["inferred_groups"] == []
     assert only(given, "CL202").ranks == [0, 1]
+    by_name = load_flight_recorder(folder, groups={"1": [0, 1]})
+    assert by_name.groups == {"tp": [0, 1]} and codes(by_name) == []
 
 
 def test_same_description_on_many_groups_gets_distinct_names(tmp_path):
@@ -263,7 +268,13 @@ def test_cli_reads_a_dump_folder(tmp_path, capsys):
     assert main(["plan", str(folder), "--format", "json"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert [f["code"] for f in out["findings"]] == ["CL201"]
-    assert out["findings"][0]["path"] == str(folder)
+    # at the source line the dump names (issue 15), the dump files as related locations
+    found = out["findings"][0]
+    assert (found["path"], found["line"]) == ("/job/train.py", 70)
+    assert {(r["path"], r["message"]) for r in found["related"]} == {
+        (str(folder / "rank_0"), "rank 0: Flight Recorder entry 1"),
+        (str(folder / "rank_1"), "rank 1: Flight Recorder entry 1"),
+    }
     (tmp_path / "junk").mkdir()
     (tmp_path / "junk" / "rank_0").write_bytes(b"\x80\x04garbage entries")
     assert main(["plan", str(tmp_path / "junk"), "--input-format", "fr"]) == 2

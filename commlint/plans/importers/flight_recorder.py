@@ -4,21 +4,28 @@ PyTorch's Flight Recorder keeps, per rank, a ring buffer of the collectives and 
 scheduled, and dumps it on a watchdog timeout (one pickle per rank, `<prefix><rank>`; or JSON
 from `_dump_fr_trace_json`). This reader aligns the dumps the way the job ran them:
 
+- every dump is checked field by field before it is used (a located error names the file and
+  the entry); pickles are read by an unpickler that loads no class and so runs no code, and
+  the walk over a dump has a budget proportional to its size (shared references cannot make a
+  small file cost unbounded work);
+- process-group membership comes only from what the dumps say (each rank's own `pg_config`,
+  so one group name may stand for different ranks on different ranks) or from `groups=`;
+  a group whose members nobody states is an input error naming it, never a guess;
 - entries are read in `record_id` order (the rank's issue order, across every process group);
 - collectives meet by process group and `collective_seq_id` (the per-group sequence the
   checker also matches by); p2p ops by channel, in order (`p2p_seq_id` only groups a batch);
 - entries older than the oldest one every member still holds are dropped (ring-buffer
   eviction); a prefix of entries that are `completed` on every member is done and dropped too
-  (`keep_completed=True` keeps them);
+  (`keep_completed=True` keeps them) — after their sizes and dtypes were compared: a completed
+  collective whose ranks disagree corrupted data silently (`dump_findings`);
 - every rank with a dump ends where its dump ends: the rank was alive but issued nothing more,
   so a peer waiting for it is a *missing rank* (CL202), not a rank that finished;
 - each action's `site` is the innermost frame of the user's code (not torch, not the standard
-  library); `label` carries the group's sequence id and the entry state.
+  library); `label` carries the group's sequence id (Flight Recorder's numbering) and state.
 
-Sizes and dtypes come from `input_sizes` / `input_dtypes`. Flight Recorder does not record the
-root of rooted collectives: the reader uses the group's first rank and says so in the label.
-Gloo (torch 2.13) leaves `pg_config` empty, records no send/recv and keeps every state at
-`scheduled`: pass `groups=` (or the reader infers each group from the ranks that used it).
+Sizes and dtypes of actions come from `input_sizes` / `input_dtypes`; outputs and all_to_all
+totals are compared here (`dump_findings`). Flight Recorder does not record the root of rooted
+collectives: the reader uses the group's first rank and says so in the label.
 """
 
 from __future__ import annotations
@@ -29,13 +36,14 @@ import io
 import json
 import pickle
 import re
+from array import array
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from commlint.findings import CommlintInputError
+from commlint.findings import CommlintInputError, Finding, Location
 from commlint.plans.importers.common import validated
 from commlint.trace import WORLD, Action, RankEnd, Trace
 
@@ -103,15 +111,26 @@ _INTERNAL = re.compile(
 )
 
 
+# Keys that name the default group in `groups=`, besides its pg name and description.
+WORLD_KEYS = (WORLD, "default_pg")
+# A dump may hold this many list items and frames per byte of file before the walk stops:
+# far above any real dump (a few per byte), far below what shared references can fake.
+NODES_PER_BYTE = 16
+_MAX_RANK = 1 << 20  # as the trace format (trace.MAX_WORLD_SIZE)
+
+
 class _NoClassesUnpickler(pickle.Unpickler):
-    """A dump is plain dicts, lists, tuples, strings and numbers: refuse anything else."""
+    """A dump is plain dicts, lists, tuples, strings and numbers: refuse anything else, so no
+    `__reduce__` payload can run (torch's fr_trace uses `pickle.load`, which runs it)."""
 
     def find_class(self, module: str, name: str) -> Any:
         raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a dump")
 
 
 def read_dump(path: str | Path) -> dict[str, Any]:
-    """One rank's dump, pickle or JSON (sniffed from the content, not the name)."""
+    """One rank's dump, pickle or JSON (sniffed from the content, not the name).
+
+    The dict gets a `_budget` key: how many list items its checks may walk."""
     name = str(path)
     try:
         raw = Path(path).read_bytes()
@@ -120,19 +139,31 @@ def read_dump(path: str | Path) -> dict[str, Any]:
     if raw.lstrip()[:1] == b"{":
         try:
             data = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except (ValueError, UnicodeDecodeError) as exc:
             raise CommlintInputError(f"invalid Flight Recorder JSON dump: {exc}", name) from None
+        except RecursionError:
+            raise CommlintInputError(
+                "invalid Flight Recorder JSON dump: nested too deeply to read", name
+            ) from None
     else:
         try:
             data = _NoClassesUnpickler(io.BytesIO(raw)).load()
         except Exception as exc:
             raise CommlintInputError(
-                f"not a Flight Recorder dump (pickle or JSON): {exc}", name
+                f"not a Flight Recorder dump (pickle or JSON): {_short(exc)}", name
             ) from None
-    if not isinstance(data, dict) or not isinstance(data.get("entries", []), list):
-        raise CommlintInputError("not a Flight Recorder dump: no 'entries' list", name)
-    data.setdefault("entries", [])
+    if not isinstance(data, dict):
+        raise CommlintInputError(
+            f"not a Flight Recorder dump: the top level is a {type(data).__name__}, not a dict",
+            name,
+        )
+    data["_budget"] = 100_000 + NODES_PER_BYTE * len(raw)
     return data
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc)
+    return text if len(text) <= 200 else text[:200] + "…"
 
 
 def dump_rank(path: str | Path) -> int | None:
@@ -186,9 +217,10 @@ def load_flight_recorder(
 ) -> Trace:
     """Read a folder of per-rank Flight Recorder dumps (or one dump file) into a `Trace`.
 
-    `groups` maps a process group's name or description to its global ranks, for dumps whose
-    `pg_config` is empty (gloo). `world_size` overrides the size read from the default group.
-    """
+    `groups` maps a process group's name or description (`WORLD` or `default_pg` for the
+    default group) to its global ranks, for dumps that do not say (gloo leaves `pg_config`
+    empty). `world_size` gives the default group's size. Raises a located
+    `CommlintInputError` for a malformed dump or a group whose members are not known."""
     root = Path(path)
     if root.is_dir():
         files = dump_files(root, prefix)
@@ -219,45 +251,257 @@ def load_flight_recorder(
             gc.enable()
 
 
-def _parse_ranks(value: Any) -> list[int]:
+# --- one dump, checked field by field ------------------------------------------------------
+
+
+class _Entry:
+    """One checked entry: only the fields the reader uses, with their types guaranteed."""
+
+    __slots__ = (
+        "backend",
+        "desc",
+        "detail",
+        "frames",
+        "group",
+        "in_dtypes",
+        "in_sizes",
+        "index",
+        "out_dtypes",
+        "out_sizes",
+        "p2p",
+        "p2p_seq",
+        "pg",
+        "raw",
+        "record_id",
+        "seq",
+        "state",
+    )
+
+    def __init__(self) -> None:
+        self.group = WORLD  # the trace group, once membership is known
+
+
+class _Bad(Exception):
+    """A field that is not what Flight Recorder writes; caught and located by the caller."""
+
+
+def _seq(value: Any, key: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lstrip("-").isdigit() and len(value) < 20:
+        return int(value)  # torch's own tests write sequence ids as strings
+    raise _Bad(f"'{key}' is a {type(value).__name__}, not an integer")
+
+
+class _Walk:
+    """The budget of list items one dump may cost to check (see `NODES_PER_BYTE`)."""
+
+    def __init__(self, budget: int | None) -> None:
+        self.left = budget if budget is not None else -1
+
+    def spend(self, n: int) -> None:
+        if self.left < 0:
+            return
+        self.left -= n
+        if self.left < 0:
+            raise _Bad(
+                "holds far more data than its size allows (shared references in a pickle?); "
+                "refusing to walk it"
+            )
+
+
+def _sizes(value: Any, key: str, walk: _Walk) -> list[list[int]]:
+    if value is None:
+        return []
+    if not isinstance(value, (list, tuple)):
+        raise _Bad(f"'{key}' is a {type(value).__name__}, not a list of shapes")
+    walk.spend(len(value))
+    for shape in value:
+        if not isinstance(shape, (list, tuple)):
+            raise _Bad(f"'{key}' holds a {type(shape).__name__}, not a shape (list of integers)")
+        walk.spend(len(shape))
+        for d in shape:
+            if not isinstance(d, int) or isinstance(d, bool) or d < 0:
+                raise _Bad(f"'{key}' holds a dimension that is not a non-negative integer")
+    return value  # type: ignore[return-value]
+
+
+def _dtypes(value: Any, key: str, walk: _Walk) -> list[str]:
+    if value is None:
+        return []
     if isinstance(value, str):
-        return list(_parse_rank_string(value))
-    if isinstance(value, (list, tuple, set)):
-        return sorted(int(v) for v in value)
-    return []
+        return [value] if value else []  # torch's own tests write one dtype as a string
+    if not isinstance(value, (list, tuple)):
+        raise _Bad(f"'{key}' is a {type(value).__name__}, not a list of dtype names")
+    walk.spend(len(value))
+    for d in value:
+        if not isinstance(d, str):
+            raise _Bad(f"'{key}' holds a {type(d).__name__}, not a dtype name")
+    return value  # type: ignore[return-value]
+
+
+def _frames(value: Any, walk: _Walk) -> list[dict[str, Any]] | None:
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)):
+        raise _Bad(f"'frames' is a {type(value).__name__}, not a list")
+    walk.spend(len(value))
+    for f in value:
+        if not isinstance(f, dict):
+            raise _Bad(f"'frames' holds a {type(f).__name__}, not a frame (dict)")
+        for k in ("filename", "name"):
+            if f.get(k) is not None and not isinstance(f[k], str):
+                raise _Bad(f"a frame's '{k}' is a {type(f[k]).__name__}, not a string")
+        line = f.get("line")
+        if line is not None and (not isinstance(line, int) or isinstance(line, bool)):
+            raise _Bad(f"a frame's 'line' is a {type(line).__name__}, not an integer")
+    return value  # type: ignore[return-value]
+
+
+def _pg_field(value: Any) -> tuple[str, str]:
+    if not isinstance(value, (list, tuple)) or not value:
+        raise _Bad(f"'process_group' is a {type(value).__name__}, not a (name, description) pair")
+    for part in value[:2]:
+        if not isinstance(part, (str, int)) or isinstance(part, bool):
+            raise _Bad(f"'process_group' holds a {type(part).__name__}, not a name")
+    return str(value[0]), str(value[1]) if len(value) > 1 else ""
+
+
+def _check_entry(index: int, e: Any, walk: _Walk) -> _Entry:
+    if not isinstance(e, dict):
+        raise _Bad(f"is a {type(e).__name__}, not a dict")
+    for key in ("profiling_name", "process_group", "collective_seq_id"):
+        if key not in e:
+            raise _Bad(f"missing '{key}'")
+    profiling = e["profiling_name"]
+    if not isinstance(profiling, str):
+        raise _Bad(f"'profiling_name' is a {type(profiling).__name__}, not a string")
+    x = _Entry()
+    x.index = index
+    rid = e.get("record_id")
+    x.record_id = index if rid is None else _seq(rid, "record_id")
+    x.pg, x.desc = _pg_field(e["process_group"])
+    x.backend, x.raw, x.detail = _split_profiling_name(profiling)
+    x.seq = _seq(e["collective_seq_id"], "collective_seq_id")
+    p2p_seq = e.get("p2p_seq_id")
+    x.p2p_seq = 0 if p2p_seq is None else _seq(p2p_seq, "p2p_seq_id")
+    state = e.get("state")
+    if state is not None and not isinstance(state, str):
+        raise _Bad(f"'state' is a {type(state).__name__}, not a string")
+    x.state = state or ""
+    is_p2p = e.get("is_p2p")
+    if is_p2p is not None and not isinstance(is_p2p, (bool, int)):
+        raise _Bad(f"'is_p2p' is a {type(is_p2p).__name__}, not a boolean")
+    x.p2p = bool(is_p2p) or x.raw in ("send", "recv")
+    x.in_sizes = _sizes(e.get("input_sizes"), "input_sizes", walk)
+    x.out_sizes = _sizes(e.get("output_sizes"), "output_sizes", walk)
+    x.in_dtypes = _dtypes(e.get("input_dtypes"), "input_dtypes", walk)
+    x.out_dtypes = _dtypes(e.get("output_dtypes"), "output_dtypes", walk)
+    x.frames = _frames(e.get("frames"), walk)
+    return x
+
+
+def _checked_dump(
+    data: Any, where: str | None
+) -> tuple[list[_Entry], dict[str, tuple[str, tuple[int, ...] | None]], str]:
+    """(entries in record_id order, pg name → (description, ranks or None), version)."""
+    if not isinstance(data, dict):
+        raise CommlintInputError(
+            f"not a Flight Recorder dump: the top level is a {type(data).__name__}", where
+        )
+    walk = _Walk(data.get("_budget") if isinstance(data.get("_budget"), int) else None)
+    entries = data.get("entries", [])
+    if not isinstance(entries, (list, tuple)):
+        raise CommlintInputError(
+            f"'entries' is a {type(entries).__name__}, not a list of entries", where
+        )
+    out: list[_Entry] = []
+    for i, e in enumerate(entries):
+        try:
+            out.append(_check_entry(i, e, walk))
+        except _Bad as exc:
+            raise CommlintInputError(f"entry {i}: {exc}", where) from None
+    out.sort(key=lambda x: x.record_id)
+    try:
+        config = _pg_config(data.get("pg_config"), walk)
+    except _Bad as exc:
+        raise CommlintInputError(f"pg_config: {exc}", where) from None
+    version = data.get("version")
+    return out, config, version if isinstance(version, (str, int, float)) else "?"
+
+
+def _pg_config(value: Any, walk: _Walk) -> dict[str, tuple[str, tuple[int, ...] | None]]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _Bad(f"is a {type(value).__name__}, not a dict")
+    walk.spend(len(value))
+    out: dict[str, tuple[str, tuple[int, ...] | None]] = {}
+    for name, cfg in value.items():
+        if not isinstance(name, (str, int)) or isinstance(name, bool):
+            raise _Bad(f"has a key that is a {type(name).__name__}, not a group name")
+        if not isinstance(cfg, dict):
+            raise _Bad(f"group '{name}' is a {type(cfg).__name__}, not a dict")
+        if str(name) == "":
+            continue  # gloo's placeholder `{'': {'ranks': '[]'}}`
+        desc = cfg.get("desc")
+        if desc is not None and not isinstance(desc, str):
+            raise _Bad(f"group '{name}': 'desc' is a {type(desc).__name__}, not a string")
+        ranks = _parse_ranks(cfg.get("ranks"), str(name), walk)
+        out[str(name)] = (desc or "", ranks or None)
+    return out
+
+
+def _parse_ranks(value: Any, name: str, walk: _Walk) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        walk.spend(len(value))
+        parsed = _parse_rank_string(value)
+        if parsed is None:
+            raise _Bad(f"group '{name}': 'ranks' is not a list of ranks")
+        return parsed
+    if isinstance(value, (list, tuple)):
+        walk.spend(len(value))
+        if not all(isinstance(r, int) and not isinstance(r, bool) for r in value):
+            raise _Bad(f"group '{name}': 'ranks' holds something other than integers")
+        return _valid_ranks(tuple(value), name)
+    raise _Bad(f"group '{name}': 'ranks' is a {type(value).__name__}, not a list")
+
+
+def _valid_ranks(ranks: tuple[int, ...], name: str) -> tuple[int, ...]:
+    if any(not 0 <= r < _MAX_RANK for r in ranks):
+        raise _Bad(f"group '{name}': a rank is out of range")
+    if len(set(ranks)) != len(ranks):
+        raise _Bad(f"group '{name}': a rank is listed twice")
+    return tuple(sorted(ranks))
 
 
 @lru_cache(maxsize=1024)
-def _parse_rank_string(text: str) -> tuple[int, ...]:
+def _parse_rank_string(text: str) -> tuple[int, ...] | None:
     """`pg_config` ranks are a string such as `"[0, 1]"` (JSON; Python syntax as a fallback)."""
     if not text.strip():
         return ()
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         try:
             value = ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            return ()
-    if not isinstance(value, (list, tuple, set)):
-        return ()
-    return tuple(sorted(int(v) for v in value))
-
-
-def _entry_pg(entry: dict[str, Any]) -> tuple[str, str]:
-    pg = entry.get("process_group") or ("", "")
-    name = str(pg[0]) if len(pg) > 0 else ""
-    desc = str(pg[1]) if len(pg) > 1 else ""
-    return name, desc
-
-
-def _op_name(entry: dict[str, Any]) -> tuple[str, str, str | None]:
-    """(backend, raw op name, p2p detail such as `0->1`) from `profiling_name`."""
-    return _split_profiling_name(str(entry.get("profiling_name") or ""))
+        except (ValueError, SyntaxError, RecursionError, MemoryError):
+            return None
+    if not isinstance(value, (list, tuple)) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    ):
+        return None
+    try:
+        return _valid_ranks(tuple(value), "")
+    except _Bad:
+        return None
 
 
 @lru_cache(maxsize=8192)
 def _split_profiling_name(profiling: str) -> tuple[str, str, str | None]:
+    """(backend, raw op name, p2p detail such as `0->1`) from `profiling_name`."""
     backend, _, rest = profiling.partition(":")
     if not rest:
         backend, rest = "", profiling
@@ -288,171 +532,448 @@ def _numel(shape: list[int]) -> int:
     return n
 
 
+# --- process groups: only what the dumps (or the user) say ----------------------------------
+
+
+def _is_default(name: str, desc: str) -> bool:
+    """torch names the default group "0" and describes it `default_pg`."""
+    return desc == "default_pg" or name == "0"
+
+
+class _Instance:
+    """One process group as the ranks that use it know it: a pg name and its members."""
+
+    __slots__ = ("default", "desc", "members", "name", "trace_name")
+
+    def __init__(self, name: str, desc: str, members: tuple[int, ...], default: bool) -> None:
+        self.name, self.desc, self.members, self.default = name, desc, members, default
+        self.trace_name = ""
+
+
 class _Groups:
-    """Process groups of the job: pg name → (trace name, global ranks)."""
+    """Process groups of the job: (rank, pg name) → the group instance that rank used."""
 
     def __init__(
         self,
-        dumps: Mapping[int, dict[str, Any]],
+        checked: Mapping[int, tuple[list[_Entry], dict[str, tuple[str, Any]], Any]],
         given: Mapping[str, Iterable[int]] | None,
         world_size: int | None,
+        where: Any,
     ) -> None:
-        self.ranks: dict[str, list[int]] = {}
-        self.desc: dict[str, str] = {}
-        self.inferred: list[str] = []
-        given = {str(k): sorted(int(r) for r in v) for k, v in (given or {}).items()}
-        used: dict[str, set[int]] = {}
-        for rank, dump in dumps.items():
-            for pg_name, cfg in (dump.get("pg_config") or {}).items():
-                if not isinstance(cfg, dict) or not str(pg_name):
-                    continue
-                ranks = _parse_ranks(cfg.get("ranks"))
+        given_ranks = _given(given)
+        default_given = next((given_ranks[k] for k in WORLD_KEYS if k in given_ranks), None)
+        configs = {r: c for r, (_, c, _) in checked.items()}
+        known_world = world_size
+        if known_world is None and default_given is not None:
+            known_world = len(default_given)
+        if known_world is None:
+            for cfg in configs.values():
+                for name, (desc, ranks) in cfg.items():
+                    if ranks and _is_default(name, desc):
+                        known_world = len(ranks)
+                        break
+        by_name: dict[str, set[tuple[int, ...]]] = {}
+        for cfg in configs.values():
+            for name, (_, ranks) in cfg.items():
                 if ranks:
-                    self.ranks.setdefault(str(pg_name), ranks)
-                if cfg.get("desc"):
-                    self.desc.setdefault(str(pg_name), str(cfg["desc"]))
-            for entry in dump["entries"]:
-                name, desc = _entry_pg(entry)
-                used.setdefault(name, set()).add(rank)
-                if desc:
-                    self.desc.setdefault(name, desc)
-        top = max([*dumps, *(r for rs in self.ranks.values() for r in rs)], default=0)
-        for rs in given.values():
-            top = max([top, *rs])
-        default_size = None
-        for name, desc in self.desc.items():
-            if desc == "default_pg" and name in self.ranks:
-                default_size = len(self.ranks[name])
-        self.world_size = world_size or default_size or top + 1
-        for name in used:
-            desc = self.desc.get(name, "")
-            if name in given or desc in given:
-                self.ranks[name] = given.get(name) or given[desc]
-            elif name not in self.ranks:
-                if desc == "default_pg" or (name == "0" and not desc):
-                    self.ranks[name] = list(range(self.world_size))
-                else:
-                    self.ranks[name] = sorted(used[name])
-                    self.inferred.append(name)
-        self.trace_name: dict[str, str] = {}
-        descs = [self.desc.get(n, "") for n in self.ranks]
-        for name, ranks in self.ranks.items():
-            desc = self.desc.get(name, "")
-            if desc == "default_pg" or (ranks == list(range(self.world_size)) and name == "0"):
-                self.trace_name[name] = WORLD
-            elif desc and desc != "undefined" and descs.count(desc) == 1 and desc != WORLD:
-                self.trace_name[name] = desc
-            elif desc and desc != "undefined":
-                self.trace_name[name] = f"{desc}:{name}"
+                    by_name.setdefault(name, set()).add(ranks)
+        self.instances: dict[tuple[str, tuple[int, ...]], _Instance] = {}
+        self.of: dict[tuple[int, str], _Instance] = {}
+        missing: dict[str, tuple[str, int, int]] = {}  # pg name → (desc, first rank, entry)
+        for rank in sorted(checked):
+            entries, cfg, _ = checked[rank]
+            seen: dict[str, int] = {}
+            for e in entries:
+                if e.pg not in seen:
+                    seen[e.pg] = e.index
+            for name, first in seen.items():
+                desc = cfg.get(name, ("", None))[0] or _desc_of(entries, name)
+                default = _is_default(name, desc)
+                members = given_ranks.get(name)
+                if members is None and desc and desc in given_ranks:
+                    members = given_ranks[desc]
+                if members is None and default and default_given is not None:
+                    members = default_given
+                if members is None:
+                    members = cfg.get(name, ("", None))[1]
+                if members is None and default and known_world is not None:
+                    members = tuple(range(known_world))
+                if members is None:
+                    holding = [s for s in by_name.get(name, ()) if rank in s]
+                    members = holding[0] if len(holding) == 1 else None
+                if members is None:
+                    missing.setdefault(name, (desc, rank, first))
+                    continue
+                if rank not in members:
+                    raise CommlintInputError(
+                        f"entry {first}: process group '{name}' has members "
+                        f"{_short_list(members)}, which do not include this rank ({rank})",
+                        where(rank),
+                    )
+                key = (name, members)
+                inst = self.instances.get(key)
+                if inst is None:
+                    inst = self.instances[key] = _Instance(name, desc, members, default)
+                self.of[(rank, name)] = inst
+        if missing:
+            raise _unknown_members(missing, where, bool(given_ranks))
+        top = max(
+            [*checked, *(m for inst in self.instances.values() for m in inst.members[-1:])],
+            default=0,
+        )
+        self.world_size = known_world or top + 1
+        self._name_instances()
+
+    def _name_instances(self) -> None:
+        per_desc = Counter(
+            i.desc for i in self.instances.values() if i.desc and i.desc != "undefined"
+        )
+        per_name = Counter(i.name for i in self.instances.values())
+        taken: set[str] = {WORLD}
+        for inst in sorted(self.instances.values(), key=lambda i: (i.name, i.members)):
+            if inst.default and inst.members == tuple(range(self.world_size)):
+                inst.trace_name = WORLD
+                continue
+            desc = inst.desc if inst.desc and inst.desc != "undefined" else ""
+            if desc and per_desc[desc] == 1 and desc not in taken:
+                name = desc
+            elif desc:
+                name = f"{desc}:{inst.name}"
             else:
-                self.trace_name[name] = f"pg{name}"
+                name = f"pg{inst.name}"
+            if per_name[inst.name] > 1:  # one pg name, different members on different ranks
+                name += f"@{inst.members[0]}"
+            base, k = name, 1
+            while name in taken:
+                k += 1
+                name = f"{base}.{k}"
+            taken.add(name)
+            inst.trace_name = name
 
     def trace_groups(self) -> dict[str, list[int]]:
         return {
-            self.trace_name[n]: rs for n, rs in self.ranks.items() if self.trace_name[n] != WORLD
+            i.trace_name: list(i.members) for i in self.instances.values() if i.trace_name != WORLD
         }
 
 
+def _desc_of(entries: list[_Entry], name: str) -> str:
+    for e in entries:
+        if e.pg == name and e.desc:
+            return e.desc
+    return ""
+
+
+def _given(given: Mapping[str, Iterable[int]] | None) -> dict[str, tuple[int, ...]]:
+    out: dict[str, tuple[int, ...]] = {}
+    for key, ranks in (given or {}).items():
+        try:
+            values = tuple(ranks)
+            if not all(isinstance(r, int) and not isinstance(r, bool) for r in values):
+                raise _Bad(f"group '{key}': members must be integers")
+            out[str(key)] = _valid_ranks(values, str(key))
+        except TypeError:
+            raise CommlintInputError(f"groups: '{key}' is not a list of ranks") from None
+        except _Bad as exc:
+            raise CommlintInputError(f"groups: {exc}") from None
+    return out
+
+
+def _short_list(ranks: tuple[int, ...]) -> str:
+    if len(ranks) <= 8:
+        return str(list(ranks))
+    return f"[{', '.join(map(str, ranks[:8]))}, … ({len(ranks)} ranks)]"
+
+
+def _unknown_members(
+    missing: dict[str, tuple[str, int, int]], where: Any, had_groups: bool
+) -> CommlintInputError:
+    parts = []
+    first_file = None
+    for name, (desc, rank, entry) in missing.items():
+        file = where(rank)
+        first_file = first_file or file
+        about = f"{desc}, " if desc and desc != "undefined" else ""
+        of = "" if file == first_file else f" of {Path(str(file)).name}"
+        parts.append(f"'{name}' ({about}first used by rank {rank} in entry {entry}{of})")
+    example = ", ".join(
+        f'"{WORLD if _is_default(n, d) else n}": [...]' for n, (d, _, _) in missing.items()
+    )
+    return CommlintInputError(
+        "process group members are not in the dumps (gloo writes an empty pg_config): "
+        f"{', '.join(parts)}; deciding whether the job deadlocked would mean guessing them"
+        + (" (the groups given do not name them)" if had_groups else "")
+        + f" — pass them with --groups '{{{example}}}' (group name or description, or "
+        "WORLD → global ranks)",
+        first_file,
+    )
+
+
+# --- alignment ------------------------------------------------------------------------------
+
+
 def _aligned_entries(
-    dumps: Mapping[int, dict[str, Any]], groups: _Groups, keep_completed: bool
-) -> tuple[dict[int, list[dict[str, Any]]], dict[int, int]]:
-    """Per rank, the entries to check: evicted-on-some-rank and done-everywhere ones dropped."""
-    # (entry, pg, is p2p, seq) once per entry: dumps hold thousands of entries per rank
-    per_rank: dict[int, list[tuple[dict[str, Any], str, bool, int]]] = {}
-    for r, d in dumps.items():
-        rows = []
-        for e in sorted(d["entries"], key=lambda e: int(e.get("record_id", 0))):
-            raw = _op_name(e)[1]
-            if not raw:
-                continue
-            p2p = bool(e.get("is_p2p")) or raw in ("send", "recv")
-            rows.append((e, _entry_pg(e)[0], p2p, int(e.get("collective_seq_id", 0) or 0)))
-        per_rank[r] = rows
+    per_rank: Mapping[int, list[_Entry]], pgs: _Groups, keep_completed: bool
+) -> tuple[
+    dict[int, list[_Entry]],
+    dict[int, int],
+    dict[tuple[str, int], dict[int, list[_Entry]]],
+    set[tuple[str, int]],
+]:
+    """Per rank, the entries to check (evicted-on-some-rank and done-everywhere ones dropped);
+    and every aligned collective (group, seq) → rank → its entries, dropped ones included, with
+    the set of those done everywhere."""
     start: dict[str, int] = {}  # first collective seq every dumped member still holds
     done: dict[str, int] = {}  # last seq completed on every dumped member
     for rows in per_rank.values():
         first: dict[str, int] = {}
         leading: dict[str, int] = {}
         broken: set[str] = set()
-        for e, pg, p2p, seq in rows:
-            if p2p:
+        for e in rows:
+            if e.p2p or not e.raw:
                 continue
-            first.setdefault(pg, seq)
-            if pg not in broken and e.get("state") == "completed":
-                leading[pg] = seq
+            g = e.group
+            first.setdefault(g, e.seq)
+            if g not in broken and e.state == "completed":
+                leading[g] = e.seq
             else:
-                broken.add(pg)
-        for pg, seq in first.items():
-            start[pg] = max(start.get(pg, seq), seq)
-            last_done = leading.get(pg, seq - 1)
-            done[pg] = min(done.get(pg, last_done), last_done)
+                broken.add(g)
+        for g, seq in first.items():
+            start[g] = max(start.get(g, seq), seq)
+            last_done = leading.get(g, seq - 1)
+            done[g] = min(done.get(g, last_done), last_done)
     dropped_ids: set[int] = set()
     if not keep_completed:
-        # p2p: per channel, the leading ops completed on both sides
-        sends: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
-        recvs: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
-        for r, rows in per_rank.items():
-            for e, pg, p2p, _ in rows:
-                op = _op_name(e)[1] if p2p else ""
-                if op not in ("send", "recv"):
-                    continue
-                peer = _p2p_peer(e, groups.ranks.get(pg, []))
-                if peer is None:
-                    continue
-                if op == "send":
-                    sends.setdefault((pg, r, peer), []).append(e)
-                else:
-                    recvs.setdefault((pg, peer, r), []).append(e)
-        for chan, ss in sends.items():
-            rs = recvs.get(chan, [])
-            k = 0
-            while (
-                k < len(ss)
-                and k < len(rs)
-                and ss[k].get("state") == "completed"
-                and rs[k].get("state") == "completed"
-            ):
-                dropped_ids.add(id(ss[k]))
-                dropped_ids.add(id(rs[k]))
-                k += 1
-    out: dict[int, list[dict[str, Any]]] = {}
+        _drop_completed_p2p(per_rank, pgs, dropped_ids)
+    out: dict[int, list[_Entry]] = {}
     dropped: dict[int, int] = {}
+    colls: dict[tuple[str, int], dict[int, list[_Entry]]] = {}
+    finished: set[tuple[str, int]] = set()
     for r, rows in per_rank.items():
         kept = []
-        for e, pg, p2p, seq in rows:
-            if p2p:
-                if id(e) in dropped_ids:
-                    continue
-            elif seq < start.get(pg, 0) or (not keep_completed and seq <= done.get(pg, -1)):
+        n = 0
+        for e in rows:
+            if not e.raw:
+                n += 1
                 continue
+            if e.p2p:
+                if id(e) in dropped_ids:
+                    n += 1
+                    continue
+            else:
+                if e.seq < start.get(e.group, 0):
+                    n += 1
+                    continue
+                if e.raw not in MARKERS:
+                    colls.setdefault((e.group, e.seq), {}).setdefault(r, []).append(e)
+                if not keep_completed and e.seq <= done.get(e.group, -1):
+                    finished.add((e.group, e.seq))
+                    n += 1
+                    continue
             kept.append(e)
-        dropped[r] = len(rows) - len(kept)
+        dropped[r] = n
         out[r] = kept
-    return out, dropped
+    return out, dropped, colls, finished
 
 
-def _p2p_peer(entry: dict[str, Any], pg_ranks: list[int]) -> int | None:
+def _drop_completed_p2p(
+    per_rank: Mapping[int, list[_Entry]], pgs: _Groups, dropped_ids: set[int]
+) -> None:
+    """Per channel, the leading send/recv pairs completed on both sides are done."""
+    sends: dict[tuple[str, int, int], list[_Entry]] = {}
+    recvs: dict[tuple[str, int, int], list[_Entry]] = {}
+    for r, rows in per_rank.items():
+        for e in rows:
+            if not e.p2p or e.raw not in ("send", "recv"):
+                continue
+            peer = _p2p_peer(e, pgs.of[(r, e.pg)].members)
+            if peer is None:
+                continue
+            if e.raw == "send":
+                sends.setdefault((e.group, r, peer), []).append(e)
+            else:
+                recvs.setdefault((e.group, peer, r), []).append(e)
+    for chan, ss in sends.items():
+        rs = recvs.get(chan, [])
+        k = 0
+        while (
+            k < len(ss)
+            and k < len(rs)
+            and ss[k].state == "completed"
+            and rs[k].state == "completed"
+        ):
+            dropped_ids.add(id(ss[k]))
+            dropped_ids.add(id(rs[k]))
+            k += 1
+
+
+def _p2p_peer(e: _Entry, pg_ranks: tuple[int, ...]) -> int | None:
     """Global peer of a `send a->b` / `recv a<-b` entry (group-local ranks in the name)."""
-    _, op, detail = _op_name(entry)
-    if not detail:
+    if not e.detail:
         return None
-    sep = "->" if op == "send" else "<-"
-    if sep not in detail:
+    sep = "->" if e.raw == "send" else "<-"
+    if sep not in e.detail:
         return None
-    local_peer = int(detail.split(sep)[1])
-    if pg_ranks:
-        if not 0 <= local_peer < len(pg_ranks):
-            return None
-        return pg_ranks[local_peer]
-    return local_peer
+    text = e.detail.split(sep)[1].strip()
+    if not text.isdigit() or len(text) > 9:
+        return None
+    local_peer = int(text)
+    if not 0 <= local_peer < len(pg_ranks):
+        return None
+    return pg_ranks[local_peer]
+
+
+# --- sizes and dtypes the checker cannot see --------------------------------------------------
+
+# fr_trace's exemptions: an all_to_all's sizes differ by design, a gather's output and a
+# scatter's input exist on the root only.
+_NO_INPUT_COMPARE = {"all_to_all", "scatter"}
+_NO_OUTPUT_COMPARE = {"all_to_all", "gather"}
+
+
+def _total(shapes: list[list[int]]) -> int:
+    return sum(_numel(s) for s in shapes)
+
+
+def _by_value(values: dict[int, Any], sites: dict[int, str | None]) -> str:
+    groups: dict[str, list[int]] = {}
+    for r, v in values.items():
+        groups.setdefault(str(v), []).append(r)
+    parts = []
+    for text, ranks in groups.items():
+        who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {_short_list(tuple(ranks))}"
+        site = sites.get(ranks[0])
+        parts.append(f"{text} on {who}" + (f" @{site}" if site and len(ranks) <= 4 else ""))
+    return ", ".join(parts)
+
+
+def _payload_problems(
+    op: str, per: dict[int, list[_Entry]], members: tuple[int, ...], finished: bool
+) -> list[str]:
+    """What disagrees in one aligned collective; input sizes and dtypes only when the entry
+    was dropped as done (otherwise the checker compares them)."""
+    sites = {r: user_frame(es[0].frames)[0] for r, es in per.items()}
+    ins = {r: [list(s) for e in es for s in e.in_sizes] for r, es in per.items()}
+    outs = {r: [list(s) for e in es for s in e.out_sizes] for r, es in per.items()}
+    in_dt = {r: sorted({_dtype(d) for e in es for d in e.in_dtypes}) for r, es in per.items()}
+    out_dt = {r: sorted({_dtype(d) for e in es for d in e.out_dtypes}) for r, es in per.items()}
+    problems: list[str] = []
+    inputs_differ = op not in _NO_INPUT_COMPARE and len({str(v) for v in ins.values()}) > 1
+    in_dtypes_differ = len({str(v) for v in in_dt.values() if v}) > 1
+    if finished and inputs_differ:
+        problems.append(f"input sizes {_by_value(ins, sites)}")
+    if finished and in_dtypes_differ:
+        problems.append(f"input dtypes {_by_value(in_dt, sites)}")
+    if not inputs_differ and op not in _NO_OUTPUT_COMPARE:
+        present = {r: v for r, v in outs.items() if v and v != [[]]}
+        if len({str(v) for v in present.values()}) > 1:
+            problems.append(f"output sizes {_by_value(present, sites)}")
+    if not in_dtypes_differ:
+        present_dt = {r: v for r, v in out_dt.items() if v}
+        if len({str(v) for v in present_dt.values()}) > 1:
+            problems.append(f"output dtypes {_by_value(present_dt, sites)}")
+    k = len(members)
+    for r in per:
+        n_in, n_out = _total(ins[r]), _total(outs[r])
+        if not ins[r] or not outs[r]:
+            continue
+        if op == "all_reduce" and ins[r] != outs[r]:
+            problems.append(f"rank {r} reduces input {ins[r]} into output {outs[r]}")
+        elif op == "all_gather" and n_out != n_in * k:
+            problems.append(
+                f"rank {r} gathers {n_in} elements from each of {k} ranks into an output of {n_out}"
+            )
+        elif op == "reduce_scatter" and n_in != n_out * k:
+            problems.append(
+                f"rank {r} scatters an input of {n_in} elements into {k} outputs of {n_out}"
+            )
+    if op == "all_to_all" and set(per) == set(members):
+        sent = sum(_total(v) for v in ins.values())
+        received = sum(_total(v) for v in outs.values())
+        if sent != received and all(outs.values()):
+            problems.append(
+                f"the ranks send {sent} elements in total but expect to receive {received}"
+            )
+    return problems
+
+
+def _dtype(name: str) -> str:
+    return DTYPES.get(name, name.lower())
+
+
+class _Located:
+    """Where entries went: (rank, id(entry)) → action index, and each rank's dump file."""
+
+    def __init__(self, where: Any) -> None:
+        self.where = where
+        self.action: dict[tuple[int, int], int] = {}
+
+
+def _payload_findings(
+    colls: dict[tuple[str, int], dict[int, list[_Entry]]],
+    finished: set[tuple[str, int]],
+    members_of: dict[str, tuple[int, ...]],
+    located: _Located,
+) -> list[dict[str, Any]]:
+    from commlint.rules import all_rules
+
+    rule = all_rules()["CL204"]
+    out: list[dict[str, Any]] = []
+    for (group, seq), per in colls.items():
+        ops = {OP_NAMES.get(es[0].raw) for es in per.values()}
+        if len(ops) != 1 or None in ops:
+            continue  # different collectives: the checker's CL203
+        op = ops.pop()
+        if op == "barrier":
+            continue
+        done = (group, seq) in finished
+        problems = _payload_problems(op, per, members_of.get(group, ()), done)
+        if not problems:
+            continue
+        if done:
+            effect = (
+                "It completed on every rank, so nothing hung: the data is silently wrong "
+                "(the ranks combined buffers that do not fit together)."
+            )
+        else:
+            effect = "NCCL hangs or writes past a buffer; gloo fails or corrupts data."
+        message = f"{op} #{seq} on group '{group}' disagrees: {'; '.join(problems)}. {effect}"
+        locations = []
+        for r in sorted(per):
+            e = per[r][0]
+            locations.append(
+                Location(
+                    rank=r,
+                    action=located.action.get((r, id(e))),
+                    site=user_frame(e.frames)[0],
+                    message=f"Flight Recorder entry {e.index} ({e.state or 'no state'})",
+                ).model_dump(exclude_none=True)
+            )
+        out.append(
+            Finding(
+                code=rule.code,
+                name=rule.name,
+                severity=rule.severity,
+                message=message,
+                ranks=sorted(per),
+                actions=[Location(**loc) for loc in locations],
+                fix="Give every rank buffers of the same shape and dtype for this call (inputs "
+                "and outputs; for all_to_all, what the ranks send in total must equal what they "
+                "receive); look for a size computed differently on some rank just before it.",
+            ).model_dump(exclude_none=True)
+        )
+    return out
+
+
+# --- entries → actions ----------------------------------------------------------------------
 
 
 class _RankBuilder:
     """One rank's entries → actions: p2p batches become isend/irecv + wait."""
 
-    def __init__(self, rank: int, pgs: _Groups) -> None:
-        self.rank, self.pgs = rank, pgs
+    def __init__(self, rank: int, pgs: _Groups, located: _Located) -> None:
+        self.rank, self.pgs, self.located = rank, pgs, located
         self.actions: list[Action] = []
+        self.entry_of: array = array("l")
         self.backends: set[str] = set()
         self.unknown: set[str] = set()
         self.stuck: str | None = None
@@ -462,62 +983,60 @@ class _RankBuilder:
         self.last_coll: tuple[str, int] | None = None
         self.p2p_count: Counter[tuple[str, int]] = Counter()
 
-    def count_p2p(self, entries: list[dict[str, Any]]) -> None:
-        self.p2p_count = Counter(
-            (_entry_pg(e)[0], int(e.get("p2p_seq_id", -1)))
-            for e in entries
-            if _op_name(e)[1] in ("send", "recv")
-        )
+    def count_p2p(self, entries: list[_Entry]) -> None:
+        self.p2p_count = Counter((e.group, e.p2p_seq) for e in entries if e.raw in ("send", "recv"))
+
+    def _append(self, action: Action, e: _Entry | None) -> None:
+        if e is not None:
+            self.located.action[(self.rank, id(e))] = len(self.actions)
+        self.actions.append(action)
+        self.entry_of.append(e.index if e is not None else -1)
 
     def close_batch(self) -> None:
         if self.batch_key is not None and self.batch_handles:
-            self.actions.append(Action(op="wait", handles=list(self.batch_handles)))
+            self._append(Action(op="wait", handles=list(self.batch_handles)), None)
         self.batch_key, self.batch_handles = None, []
 
-    def add(self, e: dict[str, Any]) -> None:
-        backend, raw, _ = _op_name(e)
-        if backend:
-            self.backends.add(backend)
-        pg, _ = _entry_pg(e)
-        if raw in MARKERS:
+    def add(self, e: _Entry) -> None:
+        if e.backend:
+            self.backends.add(e.backend)
+        if e.raw in MARKERS:
             self.close_batch()
             return
-        op = OP_NAMES.get(raw)
+        op = OP_NAMES.get(e.raw)
         if op is None:
-            self.unknown.add(raw)
+            self.unknown.add(e.raw)
             return
-        state = str(e.get("state") or "")
-        group = self.pgs.trace_name.get(pg, WORLD)
-        pg_ranks = self.pgs.ranks.get(pg, [])
-        site, stack = user_frame(e.get("frames"))
+        group = e.group
+        site, stack = user_frame(e.frames)
         shape, dtype = _payload(e)
         common = {"shape": shape, "dtype": dtype, "site": site, "stack": stack or None}
+        state = e.state
         if state != "completed" and self.stuck is None:
             self.stuck = f"{op}({group}) {state or 'scheduled'}"
         if op in ("send", "recv"):
-            self._add_p2p(e, op, pg, group, pg_ranks, state, common)
+            self._add_p2p(e, op, group, state, common)
             return
         self.close_batch()
-        seq = int(e.get("collective_seq_id", 0))
-        if self.last_coll == (pg, seq) and self.actions and self.actions[-1].group == group:
+        if self.last_coll == (group, e.seq) and self.actions and self.actions[-1].group == group:
             _merge(self.actions[-1], shape)  # a coalesced collective: one op per tensor list
+            self.located.action[(self.rank, id(e))] = len(self.actions) - 1
             return
-        self.last_coll = (pg, seq)
+        self.last_coll = (group, e.seq)
         root = None
-        label = f"{group}#{seq} {state}".strip()
+        label = f"{group}#{e.seq} {state}".strip()
         if op in ("broadcast", "reduce", "gather", "scatter"):
-            root = pg_ranks[0] if pg_ranks else 0
+            root = self.pgs.of[(self.rank, e.pg)].members[0]
             label += " (root not recorded)"
-        self.actions.append(Action(op=op, group=group, root=root, label=label, **common))
+        self._append(Action(op=op, group=group, root=root, label=label, **common), e)
 
-    def _add_p2p(self, e, op, pg, group, pg_ranks, state, common) -> None:
-        peer = _p2p_peer(e, pg_ranks)
+    def _add_p2p(self, e: _Entry, op: str, group: str, state: str, common: dict) -> None:
+        peer = _p2p_peer(e, self.pgs.of[(self.rank, e.pg)].members)
         if peer is None:
-            self.unknown.add(str(e.get("profiling_name")))
+            self.unknown.add(f"{e.raw} {e.detail or ''}".strip())
             return
-        seq = int(e.get("p2p_seq_id", 0))
-        key = (pg, seq)
-        label = f"{group} p2p#{seq} {state}".strip()
+        key = (group, e.p2p_seq)
+        label = f"{group} p2p#{e.p2p_seq} {state}".strip()
         if self.p2p_count[key] > 1:  # ops sharing a p2p_seq_id were issued as one batch
             if self.batch_key != key:
                 self.close_batch()
@@ -525,7 +1044,7 @@ class _RankBuilder:
                 self.n_batches += 1
             handle = f"b{self.n_batches}.{len(self.batch_handles)}"
             self.batch_handles.append(handle)
-            self.actions.append(
+            self._append(
                 Action(
                     op="isend" if op == "send" else "irecv",
                     group=group,
@@ -534,11 +1053,12 @@ class _RankBuilder:
                     batch=f"b{self.n_batches}",
                     label=label,
                     **common,
-                )
+                ),
+                e,
             )
             return
         self.close_batch()
-        self.actions.append(Action(op=op, group=group, peer=peer, label=label, **common))
+        self._append(Action(op=op, group=group, peer=peer, label=label, **common), e)
 
 
 def dumps_to_trace(
@@ -551,31 +1071,46 @@ def dumps_to_trace(
     files: Mapping[int, str] | None = None,
 ) -> Trace:
     """Parsed dumps (rank → dump dict) → `Trace`. See the module docstring for the rules."""
-    pgs = _Groups(dumps, groups, world_size)
-    entries, dropped = _aligned_entries(dumps, pgs, keep_completed)
-    backends: set[str] = set()
-    ranks: dict[int, list[Action]] = {}
-    stuck: dict[int, str] = {}
-    unknown: set[str] = set()
-    for rank in sorted(entries):
+
+    def where(rank: int) -> str | None:
+        return (files or {}).get(rank, path)
+
+    checked = {rank: _checked_dump(d, where(rank)) for rank, d in dumps.items()}
+    pgs = _Groups(checked, groups, world_size, where)
+    per_rank: dict[int, list[_Entry]] = {}
+    for rank, (entries, _, _) in checked.items():
         if not 0 <= rank < pgs.world_size:
             raise CommlintInputError(
                 f"dump for rank {rank}, but the default group has {pgs.world_size} ranks",
-                (files or {}).get(rank, path),
+                where(rank),
             )
-        builder = _RankBuilder(rank, pgs)
-        builder.count_p2p(entries[rank])
-        for e in entries[rank]:
+        for e in entries:
+            e.group = pgs.of[(rank, e.pg)].trace_name
+        per_rank[rank] = entries
+    kept, dropped, colls, finished = _aligned_entries(per_rank, pgs, keep_completed)
+    located = _Located(where)
+    backends: set[str] = set()
+    ranks: dict[int, list[Action]] = {}
+    entry_of: dict[int, array] = {}
+    stuck: dict[int, str] = {}
+    unknown: set[str] = set()
+    for rank in sorted(kept):
+        builder = _RankBuilder(rank, pgs, located)
+        builder.count_p2p(kept[rank])
+        for e in kept[rank]:
             builder.add(e)
         builder.close_batch()
         ranks[rank] = builder.actions
+        entry_of[rank] = builder.entry_of
         backends |= builder.backends
         unknown |= builder.unknown
         if builder.stuck:
             stuck[rank] = builder.stuck
+    members_of = {i.trace_name: i.members for i in pgs.instances.values()}
+    findings = _payload_findings(colls, finished, members_of, located)
     # gloo keeps every entry `scheduled`: the states then say nothing about where ranks stop
     states_known = any(
-        e.get("state") not in (None, "", "scheduled") for d in dumps.values() for e in d["entries"]
+        e.state not in ("", "scheduled") for entries in per_rank.values() for e in entries
     )
     if not states_known:
         stuck = {}
@@ -584,11 +1119,11 @@ def dumps_to_trace(
         if rank not in dumps:
             ends[rank] = RankEnd(kind="timeout", message="no Flight Recorder dump for this rank")
         else:
-            where = stuck.get(rank)
+            at = stuck.get(rank)
             if not states_known:
                 message = "its Flight Recorder dump ends there, entry states not recorded"
-            elif where:
-                message = f"its Flight Recorder dump ends there, first unfinished entry {where}"
+            elif at:
+                message = f"its Flight Recorder dump ends there, first unfinished entry {at}"
             else:
                 message = "its Flight Recorder dump ends there, every entry completed"
             ends[rank] = RankEnd(kind="timeout", message=message)
@@ -596,39 +1131,170 @@ def dumps_to_trace(
     meta: dict[str, object] = {
         "flight_recorder": {
             "path": path,
+            "files": {r: where(r) for r in sorted(dumps)},
             "ranks_with_dumps": sorted(dumps),
             "dropped_entries": {r: n for r, n in dropped.items() if n},
             "stuck_at": stuck,
             "states_recorded": states_known,
-            "inferred_groups": [pgs.trace_name[n] for n in pgs.inferred],
+            "inferred_groups": [],
             "unknown_ops": sorted(unknown),
-            "versions": sorted({str(d.get("version")) for d in dumps.values()}),
+            "versions": sorted({str(v) for _, _, v in checked.values()}),
+            "findings": findings,
+            "entry_of": entry_of,
         }
     }
-    trace_data = {
-        "world_size": pgs.world_size,
-        "groups": pgs.trace_groups(),
-        "ranks": ranks,
-        "ends": ends,
-        "backend": backend,
-        "source": "flight-recorder",
-        "meta": meta,
-    }
-    return validated(Trace(**trace_data), path, dict(files) if files else None)
+    trace = Trace(
+        world_size=pgs.world_size,
+        groups=pgs.trace_groups(),
+        ranks=ranks,
+        ends=ends,
+        backend=backend,
+        source="flight-recorder",
+        meta=meta,
+    )
+    return validated(trace, path, dict(files) if files else None)
 
 
-def _payload(entry: dict[str, Any]) -> tuple[list[int] | None, str | None]:
-    sizes = entry.get("input_sizes") or []
-    dtypes = entry.get("input_dtypes") or []
-    dtype = DTYPES.get(str(dtypes[0]), str(dtypes[0]).lower()) if dtypes else None
-    if not sizes:
+def _payload(e: _Entry) -> tuple[list[int] | None, str | None]:
+    dtype = _dtype(e.in_dtypes[0]) if e.in_dtypes else None
+    if not e.in_sizes:
         return None, dtype
-    if len(sizes) == 1:
-        return [int(d) for d in sizes[0]], dtype
-    return [sum(_numel(s) for s in sizes)], dtype
+    if len(e.in_sizes) == 1:
+        return list(e.in_sizes[0]), dtype
+    return [_total(e.in_sizes)], dtype
 
 
 def _merge(action: Action, shape: list[int] | None) -> None:
     if shape is None or action.shape is None:
         return
     action.shape = [_numel(action.shape) + _numel(shape)]
+
+
+# --- findings: at the user's source line, the dump entry beside it ---------------------------
+
+
+def dump_findings(trace: Trace) -> list[Finding]:
+    """What the reader itself found (sizes and dtypes the trace cannot carry: outputs,
+    all_to_all totals, collectives that completed with disagreeing buffers), located."""
+    fr = trace.meta.get("flight_recorder")
+    if not isinstance(fr, dict):
+        return []
+    out = [Finding(**f) for f in fr.get("findings") or ()]
+    for f in out:
+        f.path = fr.get("path")
+    return out
+
+
+def locate_findings(trace: Trace, findings: Iterable[Finding]) -> None:
+    """Point each finding of a Flight Recorder trace at the source line its dump names (the
+    user's frame of the first action that has one); the dump file and entry of every action
+    become related locations. Findings without a source line keep the dump as their place."""
+    fr = trace.meta.get("flight_recorder")
+    if not isinstance(fr, dict):
+        return
+    files = fr.get("files") or {}
+    entry_of = fr.get("entry_of") or {}
+    for f in findings:
+        related: list[Location] = []
+        primary: tuple[str, int] | None = None
+        for loc in f.actions:
+            if loc.rank is None:
+                continue
+            entry = None
+            if loc.action is not None and loc.rank in entry_of:
+                column = entry_of[loc.rank]
+                if 0 <= loc.action < len(column) and column[loc.action] >= 0:
+                    entry = column[loc.action]
+            what = loc.message if loc.message and "entry" in loc.message else None
+            if what is None and entry is not None:
+                what = f"Flight Recorder entry {entry}"
+            file = files.get(loc.rank)
+            if file:
+                related.append(
+                    Location(path=file, rank=loc.rank, message=f"rank {loc.rank}: "
+                             f"{what or 'Flight Recorder dump'}")
+                )  # fmt: skip
+            site_path, site_line = _split_site(loc.site)
+            if site_line is not None:
+                loc.path, loc.line = site_path, site_line
+                primary = primary or (site_path, site_line)
+        if primary is None:
+            for e in f.cycle or ():
+                site_path, site_line = _split_site(e.site)
+                if site_line is not None:
+                    primary = (site_path, site_line)
+                    break
+        if primary is not None:
+            f.path, f.line, f.col = primary[0], primary[1], None
+        seen = {(r.path, r.message) for r in f.related}
+        f.related.extend(r for r in related if (r.path, r.message) not in seen)
+
+
+def _split_site(site: str | None) -> tuple[str, int | None]:
+    if not site or ":" not in site:
+        return "", None
+    file, _, line = site.rpartition(":")
+    return file, int(line) if line.isdigit() else None
+
+
+# --- the command line: --groups, and what `commlint plan` does with the findings -------------
+
+_GROUPS_FILE_LIMIT = 16 << 20
+
+
+def read_groups_option(value: str) -> dict[str, list[int]]:
+    """`--groups FILE|JSON`: a JSON object `{"name or description": [global ranks], …}`
+    given inline, or a JSON/YAML file holding one (or a plan file, whose `groups:` is used).
+    Raises a `CommlintInputError` naming `--groups` (and the file) when it is not that."""
+    text = value.strip()
+    source = None
+    if not text.startswith("{"):
+        source = value
+        try:
+            if Path(value).stat().st_size > _GROUPS_FILE_LIMIT:
+                raise CommlintInputError("--groups: file larger than 16 MB", source)
+            text = Path(value).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc)
+            raise CommlintInputError(f"--groups: cannot read: {reason}", source) from None
+    try:
+        if source is None or str(source).endswith(".json"):
+            data = json.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except RecursionError:
+        raise CommlintInputError("--groups: nested too deeply", source) from None
+    except Exception as exc:
+        raise CommlintInputError(
+            f"--groups: not JSON or YAML: {_short(exc).splitlines()[0]}", source
+        ) from None
+    if isinstance(data, dict) and isinstance(data.get("groups"), dict):
+        data = data["groups"]
+    if not isinstance(data, dict):
+        raise CommlintInputError(
+            "--groups: expected an object mapping a group's name or description to its "
+            'global ranks, e.g. {"1": [0, 1], "WORLD": [0, 1]}',
+            source,
+        )
+    out: dict[str, list[int]] = {}
+    for key, ranks in data.items():
+        if not isinstance(ranks, list) or not all(
+            isinstance(r, int) and not isinstance(r, bool) for r in ranks
+        ):
+            raise CommlintInputError(
+                f"--groups: group '{key}' must be a list of global ranks (integers)", source
+            )
+        try:
+            out[str(key)] = list(_valid_ranks(tuple(ranks), str(key)))
+        except _Bad as exc:
+            raise CommlintInputError(f"--groups: {exc}", source) from None
+    return out
+
+
+def finish_findings(trace: Trace, findings: list[Finding]) -> None:
+    """After `check_trace` on a Flight Recorder trace: add the reader's own findings
+    (`dump_findings`) and point every finding at the source line its dump names."""
+    findings.extend(dump_findings(trace))
+    locate_findings(trace, findings)
