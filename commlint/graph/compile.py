@@ -12,6 +12,7 @@ The simulator in `commlint.graph.simulate` only decides which instances complete
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from commlint.trace import (
@@ -36,6 +37,7 @@ FAIL = 5  # the call raises at once (e.g. a root outside the group)
 MODELS = ("gloo", "nccl", "single-queue")
 
 NEVER = 1 << 60  # the `need` of an instance that can never complete
+_FR_SEQ = re.compile(r"#(\d+)(?: |$)")  # Flight Recorder labels: `tp#7 scheduled`
 
 
 @dataclass
@@ -305,6 +307,7 @@ def _check_collective(
     g: Graph, inst: int, mem_ops: list[int], refs: list, acts: list[Action]
 ) -> None:
     _, group, seq = g.inst_key[inst]
+    num = seq_name(seq, acts)
     sigs = {_coll_signature(a) for a in acts}
     if len(sigs) > 1 and not (g.model == "nccl" and _nccl_barrier_pairs(acts)):
         g.mismatched.add(inst)
@@ -316,7 +319,7 @@ def _check_collective(
         g.problems.append(
             Problem(
                 "CL203",
-                f"collective #{seq} on group '{group}' does not match across ranks: {parts}. "
+                f"collective {num} on group '{group}' does not match across ranks: {parts}. "
                 "The ranks never meet in one collective: all of them hang.",
                 refs,
                 fix="Make every member of the group issue the same collective (same op and "
@@ -335,7 +338,7 @@ def _check_collective(
         g.problems.append(
             Problem(
                 "CL203",
-                f"{acts[0].op} #{seq} on group '{group}' reduces with different ops: {parts}. "
+                f"{acts[0].op} {num} on group '{group}' reduces with different ops: {parts}. "
                 "The call completes with a meaningless result.",
                 refs,
                 fix="Use the same reduce op on every rank.",
@@ -347,7 +350,7 @@ def _check_collective(
         g.problems.append(
             Problem(
                 "CL204",
-                f"{acts[0].op} #{seq} on group '{group}' mixes dtypes: {parts}. NCCL reads the "
+                f"{acts[0].op} {num} on group '{group}' mixes dtypes: {parts}. NCCL reads the "
                 "bytes as the wrong type or hangs on the size difference; gloo fails.",
                 refs,
                 fix="Cast to one dtype on every rank before the collective.",
@@ -366,7 +369,7 @@ def _check_collective(
             g.problems.append(
                 Problem(
                     "CL204",
-                    f"{acts[0].op} #{seq} on group '{group}' has different sizes: {parts}. "
+                    f"{acts[0].op} {num} on group '{group}' has different sizes: {parts}. "
                     "NCCL hangs or reads past the buffer; gloo fails or corrupts data.",
                     refs,
                     fix="Give every rank a tensor of the same shape (pad the last batch, or "
@@ -378,13 +381,35 @@ def _check_collective(
             g.problems.append(
                 Problem(
                     "CL204",
-                    f"{acts[0].op} #{seq} on group '{group}' pairs tensors of different shapes "
+                    f"{acts[0].op} {num} on group '{group}' pairs tensors of different shapes "
                     f"(same size): {parts}. The call completes, silently combining different "
                     "tensors — usually two collectives issued in different orders on some ranks.",
                     refs,
                     fix="Issue the collectives of this group in the same order on every rank.",
                 )
             )
+
+
+def seq_name(seq: int, acts: list[Action]) -> str:
+    """A collective's number as users see it: `#N` counts from 1, as Flight Recorder's
+    `collective_seq_id` and NCCL's logs do (the first collective on a group is `#1`).
+
+    The Flight Recorder importer labels each action `GROUP#ID STATE` with the dump's own id,
+    which differs from the position when completed entries were left out: then both are
+    given, `#3 (Flight Recorder seq 7)`.
+    """
+    name = f"#{seq + 1}"
+    ids = sorted({fr for a in acts if (fr := _fr_seq(a)) is not None})
+    if ids and ids != [seq + 1]:
+        name += f" (Flight Recorder seq {', '.join(map(str, ids))})"
+    return name
+
+
+def _fr_seq(a: Action) -> int | None:
+    if not a.label or not a.label.startswith(f"{a.group}#"):
+        return None
+    m = _FR_SEQ.match(a.label, len(a.group))
+    return int(m.group(1)) if m else None
 
 
 def _size_text(a: Action) -> str:
@@ -396,6 +421,7 @@ def _size_text(a: Action) -> str:
 def _check_splits(
     g: Graph, group: str, seq: int, mem_ops: list[int], refs: list, acts: list[Action]
 ) -> None:
+    num = seq_name(seq, acts)
     members = g.trace.group_ranks(group)
     by_rank = {r: a for (r, _), a in zip(refs, acts, strict=True)}
     op_of = {r: op for (r, _), op in zip(refs, mem_ops, strict=True)}
@@ -417,7 +443,7 @@ def _check_splits(
         g.problems.append(
             Problem(
                 "CL204",
-                f"all_to_all #{seq} on group '{group}' has inconsistent splits: "
+                f"all_to_all {num} on group '{group}' has inconsistent splits: "
                 + "; ".join(bad[:3])
                 + more
                 + ". NCCL hangs waiting for bytes never sent; gloo fails or corrupts data.",
