@@ -1,0 +1,167 @@
+"""The runtime guard: a hang in a real job becomes a diagnosed crash in seconds.
+
+    torchrun --nproc-per-node 4 -m commlint.guard [--timeout S] [--check all|sample:N|off]
+        [--save-trace DIR] train.py ARGS...
+
+or, in code that starts its own processes, `commlint.guard.install()` before the first
+communication call. The program runs for real on its own backend; the guard records its
+communication, checks collective fingerprints across members before they can hang, and on a
+stall runs the commlint checker on every rank's recent calls. See docs/guard.md.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import traceback
+from typing import Any
+
+from commlint.guard.core import CommlintGuardError, Guard, Options
+
+__all__ = ["CommlintGuardError", "Options", "install", "installed"]
+
+_GUARD: Guard | None = None
+
+
+def installed() -> Guard | None:
+    """The guard of this process, if `install()` ran."""
+    return _GUARD
+
+
+def install(
+    timeout: float | None = None,
+    check: str | None = None,
+    save_trace: str | None = None,
+) -> Guard:
+    """Wrap `torch.distributed` in this process; arguments override `COMMLINT_GUARD_*`.
+
+    Idempotent. Call it before the program's first communication call (before or after
+    `init_process_group`); calls bound earlier by `from torch.distributed import x` are not
+    seen."""
+    global _GUARD
+    if _GUARD is not None:
+        return _GUARD
+    options = Options.from_env()
+    if timeout is not None:
+        options.timeout = float(timeout)
+    if check is not None:
+        options.check = check
+    if save_trace is not None:
+        options.save_trace = save_trace
+    guard = Guard(options)
+    _patch(guard)
+    _GUARD = guard
+    atexit.register(_at_exit)
+    previous_hook = sys.excepthook
+
+    def excepthook(kind: Any, value: Any, tb: Any) -> None:
+        record_exception(value)
+        previous_hook(kind, value, tb)
+
+    sys.excepthook = excepthook
+    return guard
+
+
+def _patch(guard: Guard) -> None:
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    from commlint.guard.calls import API
+
+    for name in API:
+        original = getattr(c10d, name, None)
+        if original is None or getattr(original, "__commlint_guard__", False):
+            continue
+        wrapped = guard.wrap(name, original)
+        guard.originals[name] = original
+        setattr(c10d, name, wrapped)
+        if getattr(dist, name, None) is original:
+            setattr(dist, name, wrapped)
+
+    batch = c10d.batch_isend_irecv
+
+    def batch_isend_irecv(p2p_op_list: list, *args: Any, **kwargs: Any) -> Any:
+        return guard.batch(batch, p2p_op_list, *args, **kwargs)
+
+    batch_isend_irecv.__commlint_guard__ = True  # type: ignore[attr-defined]
+    c10d.batch_isend_irecv = batch_isend_irecv
+    dist.batch_isend_irecv = batch_isend_irecv
+
+    init = c10d.init_process_group
+
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        out = init(*args, **kwargs)
+        guard.started()  # heartbeats from the start: a rank that never communicates is alive
+        return out
+
+    c10d.init_process_group = init_process_group
+    dist.init_process_group = init_process_group
+
+    work = c10d.Work
+    wait = work.wait
+
+    def guarded_wait(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return guard.on_wait(self, wait, args, kwargs)
+
+    work.wait = guarded_wait
+    if guard.options.ddp:
+        _patch_ddp(guard)
+
+
+def _patch_ddp(guard: Guard) -> None:
+    """DDP's reducer all-reduces gradient buckets in C++, out of the wrappers' sight. Unless
+    the program registers its own comm hook, the guard registers the Python twin of the
+    default one (`default_hooks.allreduce_hook`: divide, all-reduce) before the first
+    forward, so each bucket's all_reduce is recorded and fingerprinted."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    register = DDP.register_comm_hook
+    forward = DDP.forward
+
+    def register_comm_hook(self: Any, state: object, hook: Any) -> Any:
+        self.__dict__["_commlint_hooked"] = True
+        return register(self, state, hook)
+
+    def guarded_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not self.__dict__.get("_commlint_hooked"):
+            self.__dict__["_commlint_hooked"] = True
+            if guard.started() and getattr(self, "reducer", None) is not None:
+                register(self, self.process_group, default_hooks.allreduce_hook)
+        return forward(self, *args, **kwargs)
+
+    DDP.register_comm_hook = register_comm_hook
+    DDP.forward = guarded_forward
+
+
+def _user_site(tb: Any) -> str | None:
+    from commlint.guard.core import short_path
+
+    skip = (os.path.dirname(os.path.abspath(__file__)) + os.sep, "<frozen ", "runpy.py")
+    site = None
+    for frame in traceback.extract_tb(tb):
+        if not frame.filename.startswith(skip) and "/torch/" not in frame.filename:
+            site = f"{short_path(frame.filename)}:{frame.lineno}"
+    return site
+
+
+def record_exception(exc: BaseException) -> None:
+    """Tell the other ranks this one is leaving because of `exc` (SystemExit included)."""
+    guard = _GUARD
+    if guard is None or guard.ring is None:
+        return
+    if isinstance(exc, SystemExit):
+        code = exc.code
+        if code in (None, 0):
+            guard.publish_end("finished")
+        else:
+            guard.publish_end("exit", f"exit code {code}", _user_site(exc.__traceback__))
+        return
+    first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+    guard.publish_end("exception", f"{type(exc).__name__}: {first}", _user_site(exc.__traceback__))
+
+
+def _at_exit() -> None:
+    if _GUARD is not None:
+        _GUARD.publish_end("finished")

@@ -1,0 +1,125 @@
+"""Which `torch.distributed` functions the guard wraps, and how a call becomes an action.
+
+One table (`API`) says, per function, the trace op it is, where its tensor, root, peer and
+reduce op are, and whether it is point-to-point; `describe` reads a call's arguments with the
+function's own signature, so positional and keyword forms read the same.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CallSpec:
+    """How to read one `torch.distributed` function's arguments."""
+
+    op: str
+    tensor: str | None = None  # argument whose shape/dtype the peers must agree on
+    root: str | None = None  # global-rank root argument (src/dst)
+    group_root: str | None = None  # the same as a group rank (group_src/group_dst)
+    reduce: str | None = None
+    p2p: str | None = None  # "send" or "recv": the peer argument is root/group_root
+    can_async: bool = True
+    obj: bool = False  # object collective: sizes differ legitimately, not fingerprinted
+
+
+API: dict[str, CallSpec] = {
+    "all_reduce": CallSpec("all_reduce", tensor="tensor", reduce="op"),
+    "all_gather": CallSpec("all_gather", tensor="tensor"),
+    "all_gather_into_tensor": CallSpec("all_gather", tensor="input_tensor"),
+    "reduce_scatter": CallSpec("reduce_scatter", tensor="output", reduce="op"),
+    "reduce_scatter_tensor": CallSpec("reduce_scatter", tensor="input", reduce="op"),
+    "broadcast": CallSpec("broadcast", tensor="tensor", root="src", group_root="group_src"),
+    "reduce": CallSpec("reduce", tensor="tensor", root="dst", group_root="group_dst", reduce="op"),
+    "gather": CallSpec("gather", tensor="tensor", root="dst", group_root="group_dst"),
+    "scatter": CallSpec("scatter", tensor="tensor", root="src", group_root="group_src"),
+    "all_to_all": CallSpec("all_to_all"),
+    "all_to_all_single": CallSpec("all_to_all"),
+    "barrier": CallSpec("barrier"),
+    "monitored_barrier": CallSpec("barrier", can_async=False),
+    "send": CallSpec("send", tensor="tensor", root="dst", group_root="group_dst", p2p="send"),
+    "recv": CallSpec("recv", tensor="tensor", root="src", group_root="group_src", p2p="recv"),
+    "isend": CallSpec("isend", tensor="tensor", root="dst", group_root="group_dst", p2p="send"),
+    "irecv": CallSpec("irecv", tensor="tensor", root="src", group_root="group_src", p2p="recv"),
+    "all_gather_object": CallSpec("all_gather", can_async=False, obj=True),
+    "gather_object": CallSpec(
+        "gather", root="dst", group_root="group_dst", can_async=False, obj=True
+    ),
+    "broadcast_object_list": CallSpec(
+        "broadcast", root="src", group_root="group_src", can_async=False, obj=True
+    ),
+    "scatter_object_list": CallSpec(
+        "scatter", root="src", group_root="group_src", can_async=False, obj=True
+    ),
+    "send_object_list": CallSpec(
+        "send", root="dst", group_root="group_dst", p2p="send", can_async=False, obj=True
+    ),
+    "recv_object_list": CallSpec(
+        "recv", root="src", group_root="group_src", p2p="recv", can_async=False, obj=True
+    ),
+}
+
+
+@dataclass
+class Call:
+    """One call as the guard records it."""
+
+    op: str
+    group: Any  # the ProcessGroup object, or None for the default group
+    is_async: bool
+    root: int | None = None  # global rank (root of a collective, peer of p2p)
+    tensor: Any = None
+    reduce_op: str | None = None
+    p2p: str | None = None
+    tag: int = 0
+    obj: bool = False
+
+
+_SIGNATURES: dict[str, inspect.Signature] = {}
+
+
+def signature(name: str, fn: Any) -> inspect.Signature:
+    sig = _SIGNATURES.get(name)
+    if sig is None:
+        sig = _SIGNATURES[name] = inspect.signature(fn)
+    return sig
+
+
+def reduce_name(op: Any) -> str | None:
+    if op is None:
+        return "sum"
+    name = getattr(op, "name", None) or str(op)
+    return str(name).rsplit(".", 1)[-1].lower()
+
+
+def describe(name: str, fn: Any, args: tuple, kwargs: dict, dist: Any) -> Call | None:
+    """The call's facts, or None when the guard cannot read them (then it is not recorded)."""
+    spec = API[name]
+    bound = signature(name, fn).bind_partial(*args, **kwargs).arguments
+    group = bound.get("group")
+    if group is dist.GroupMember.NON_GROUP_MEMBER:
+        return None  # torch returns at once on a group this rank is not in
+    root = bound.get(spec.root) if spec.root else None
+    group_root = bound.get(spec.group_root) if spec.group_root else None
+    if root is None and group_root is not None:
+        root = dist.get_global_rank(group or dist.group.WORLD, group_root)
+    if root is None and spec.op in ("broadcast", "reduce", "gather", "scatter") and not spec.p2p:
+        root = 0 if group is None else None
+    op = spec.op
+    is_async = bool(bound.get("async_op", False)) if spec.can_async else False
+    if spec.p2p:
+        is_async = op in ("isend", "irecv")
+    return Call(
+        op=op,
+        group=group,
+        is_async=is_async,
+        root=int(root) if root is not None else None,
+        tensor=bound.get(spec.tensor) if spec.tensor else None,
+        reduce_op=reduce_name(bound.get(spec.reduce)) if spec.reduce else None,
+        p2p=spec.p2p,
+        tag=int(bound.get("tag") or 0),
+        obj=spec.obj,
+    )

@@ -1,0 +1,421 @@
+"""The guard of one rank: wraps `torch.distributed`, records, checks fingerprints.
+
+Everything the ranks tell each other goes through a side channel — a TCPStore client of the
+job's own store (MASTER_ADDR/MASTER_PORT, as torchrun and most launchers set them; else the
+default process group's store) under a key prefix of its own — never through the backend
+the program uses, so a wedged backend cannot wedge the guard.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from commlint.guard.calls import Call, describe
+from commlint.guard.ring import DONE, FAILED, PENDING, Ring
+
+# How long a rank waits, before a checked blocking collective, for the other members'
+# fingerprints. Waiting costs nothing a correct program would not wait anyway (the collective
+# waits for the slowest member too); a member that has not published by then is left to the
+# watchdog (it may be slow, or stuck elsewhere: that is a stall, not a mismatch).
+FP_WAIT_FRACTION = 0.5
+FP_WAIT_MAX = 2.0
+# A rank deletes its own fingerprint key this many calls later, so the store stays small.
+FP_KEEP = 64
+
+
+class CommlintGuardError(RuntimeError):
+    """Raised on every member of a collective whose members disagree (CL203/CL204)."""
+
+
+@dataclass
+class Options:
+    """What the guard does; from flags (`python -m commlint.guard`) or the environment."""
+
+    timeout: float = 10.0
+    check: str = "all"  # all | sample:N | off
+    save_trace: str | None = None
+    ring_size: int = 512
+    ddp: bool = True
+
+    @classmethod
+    def from_env(cls) -> Options:
+        env = os.environ
+        return cls(
+            timeout=float(env.get("COMMLINT_GUARD_TIMEOUT", "10")),
+            check=env.get("COMMLINT_GUARD_CHECK", "all"),
+            save_trace=env.get("COMMLINT_GUARD_SAVE_TRACE") or None,
+            ring_size=int(env.get("COMMLINT_GUARD_RING", "512")),
+            ddp=env.get("COMMLINT_GUARD_DDP", "1") not in ("0", "false", "no"),
+        )
+
+    def sample_every(self) -> int:
+        """0: no fingerprint checks; N: check every N-th collective of each group."""
+        if self.check == "off":
+            return 0
+        if self.check == "all":
+            return 1
+        if self.check.startswith("sample:"):
+            n = int(self.check.split(":", 1)[1])
+            if n >= 1:
+                return n
+        raise ValueError(f"--check must be all, sample:N (N ≥ 1) or off, not {self.check!r}")
+
+
+def _site_skips() -> tuple[str, ...]:
+    import torch
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    return (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep, here + os.sep)
+
+
+def short_path(filename: str) -> str:
+    try:
+        rel = os.path.relpath(filename)
+    except ValueError:
+        return filename
+    return filename if rel.startswith("..") else rel
+
+
+class Guard:
+    """Per-process guard state. One instance, made by `commlint.guard.install()`."""
+
+    def __init__(self, options: Options) -> None:
+        import torch.distributed as dist
+
+        self.dist = dist
+        self.options = options
+        self.every = options.sample_every()
+        self.ring: Ring | None = None
+        self.rank = -1
+        self.world_size = 0
+        self.backend = ""
+        self.local = threading.local()
+        self.groups: dict[int, tuple[str, list[int]]] = {}
+        self.works: dict[int, tuple[Any, dict[str, Any]]] = {}
+        self.prefix = "commlint_guard/{}/{}/".format(
+            os.environ.get("TORCHELASTIC_RUN_ID", "job"),
+            os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"),
+        )
+        self.skips = _site_skips()
+        self.ended = False
+        self.watchdog: Any = None
+        self.originals: dict[str, Any] = {}
+        self._start_lock = threading.Lock()
+
+    # -- side channel -------------------------------------------------------------------------
+
+    def store(self) -> Any:
+        """This thread's client of the side channel (clients are not shared across threads)."""
+        s = getattr(self.local, "store", None)
+        if s is None:
+            s = self.local.store = self.new_store()
+        return s
+
+    def new_store(self) -> Any:
+        dist = self.dist
+        addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+        if addr and port:
+            base = dist.TCPStore(addr, int(port), is_master=False, timeout=timedelta(seconds=30))
+        else:
+            base = dist.distributed_c10d._get_default_store()
+        return dist.PrefixStore(self.prefix, base)
+
+    # -- start ----------------------------------------------------------------------------
+
+    def started(self) -> bool:
+        """Learn rank and world size once the default group exists; start the watchdog."""
+        if self.ring is not None:
+            return True
+        dist = self.dist
+        if not dist.is_initialized():
+            return False
+        with self._start_lock:
+            if self.ring is None:
+                self.rank = dist.get_rank()
+                self.world_size = dist.get_world_size()
+                self.backend = str(dist.get_backend())
+                ring = Ring(self.rank, self.options.ring_size)
+                from commlint.guard.watchdog import Watchdog
+
+                self.watchdog = Watchdog(self, ring)
+                self.ring = ring
+                self.watchdog.start()
+        return True
+
+    # -- groups and sites ---------------------------------------------------------------------
+
+    def group_of(self, pg: Any) -> tuple[str, list[int]]:
+        dist = self.dist
+        if pg is None or pg is dist.GroupMember.WORLD:
+            return "WORLD", list(range(self.world_size))
+        known = self.groups.get(id(pg))
+        if known is None:
+            ranks = dist.get_process_group_ranks(pg)
+            if ranks == list(range(self.world_size)) and pg is dist.group.WORLD:
+                name = "WORLD"
+            else:
+                name = f"pg{getattr(pg, 'group_name', id(pg))}"
+            known = self.groups[id(pg)] = (name, ranks)
+        return known
+
+    def site(self) -> tuple[str | None, list[str]]:
+        f = sys._getframe(2)
+        skips = self.skips
+        while f is not None and f.f_code.co_filename.startswith(skips):
+            f = f.f_back
+        if f is None:
+            return None, []
+        site = f"{short_path(f.f_code.co_filename)}:{f.f_lineno}"
+        stack = []
+        g = f.f_back
+        while g is not None and len(stack) < 3:
+            stack.append(f"{short_path(g.f_code.co_filename)}:{g.f_lineno} in {g.f_code.co_name}")
+            g = g.f_back
+        return site, stack
+
+    # -- recording ------------------------------------------------------------------------
+
+    def entry(self, call: Call) -> tuple[dict[str, Any], str]:
+        name, ranks = self.group_of(call.group)
+        e: dict[str, Any] = {"op": call.op, "group": name, "state": PENDING}
+        if self.rank not in ranks:
+            e["nonmember"] = True
+        t = call.tensor
+        if t is not None and hasattr(t, "shape"):
+            e["shape"] = list(t.shape)
+            e["dtype"] = str(t.dtype).removeprefix("torch.")
+        if call.reduce_op:
+            e["reduce_op"] = call.reduce_op
+        if call.p2p:
+            e["peer"] = call.root
+            if call.tag:
+                e["tag"] = call.tag
+            src, dst = (self.rank, call.root) if call.p2p == "send" else (call.root, self.rank)
+            key = f"p2p:{name}:{src}>{dst}:{call.tag}"
+        else:
+            if call.root is not None:
+                e["root"] = call.root
+            key = f"coll:{name}"
+        if call.is_async:
+            e["async"] = True
+        if threading.current_thread() is not threading.main_thread():
+            e["thread"] = threading.current_thread().name
+        return e, key
+
+    def wrap(self, name: str, fn: Any) -> Any:
+        guard = self
+
+        @functools.wraps(fn)
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            local = guard.local
+            if getattr(local, "depth", 0) or not guard.started():
+                return fn(*args, **kwargs)
+            try:
+                call = describe(name, fn, args, kwargs, guard.dist)
+            except Exception:  # arguments torch itself will reject: let torch say so
+                call = None
+            if call is None:
+                return guard.call_inner(fn, args, kwargs)
+            return guard.run(call, fn, args, kwargs, name)
+
+        guarded.__commlint_guard__ = True  # type: ignore[attr-defined]
+        return guarded
+
+    def call_inner(self, fn: Any, args: tuple, kwargs: dict) -> Any:
+        local = self.local
+        local.depth = getattr(local, "depth", 0) + 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            local.depth -= 1
+
+    def run(self, call: Call, fn: Any, args: tuple, kwargs: dict, api: str) -> Any:
+        ring = self.ring
+        assert ring is not None
+        e, key = self.entry(call)
+        site, stack = self.site()
+        if site:
+            e["site"] = site
+        if stack:
+            e["stack"] = stack
+        if api != e["op"]:
+            e["label"] = api
+        if call.is_async:
+            e["handle"] = ring.new_handle()
+        ring.add(e, key)
+        checked = self.every and not call.p2p and not e.get("nonmember")
+        if checked and e["seq"] % self.every == 0:
+            self.fingerprint(e, call)
+        if not call.is_async:
+            ring.block(e)
+        try:
+            result = self.call_inner(fn, args, kwargs)
+        except BaseException:
+            ring.finish(e, FAILED)
+            raise
+        if call.is_async and result is not None:
+            with ring.lock:
+                ring.works[e["handle"]] = result
+            self.works[id(result)] = (result, e)
+            if len(self.works) > 4 * ring.entries.maxlen:  # type: ignore[operator]
+                self.prune_works()
+        else:
+            ring.finish(e, DONE)
+        return result
+
+    def prune_works(self) -> None:
+        ring = self.ring
+        assert ring is not None
+        with ring.lock:
+            live = set(ring.works)
+        self.works = {k: v for k, v in self.works.items() if v[1].get("handle") in live}
+
+    def on_wait(self, work: Any, wait: Any, args: tuple, kwargs: dict) -> Any:
+        """`Work.wait` of an op this guard recorded: a `wait` action, blocking."""
+        known = self.works.pop(id(work), None) if not getattr(self.local, "depth", 0) else None
+        if known is None or known[0] is not work or self.ring is None:
+            return wait(work, *args, **kwargs)
+        ring = self.ring
+        op_entry = known[1]
+        e: dict[str, Any] = {"op": "wait", "handles": [op_entry["handle"]], "state": PENDING}
+        site, _ = self.site()
+        if site:
+            e["site"] = site
+        ring.add(e, None)
+        ring.block(e)
+        try:
+            result = self.call_inner(wait, (work, *args), kwargs)
+        except BaseException:
+            ring.finish(e, FAILED)
+            ring.finish(op_entry, FAILED)
+            raise
+        ring.finish(op_entry, DONE)
+        ring.finish(e, DONE)
+        return result
+
+    def batch(self, fn: Any, p2p_op_list: list, *rest: Any, **kw: Any) -> Any:
+        """`batch_isend_irecv`: each op recorded as an isend/irecv of one batch."""
+        if getattr(self.local, "depth", 0) or not self.started() or not p2p_op_list:
+            return fn(p2p_op_list, *rest, **kw)
+        ring = self.ring
+        assert ring is not None
+        dist = self.dist
+        batch = f"b{ring.new_handle()}"
+        entries = []
+        site, _ = self.site()
+        for p in p2p_op_list:
+            kind = "send" if getattr(p.op, "__name__", "") in ("isend", "send") else "recv"
+            peer = p.peer if p.peer is not None else None
+            if peer is None and getattr(p, "group_peer", None) is not None:
+                peer = dist.get_global_rank(p.group, p.group_peer)
+            call = Call(
+                op="isend" if kind == "send" else "irecv",
+                group=p.group,
+                is_async=True,
+                root=peer,
+                tensor=p.tensor,
+                p2p=kind,
+                tag=int(p.tag or 0),
+            )
+            e, key = self.entry(call)
+            e["batch"] = batch
+            e["handle"] = ring.new_handle()
+            if site:
+                e["site"] = site
+            ring.add(e, key)
+            entries.append(e)
+        try:
+            works = self.call_inner(fn, (p2p_op_list, *rest), kw)
+        except BaseException:
+            for e in entries:
+                ring.finish(e, FAILED)
+            raise
+        for work, e in zip(works or [], entries, strict=False):
+            with ring.lock:
+                ring.works[e["handle"]] = work
+            self.works[id(work)] = (work, e)
+        return works
+
+    # -- fingerprints -------------------------------------------------------------------------
+
+    def fingerprint(self, e: dict[str, Any], call: Call) -> None:
+        """Publish this call's fingerprint; compare with the members that published theirs."""
+        fp = {k: e[k] for k in ("op", "root", "reduce_op", "shape", "dtype", "site") if k in e}
+        if call.obj:
+            fp.pop("shape", None)
+        if e["op"] == "all_to_all":
+            fp.pop("shape", None)
+        group, seq = e["group"], e["seq"]
+        _, members = self.group_of(call.group)
+        store = self.store()
+        mine = f"fp/{group}/{seq}/{self.rank}"
+        store.set(mine, json.dumps(fp))
+        if seq >= FP_KEEP:
+            with contextlib.suppress(Exception):
+                store.delete_key(f"fp/{group}/{seq - FP_KEEP}/{self.rank}")
+        others = [f"fp/{group}/{seq}/{r}" for r in members if r != self.rank]
+        if not others:
+            return
+        present = self.await_keys(store, others, 0.0 if call.is_async else self.fp_wait())
+        if not present:
+            return
+        values = store.multi_get(present)
+        seen = {self.rank: fp}
+        for k, v in zip(present, values, strict=True):
+            seen[int(k.rsplit("/", 1)[1])] = json.loads(v)
+        if all(_same(fp, other) for other in seen.values()):
+            return
+        from commlint.guard.diagnose import mismatch_text
+
+        text = mismatch_text(group, members, seq, seen, self.world_size)
+        self.ring.finish(e, FAILED)  # type: ignore[union-attr]
+        with contextlib.suppress(Exception):
+            store.set("fperr", json.dumps({"rank": self.rank, "text": text}))
+        raise CommlintGuardError(text)
+
+    def fp_wait(self) -> float:
+        return min(self.options.timeout * FP_WAIT_FRACTION, FP_WAIT_MAX)
+
+    @staticmethod
+    def await_keys(store: Any, keys: list[str], wait: float) -> list[str]:
+        """The keys present now, or once all are present, or when `wait` has passed.
+
+        Polls with `check` (one round trip, no server-side wait): `TCPStore.wait` with a
+        timeout logs a warning on every expiry, which a slow-but-correct rank would hit."""
+        if store.check(keys):
+            return keys
+        deadline = time.monotonic() + wait
+        pause = 0.0002
+        while time.monotonic() < deadline:
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
+            if store.check(keys):
+                return keys
+        return [k for k in keys if store.check([k])]
+
+    # -- end of the program -------------------------------------------------------------------
+
+    def publish_end(self, kind: str, message: str | None = None, site: str | None = None) -> None:
+        """Tell the other ranks this one is gone, and what it did: its ring with the end."""
+        if self.ended or self.ring is None:
+            return
+        self.ended = True
+        try:
+            snap = self.ring.snapshot()
+            snap["end"] = {"kind": kind, "message": message, "site": site}
+            self.store().set(f"end/{self.rank}", json.dumps(snap, default=str))
+        except Exception:  # the store's host may already be gone at shutdown
+            pass
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return all(a.get(k) == b.get(k) for k in ("op", "root", "reduce_op", "shape", "dtype"))

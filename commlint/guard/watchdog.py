@@ -1,0 +1,170 @@
+"""The stall watchdog: one thread per rank, talking to the others through the store only.
+
+Protocol (keys under the guard's prefix; R is the current round, `store.add("round", 0)`):
+- `hb/<rank>`: a counter bumped every tick, so a rank that died is told from a slow one;
+- a rank blocked in one call for more than the guard timeout sets `want/R`;
+- every rank that sees `want/R` publishes `state/R/<rank>`: its ring, what it is blocked in
+  (or that it is running), its groups;
+- the lowest rank that published claims the round (`coord/R`), waits for every rank's state
+  (or its exit record `end/<rank>`, or its heartbeat to stop), builds the trace and runs the
+  checker. A proven hang → `verdict/R`: the coordinator prints the diagnosis, every rank
+  exits non-zero (`os._exit`: tearing down a wedged group can hang). No proof (a rank still
+  running may yet answer) → `round` moves on and the stalled ranks ask again later.
+- `fperr`: a fingerprint mismatch found by a member before it entered the collective; the
+  members already inside it cannot be raised in, so their watchdogs end them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+from commlint.guard.ring import Ring
+
+
+class Watchdog(threading.Thread):
+    def __init__(self, guard: Any, ring: Ring) -> None:
+        super().__init__(name="commlint-guard-watchdog", daemon=True)
+        self.guard = guard
+        self.ring = ring
+        self.timeout = guard.options.timeout
+        self.tick = min(0.5, max(0.05, self.timeout / 10))
+        self.beats = 0
+        self.requested_at = -1e9
+        self.published: int | None = None
+        self.want_seen: dict[int, float] = {}
+
+    def run(self) -> None:
+        try:
+            import commlint.graph.check  # noqa: F401  (ready before the first stall)
+
+            store = self.guard.new_store()
+            while True:
+                time.sleep(self.tick)
+                if self.guard.ended:
+                    return
+                self.step(store)
+        except Exception as exc:  # the guard must never take the job down by itself
+            if not self.guard.ended:
+                print(f"commlint guard: watchdog stopped: {exc!r}", file=sys.stderr, flush=True)
+
+    def step(self, store: Any) -> None:
+        rank = self.ring.rank
+        self.beats += 1
+        store.set(f"hb/{rank}", str(self.beats))
+        if store.check(["fperr"]) and self.ring.stalled_for() > self.tick:
+            err = json.loads(store.get("fperr"))
+            if err.get("rank") != rank:
+                self.leave(
+                    f"commlint guard: rank {rank} stops: rank {err.get('rank')} found that "
+                    f"the members of a collective disagree:\n{err.get('text')}"
+                )
+        rnd = int(store.add("round", 0))
+        if store.check([f"verdict/{rnd}"]):
+            v = json.loads(store.get(f"verdict/{rnd}"))
+            self.leave(
+                f"commlint guard: rank {rank} stops: rank {v['coordinator']} diagnosed a hang "
+                f"({', '.join(v['codes'])}); its report has the details."
+            )
+        stalled = self.ring.stalled_for()
+        now = time.monotonic()
+        if stalled > self.timeout and now - self.requested_at > self.timeout / 2:
+            self.requested_at = now
+            store.set(f"want/{rnd}", str(rank))
+        if not store.check([f"want/{rnd}"]):
+            return
+        if self.published != rnd:
+            self.published = rnd
+            self.want_seen[rnd] = now
+            store.set(f"state/{rnd}/{rank}", json.dumps(self.state(stalled), default=str))
+            return
+        if now - self.want_seen.get(rnd, now) < self.tick:
+            return  # give every rank one tick to publish
+        world = self.guard.world_size
+        lower = [f"state/{rnd}/{r}" for r in range(rank)]
+        if any(store.check([k]) for k in lower):
+            return  # a lower rank published: it coordinates
+        if int(store.add(f"coord/{rnd}", 1)) == 1:
+            self.coordinate(store, rnd, world)
+
+    def state(self, stalled: float) -> dict[str, Any]:
+        snap = self.ring.snapshot()
+        with self.ring.lock:
+            inflight = dict(self.ring.inflight) if self.ring.inflight else None
+        snap["status"] = "blocked" if inflight else "running"
+        snap["inflight"] = inflight
+        snap["blocked_for"] = stalled
+        snap["groups"] = {name: ranks for name, ranks in self.guard.groups.values()}
+        return snap
+
+    def coordinate(self, store: Any, rnd: int, world: int) -> None:
+        from commlint.guard.diagnose import diagnose, format_report
+
+        deadline = time.monotonic() + max(4 * self.tick, min(self.timeout / 2, 5.0))
+        states: dict[int, dict[str, Any]] = {}
+        beats: dict[int, str] = {}
+        while True:
+            for r in range(world):
+                if r in states:
+                    continue
+                if store.check([f"state/{rnd}/{r}"]):
+                    states[r] = json.loads(store.get(f"state/{rnd}/{r}"))
+                elif store.check([f"end/{r}"]):
+                    s = json.loads(store.get(f"end/{r}"))
+                    s["status"] = "ended"
+                    states[r] = s
+            if len(states) == world or time.monotonic() > deadline:
+                break
+            for r in range(world):
+                if r not in states and store.check([f"hb/{r}"]):
+                    beats.setdefault(r, store.get(f"hb/{r}").decode())
+            time.sleep(self.tick / 2)
+        for r in range(world):
+            if r in states:
+                continue
+            alive = store.check([f"hb/{r}"]) and store.get(f"hb/{r}").decode() != beats.get(r)
+            states[r] = {
+                "status": "running" if alive else "dead",
+                "why": None
+                if alive
+                else "the process is gone: its heartbeat stopped and it recorded no exit "
+                "(killed, or crashed in native code)",
+            }
+        d = diagnose(states, world, self.guard.backend)
+        if not d.hang:
+            store.add("round", 1)
+            return
+        text = format_report(d, states, self.timeout)
+        store.set(
+            f"verdict/{rnd}",
+            json.dumps({"coordinator": self.ring.rank, "codes": sorted({f.code for f in d.hang})}),
+        )
+        self.save(d)
+        self.leave(text)
+
+    def save(self, d: Any) -> None:
+        folder = self.guard.options.save_trace
+        if not folder:
+            return
+        from commlint.plans.io import dump_trace
+
+        os.makedirs(folder, exist_ok=True)
+        d.trace.meta = {
+            "argv": list(sys.argv),
+            "diagnosis": [f"{f.code}: {f.message}" for f in d.hang],
+        }
+        path = os.path.join(folder, "commlint-guard-trace.yaml")
+        dump_trace(d.trace, path)
+        print(f"commlint guard: trace written to {path}", file=sys.stderr, flush=True)
+
+    def leave(self, text: str) -> None:
+        self.guard.ended = True
+        print(text, file=sys.stderr, flush=True)
+        try:
+            sys.stdout.flush()
+        finally:
+            os._exit(1)
