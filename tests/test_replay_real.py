@@ -84,3 +84,54 @@ def test_replay_agrees_with_checker(real_runs):
     # The corpus really exercises all three fates.
     statuses = {r["status"] for case in results.values() for r in case.values()}
     assert {"finished", "timeout"} <= statuses and statuses & {"error", "crashed"}
+
+
+SIZE_MISMATCH = """\
+version: 1
+world_size: 2
+ranks:
+  0: [{op: all_reduce, shape: [4]}]
+  1: [{op: all_reduce, shape: [64]}]
+"""
+
+
+@pytest.mark.real
+@pytest.mark.timeout(300)
+def test_repro_script_exit_codes(tmp_path, capsys):
+    """`commlint replay` writes a script that names itself, says what its exit codes mean, and
+    exits 1 on the send/send deadlock, 0 on the correct pipeline and 3 when gloo fails."""
+    import subprocess
+    import sys
+
+    from commlint.cli import main
+
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    mismatch = tmp_path / "mismatch.yaml"
+    mismatch.write_text(SIZE_MISMATCH, encoding="utf-8")
+    cases = {
+        "deadlock": (examples / "send_send_deadlock.yaml", 2, 1, {"timeout", "closed"}),
+        "clean": (examples / "pipeline_parity_ok.yaml", 4, 0, {"finished"}),
+        "mismatch": (mismatch, 2, 3, {"error", "crashed", "closed"}),
+    }
+    failures = []
+    for name, (trace, nproc, expected, statuses) in cases.items():
+        script = tmp_path / f"repro_{name}.py"
+        assert main(["replay", str(trace), "-o", str(script), "--timeout", "3"]) == 0
+        text = script.read_text(encoding="utf-8")
+        assert "{this file}" not in text
+        assert f"torchrun --nproc-per-node {nproc} repro_{name}.py" in text
+        assert "closed" in text and "Exit code: 0" in text
+        run = subprocess.run(
+            [sys.executable, str(script), "--results", str(tmp_path / name)],
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        seen = {
+            line.split('"status": "')[1].split('"')[0]
+            for line in run.stdout.splitlines()
+            if line.startswith("COMMLINT-REPLAY ")
+        }
+        if run.returncode != expected or not seen <= statuses:
+            failures.append(f"{name}: exit {run.returncode} (want {expected}), statuses {seen}")
+    assert not failures, "\n".join(failures)

@@ -29,17 +29,27 @@ def case_of(trace: Trace, name: str) -> dict:
     }
 
 
-def render_replay(cases: list[dict], timeout: float = 10.0, origin: str = "") -> str:
-    """Script text that replays `cases` (see `case_of`)."""
+def render_replay(
+    cases: list[dict], timeout: float = 10.0, origin: str = "", script: str = "repro.py"
+) -> str:
+    """Script text that replays `cases` (see `case_of`); `script` is the name it is saved as,
+    for the instructions in its docstring."""
     runtime = _RUNTIME.read_text(encoding="utf-8")
     body = runtime[runtime.index('"""', 3) + 3 :].lstrip("\n")  # drop the module docstring
     sizes = sorted({c["world_size"] for c in cases})
+    run = f"torchrun --nproc-per-node {sizes[0]} {script}"
     header = (
         f'"""Replay of {origin or "a commlint trace"}, written by `commlint replay`.\n\n'
-        f"Performs exactly the trace's communication per rank with gloo on CPU.\n"
-        f"Run: torchrun --nproc-per-node {sizes[0]} {{this file}}   (or: python {{this file}})\n"
+        "Performs exactly the trace's communication per rank with gloo on CPU.\n"
+        f"Run: {run}   (or: python {script})\n"
         f"Options: --timeout SECONDS (default {timeout:g}) --results DIR\n"
-        'Each rank prints `COMMLINT-REPLAY {"status": finished|timeout|error, "action": i}`.\n"""\n'
+        'Each rank prints `COMMLINT-REPLAY {"status": ..., "action": i}` with the status\n'
+        "finished, timeout (hung at action i), closed (a peer gave up on the connection while\n"
+        "this rank waited at action i: the other side of a hang or a crash) or error (raised).\n\n"
+        "Exit code: 0 every rank finished; 1 a hang (a rank timed out, saw its connection\n"
+        "closed, or never reported); 2 usage error; 3 a failure (a rank raised or died).\n"
+        "Under torchrun each rank exits with its own code, and torchrun fails if one does.\n"
+        '"""\n'
     )
     data = json.dumps(cases, separators=(",", ":"))
     footer = (
@@ -51,13 +61,14 @@ def render_replay(cases: list[dict], timeout: float = 10.0, origin: str = "") ->
 
 
 def write_replay(trace: Trace, out: str | Path, timeout: float = 10.0, name: str = "trace") -> None:
-    Path(out).write_text(render_replay([case_of(trace, name)], timeout, name), encoding="utf-8")
+    text = render_replay([case_of(trace, name)], timeout, name, Path(out).name)
+    Path(out).write_text(text, encoding="utf-8")
 
 
 def run_cases(cases: list[dict], workdir: str | Path, timeout: float = 5.0) -> dict:
     """Run cases for real (one launch per world size); what each rank did, per case name.
 
-    Returns `{case: {rank: {"status": finished|timeout|error|crashed, "action": i|None}}}`.
+    Returns `{case: {rank: {"status": finished|timeout|closed|error|crashed, "action": i|None}}}`.
     A rank whose process died (gloo aborts on some size mismatches) is `crashed` at the
     action it had started. Needs torch.
     """
@@ -72,7 +83,8 @@ def run_cases(cases: list[dict], workdir: str | Path, timeout: float = 5.0) -> d
         out = workdir / f"w{w}"
         out.mkdir(exist_ok=True)
         script = workdir / f"replay_w{w}.py"
-        script.write_text(render_replay(batch, timeout, f"{len(batch)} cases"), encoding="utf-8")
+        text = render_replay(batch, timeout, f"{len(batch)} cases", script.name)
+        script.write_text(text, encoding="utf-8")
         subprocess.run(
             [sys.executable, str(script), "--results", str(out), "--timeout", str(timeout)],
             capture_output=True,

@@ -10,6 +10,17 @@ action (an exception), or `crashed` (the process died, e.g. gloo aborting on a s
 mismatch) — the ground truth the checker's verdict is compared with. A rank that is done
 waits (on the store) until every rank is done, so a peer that is still blocked hangs until its
 timeout instead of failing on a closed connection: that is what a long-running job does.
+
+`closed` is the other half of a hang or a crash: gloo tells a rank "Connection closed by
+peer" when the rank it waits on gives up first (timed out, or died). In a deadlock of two
+ranks one of them reports `timeout` and the other, usually, `closed`.
+
+Exit codes (of `python repro.py`, and of each rank under torchrun, whose own exit code is
+then non-zero too):
+  0  every rank finished every case: the communication completes;
+  1  a hang: some rank timed out, saw its connection closed, or never reported (killed);
+  2  usage error (bad command-line arguments);
+  3  a failure: some rank raised an error or its process died (and none hung).
 """
 
 from __future__ import annotations
@@ -133,6 +144,20 @@ def _batch(actions: list, start: int, groups: dict) -> tuple[int, list]:
     return end, dist.batch_isend_irecv(ops)
 
 
+EXIT_OK, EXIT_HANG, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
+HANG_STATUSES = ("timeout", "closed")
+FAILED_STATUSES = ("error", "crashed")
+
+
+def exit_code(statuses: list[str]) -> int:
+    """The script's exit code for what the ranks did (see the module docstring)."""
+    if any(s in FAILED_STATUSES for s in statuses):
+        return EXIT_FAILED
+    if any(s in HANG_STATUSES for s in statuses):
+        return EXIT_HANG
+    return EXIT_OK
+
+
 def _classify(exc: BaseException) -> str:
     text = str(exc).lower()
     if "timed out" in text or "timeout" in text:
@@ -215,7 +240,7 @@ def rank_main(rank: int, world_size: int, store, cases: list, timeout: float, ou
         keys = [f"commlint/case{k}/done/{r}" for r in range(world_size)]
         store.wait(keys, datetime.timedelta(seconds=timeout * 4 + 60))
     sys.stdout.flush()
-    os._exit(0)
+    os._exit(exit_code([r["status"] for r in results]))
 
 
 def spawn(cases: list, world_size: int, timeout: float, out_dir: str | None) -> int:
@@ -238,7 +263,14 @@ def spawn(cases: list, world_size: int, timeout: float, out_dir: str | None) -> 
     stuck = [p for p in procs if p.is_alive()]
     for p in stuck:
         p.kill()
-    return 0 if not stuck else 3
+    for p in procs:
+        p.join()
+    codes = [p.exitcode for p in procs if p not in stuck]
+    if any(c is not None and (c < 0 or c == EXIT_FAILED) for c in codes):
+        return EXIT_FAILED  # a rank raised, or its process died (a signal: gloo aborted)
+    if stuck or EXIT_HANG in codes:
+        return EXIT_HANG
+    return EXIT_OK
 
 
 def main(cases: list, default_timeout: float) -> int:
@@ -249,15 +281,17 @@ def main(cases: list, default_timeout: float) -> int:
     args = parser.parse_args()
     if args.results:
         os.makedirs(args.results, exist_ok=True)
-    if "RANK" in os.environ:  # under torchrun
+    if "RANK" in os.environ:  # under torchrun; rank_main leaves with the rank's exit code
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         rank_main(rank, world, None, cases, args.timeout, args.results)
-        return 0
+        return EXIT_FAILED  # not reached: rank_main leaves through os._exit
     sizes = sorted({c["world_size"] for c in cases})
     if args.world_size is not None:
         sizes = [args.world_size]
-    code = 0
-    for w in sizes:
-        batch = [c for c in cases if c["world_size"] == w]
-        code = max(code, spawn(batch, w, args.timeout, args.results))
-    return code
+    codes = [
+        spawn([c for c in cases if c["world_size"] == w], w, args.timeout, args.results)
+        for w in sizes
+    ]
+    if EXIT_FAILED in codes:
+        return EXIT_FAILED
+    return EXIT_HANG if EXIT_HANG in codes else EXIT_OK
