@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -181,3 +183,56 @@ def test_many_groups_show_the_named_ones_first():
     assert len(shown) == html_report.MAX_GROUPS
     assert shown[0] == "g19"  # the group a finding names comes first
     assert any("20 groups: showing the 16" in t for t in page.text)
+
+
+CLEAN = """\
+version: 1
+world_size: 2
+ranks:
+  0: [{op: all_reduce}]
+  1: [{op: all_reduce}]
+"""
+
+
+def test_header_counts_inputs_with_findings_first_and_cards_say_where(tmp_path):
+    """The header's plurals; the input with a finding above the clean one although it is
+    named last; each finding card gives its file:line."""
+    clean = tmp_path / "a_clean.yaml"
+    clean.write_text(CLEAN)
+    bad = tmp_path / "b_mismatch.yaml"
+    bad.write_text(MISMATCH)
+    out = tmp_path / "report.html"
+    assert main(["plan", str(clean), str(bad), "--format", "html", "-o", str(out)]) == 1
+    raw = out.read_text()
+    page = Page(raw)
+    text = [t.strip() for t in page.text if t.strip()]
+    assert "1 finding (1 error, 0 warnings) in 2 checked" in text
+    sections = [s["data-path"] for s in page.find("section", "input")]
+    assert sections == [str(bad), str(clean)]
+    where = text[text.index("CL203") :]
+    assert any(t.startswith(f"{bad}:") and t.split(":")[-2].isdigit() for t in where[:6]), where
+    # the group grid is numbered as Flight Recorder numbers collectives: the mismatch (rank 2's
+    # barrier against the others' second all_reduce) is column 2, as CL203's message says
+    group_grid = raw[raw.index('data-group="WORLD"') :]
+    heads = re.findall(r"<th(?: [^>]*)?>(\d+)</th>", group_grid[: group_grid.index("</thead>")])
+    assert heads == ["1", "2", "3"]
+    assert re.search(r'<th class="mm"[^>]*>2</th>', group_grid)
+    assert "collective #2 on group 'WORLD'" in html.unescape(raw)
+
+
+def test_plurals_and_where_of_a_trace_finding():
+    findings = [
+        Finding(
+            code="CL201",
+            name="deadlock-cycle",
+            severity="error",
+            message="m",
+            actions=[Location(rank=0, action=0, site="train.py:8")],
+        ),
+        Finding(code="CL206", name="x", severity="warning", message="w", path="p.yaml", line=3),
+    ]
+    page = Page(html_report.render(Report(findings=findings, checked=1)))
+    text = [t.strip() for t in page.text if t.strip()]
+    assert "2 findings (1 error, 1 warning) in 1 checked" in text
+    assert "train.py:8" in text  # no file of its own: the call site of its first action
+    assert "p.yaml:3" in text
