@@ -136,7 +136,7 @@ def read_dump(path: str | Path) -> dict[str, Any]:
         raw = Path(path).read_bytes()
     except OSError as exc:
         raise CommlintInputError(f"cannot read: {exc.strerror}", name) from None
-    if raw.lstrip()[:1] == b"{":
+    if raw.lstrip()[:1] in (b"{", b"["):
         try:
             data = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as exc:
@@ -154,11 +154,20 @@ def read_dump(path: str | Path) -> dict[str, Any]:
             ) from None
     if not isinstance(data, dict):
         raise CommlintInputError(
-            f"not a Flight Recorder dump: the top level is a {type(data).__name__}, not a dict",
+            f"not a Flight Recorder dump: the top level is {_kind(data)}, not a dict",
             name,
         )
     data["_budget"] = 100_000 + NODES_PER_BYTE * len(raw)
     return data
+
+
+def _kind(value: Any) -> str:
+    """`an integer`, `a list`…: what a field holds, never its text (which may be huge)."""
+    if value is None:
+        return "null"
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+             list: "a list", tuple: "a list", dict: "a dict", bytes: "bytes"}  # fmt: skip
+    return names.get(type(value), f"a {type(value).__name__}")
 
 
 def _short(exc: BaseException) -> str:
@@ -290,7 +299,7 @@ def _seq(value: Any, key: str) -> int:
         return value
     if isinstance(value, str) and value.lstrip("-").isdigit() and len(value) < 20:
         return int(value)  # torch's own tests write sequence ids as strings
-    raise _Bad(f"'{key}' is a {type(value).__name__}, not an integer")
+    raise _Bad(f"'{key}' is {_kind(value)}, not an integer")
 
 
 class _Walk:
@@ -314,11 +323,11 @@ def _sizes(value: Any, key: str, walk: _Walk) -> list[list[int]]:
     if value is None:
         return []
     if not isinstance(value, (list, tuple)):
-        raise _Bad(f"'{key}' is a {type(value).__name__}, not a list of shapes")
+        raise _Bad(f"'{key}' is {_kind(value)}, not a list of shapes")
     walk.spend(len(value))
     for shape in value:
         if not isinstance(shape, (list, tuple)):
-            raise _Bad(f"'{key}' holds a {type(shape).__name__}, not a shape (list of integers)")
+            raise _Bad(f"'{key}' holds {_kind(shape)}, not a shape (list of integers)")
         walk.spend(len(shape))
         for d in shape:
             if not isinstance(d, int) or isinstance(d, bool) or d < 0:
@@ -332,11 +341,11 @@ def _dtypes(value: Any, key: str, walk: _Walk) -> list[str]:
     if isinstance(value, str):
         return [value] if value else []  # torch's own tests write one dtype as a string
     if not isinstance(value, (list, tuple)):
-        raise _Bad(f"'{key}' is a {type(value).__name__}, not a list of dtype names")
+        raise _Bad(f"'{key}' is {_kind(value)}, not a list of dtype names")
     walk.spend(len(value))
     for d in value:
         if not isinstance(d, str):
-            raise _Bad(f"'{key}' holds a {type(d).__name__}, not a dtype name")
+            raise _Bad(f"'{key}' holds {_kind(d)}, not a dtype name")
     return value  # type: ignore[return-value]
 
 
@@ -344,38 +353,38 @@ def _frames(value: Any, walk: _Walk) -> list[dict[str, Any]] | None:
     if value is None:
         return None
     if not isinstance(value, (list, tuple)):
-        raise _Bad(f"'frames' is a {type(value).__name__}, not a list")
+        raise _Bad(f"'frames' is {_kind(value)}, not a list")
     walk.spend(len(value))
     for f in value:
         if not isinstance(f, dict):
-            raise _Bad(f"'frames' holds a {type(f).__name__}, not a frame (dict)")
+            raise _Bad(f"'frames' holds {_kind(f)}, not a frame (dict)")
         for k in ("filename", "name"):
             if f.get(k) is not None and not isinstance(f[k], str):
-                raise _Bad(f"a frame's '{k}' is a {type(f[k]).__name__}, not a string")
+                raise _Bad(f"a frame's '{k}' is {_kind(f[k])}, not a string")
         line = f.get("line")
         if line is not None and (not isinstance(line, int) or isinstance(line, bool)):
-            raise _Bad(f"a frame's 'line' is a {type(line).__name__}, not an integer")
+            raise _Bad(f"a frame's 'line' is {_kind(line)}, not an integer")
     return value  # type: ignore[return-value]
 
 
 def _pg_field(value: Any) -> tuple[str, str]:
     if not isinstance(value, (list, tuple)) or not value:
-        raise _Bad(f"'process_group' is a {type(value).__name__}, not a (name, description) pair")
+        raise _Bad(f"'process_group' is {_kind(value)}, not a (name, description) pair")
     for part in value[:2]:
         if not isinstance(part, (str, int)) or isinstance(part, bool):
-            raise _Bad(f"'process_group' holds a {type(part).__name__}, not a name")
+            raise _Bad(f"'process_group' holds {_kind(part)}, not a name")
     return str(value[0]), str(value[1]) if len(value) > 1 else ""
 
 
 def _check_entry(index: int, e: Any, walk: _Walk) -> _Entry:
     if not isinstance(e, dict):
-        raise _Bad(f"is a {type(e).__name__}, not a dict")
+        raise _Bad(f"is {_kind(e)}, not a dict")
     for key in ("profiling_name", "process_group", "collective_seq_id"):
         if key not in e:
             raise _Bad(f"missing '{key}'")
     profiling = e["profiling_name"]
     if not isinstance(profiling, str):
-        raise _Bad(f"'profiling_name' is a {type(profiling).__name__}, not a string")
+        raise _Bad(f"'profiling_name' is {_kind(profiling)}, not a string")
     x = _Entry()
     x.index = index
     rid = e.get("record_id")
@@ -387,11 +396,11 @@ def _check_entry(index: int, e: Any, walk: _Walk) -> _Entry:
     x.p2p_seq = 0 if p2p_seq is None else _seq(p2p_seq, "p2p_seq_id")
     state = e.get("state")
     if state is not None and not isinstance(state, str):
-        raise _Bad(f"'state' is a {type(state).__name__}, not a string")
+        raise _Bad(f"'state' is {_kind(state)}, not a string")
     x.state = state or ""
     is_p2p = e.get("is_p2p")
     if is_p2p is not None and not isinstance(is_p2p, (bool, int)):
-        raise _Bad(f"'is_p2p' is a {type(is_p2p).__name__}, not a boolean")
+        raise _Bad(f"'is_p2p' is {_kind(is_p2p)}, not a boolean")
     x.p2p = bool(is_p2p) or x.raw in ("send", "recv")
     x.in_sizes = _sizes(e.get("input_sizes"), "input_sizes", walk)
     x.out_sizes = _sizes(e.get("output_sizes"), "output_sizes", walk)
@@ -407,14 +416,12 @@ def _checked_dump(
     """(entries in record_id order, pg name → (description, ranks or None), version)."""
     if not isinstance(data, dict):
         raise CommlintInputError(
-            f"not a Flight Recorder dump: the top level is a {type(data).__name__}", where
+            f"not a Flight Recorder dump: the top level is {_kind(data)}", where
         )
     walk = _Walk(data.get("_budget") if isinstance(data.get("_budget"), int) else None)
     entries = data.get("entries", [])
     if not isinstance(entries, (list, tuple)):
-        raise CommlintInputError(
-            f"'entries' is a {type(entries).__name__}, not a list of entries", where
-        )
+        raise CommlintInputError(f"'entries' is {_kind(entries)}, not a list of entries", where)
     out: list[_Entry] = []
     for i, e in enumerate(entries):
         try:
@@ -434,19 +441,19 @@ def _pg_config(value: Any, walk: _Walk) -> dict[str, tuple[str, tuple[int, ...] 
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise _Bad(f"is a {type(value).__name__}, not a dict")
+        raise _Bad(f"is {_kind(value)}, not a dict")
     walk.spend(len(value))
     out: dict[str, tuple[str, tuple[int, ...] | None]] = {}
     for name, cfg in value.items():
         if not isinstance(name, (str, int)) or isinstance(name, bool):
-            raise _Bad(f"has a key that is a {type(name).__name__}, not a group name")
+            raise _Bad(f"has a key that is {_kind(name)}, not a group name")
         if not isinstance(cfg, dict):
-            raise _Bad(f"group '{name}' is a {type(cfg).__name__}, not a dict")
+            raise _Bad(f"group '{name}' is {_kind(cfg)}, not a dict")
         if str(name) == "":
             continue  # gloo's placeholder `{'': {'ranks': '[]'}}`
         desc = cfg.get("desc")
         if desc is not None and not isinstance(desc, str):
-            raise _Bad(f"group '{name}': 'desc' is a {type(desc).__name__}, not a string")
+            raise _Bad(f"group '{name}': 'desc' is {_kind(desc)}, not a string")
         ranks = _parse_ranks(cfg.get("ranks"), str(name), walk)
         out[str(name)] = (desc or "", ranks or None)
     return out
@@ -466,7 +473,7 @@ def _parse_ranks(value: Any, name: str, walk: _Walk) -> tuple[int, ...]:
         if not all(isinstance(r, int) and not isinstance(r, bool) for r in value):
             raise _Bad(f"group '{name}': 'ranks' holds something other than integers")
         return _valid_ranks(tuple(value), name)
-    raise _Bad(f"group '{name}': 'ranks' is a {type(value).__name__}, not a list")
+    raise _Bad(f"group '{name}': 'ranks' is {_kind(value)}, not a list")
 
 
 def _valid_ranks(ranks: tuple[int, ...], name: str) -> tuple[int, ...]:
