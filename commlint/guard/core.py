@@ -252,9 +252,12 @@ class Guard:
         if call.is_async:
             e["handle"] = ring.new_handle()
         ring.add(e, key)
-        checked = self.every and not call.p2p and not e.get("nonmember")
-        if checked and e["seq"] % self.every == 0:
-            self.fingerprint(e, call)
+        if self.every and not e.get("nonmember") and e["seq"] % self.every == 0:
+            if call.p2p:
+                if call.root is not None and not call.obj:
+                    self.p2p_fingerprint(e, call, key)
+            else:
+                self.fingerprint(e, call)
         if not call.is_async:
             ring.block(e)
         try:
@@ -377,6 +380,34 @@ class Guard:
         from commlint.guard.diagnose import mismatch_text
 
         text = mismatch_text(group, members, seq, seen, self.world_size)
+        self.ring.finish(e, FAILED)  # type: ignore[union-attr]
+        with contextlib.suppress(Exception):
+            store.set("fperr", json.dumps({"rank": self.rank, "text": text}))
+        raise CommlintGuardError(text)
+
+    def p2p_fingerprint(self, e: dict[str, Any], call: Call, key: str) -> None:
+        """The sender publishes shape and dtype per channel message; the receiver compares
+        (a receive smaller than the send aborts the receiver under gloo, a larger one reads
+        garbage). The sender never waits; a receiver waits as before a collective."""
+        store = self.store()
+        seq = e["seq"]
+        fp = {k: e[k] for k in ("op", "shape", "dtype", "site") if k in e}
+        if call.p2p == "send":
+            store.set(f"fp/{key}/{seq}", json.dumps(fp))
+            if seq >= FP_KEEP:
+                with contextlib.suppress(Exception):
+                    store.delete_key(f"fp/{key}/{seq - FP_KEEP}")
+            return
+        theirs = f"fp/{key}/{seq}"
+        wait = 0.0 if call.is_async else self.fp_wait()
+        if not self.await_keys(store, [theirs], wait):
+            return
+        sent = json.loads(store.get(theirs))
+        if sent.get("shape") == fp.get("shape") and sent.get("dtype") == fp.get("dtype"):
+            return
+        from commlint.guard.diagnose import p2p_mismatch_text
+
+        text = p2p_mismatch_text(e, sent, call.root, self.rank, self.world_size)
         self.ring.finish(e, FAILED)  # type: ignore[union-attr]
         with contextlib.suppress(Exception):
             store.set("fperr", json.dumps({"rank": self.rank, "text": text}))

@@ -76,11 +76,25 @@ def build_trace(states: dict[int, dict[str, Any]], world_size: int, backend: str
         for k, n in s.get("next_seq", {}).items():
             first.setdefault(k, n)
         oldest[r] = first
+    frontier: dict[int, dict[str, int]] = {}
+    for r, s in states.items():
+        if "entries" not in s:
+            continue
+        front = dict(s.get("next_seq", {}))
+        for e in s["entries"]:
+            if "key" in e and e.get("state") != "done":
+                front[e["key"]] = min(front.get(e["key"], e["seq"]), e["seq"])
+        frontier[r] = front
     keys = {k for first in oldest.values() for k in first}
     cut: dict[str, int] = {}
     for k in keys:
-        parts = [p for p in _participants(k, groups, world_size) if p in oldest]
+        everyone = _participants(k, groups, world_size)
+        parts = [p for p in everyone if p in oldest]
         cut[k] = max((oldest[p].get(k, 0) for p in parts), default=0)
+        if len(parts) < len(everyone):
+            # A participant's ring is unknown (the process died): what the others completed
+            # tells nothing about it; keep only what they have not completed.
+            cut[k] = max(cut[k], min(frontier[p].get(k, 0) for p in parts))
 
     trace = Trace(world_size=world_size, groups=groups, backend=backend or None, source="guard")
     pending: set[tuple[int, int]] = set()
@@ -228,3 +242,28 @@ def mismatch_text(
         msg = f.message.replace(" #1 on group", f" #{seq + 1} on group")
         parts.append(f"{f.code} {f.name}: {msg}" + (f" Fix: {f.fix}" if f.fix else ""))
     return "commlint guard: " + " ".join(parts)
+
+
+def p2p_mismatch_text(
+    recv: dict[str, Any], sent: dict[str, Any], src: int, dst: int, world_size: int
+) -> str:
+    """The checker's CL204 text for a send and its receive that disagree."""
+    from commlint.graph.check import check_trace
+
+    group = recv.get("group", WORLD)
+    fields = ("shape", "dtype", "site")
+    send = {"op": "send", "group": group, "peer": dst, **{k: sent[k] for k in fields if k in sent}}
+    got = {"op": "recv", "group": group, "peer": src, **{k: recv[k] for k in fields if k in recv}}
+    trace = Trace(world_size=world_size)
+    for r in range(world_size):
+        trace.ranks[r] = []
+    trace.ranks[src] = [Action.model_validate(send)]
+    trace.ranks[dst] = [Action.model_validate(got)]
+    if group != WORLD:
+        trace.groups[group] = sorted({src, dst})
+    result = check_trace(trace, "gloo", reorder=False, symmetry=False)
+    found = [f for f in result.findings if f.code == "CL204"]
+    if not found:
+        return f"send {sent} from rank {src} and recv {recv} on rank {dst} differ"
+    f = found[0]
+    return f"commlint guard: {f.code} {f.name}: {f.message}" + (f" Fix: {f.fix}" if f.fix else "")

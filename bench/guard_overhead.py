@@ -1,0 +1,141 @@
+"""Overhead of the runtime guard on a DDP training step (CPU, gloo, 2 ranks).
+
+    python bench/guard_overhead.py [--steps 40] [--rounds 2] [--width 1024] [--layers 4]
+
+Runs the same DDP training job, in this process tree, in three ways — unguarded, under
+`-m commlint.guard` in its default mode (fingerprint check of every collective), and with
+`TORCH_DISTRIBUTED_DEBUG=DETAIL` — interleaved over `--rounds` rounds so machine noise hits
+all three alike, and prints the median step time of each and the ratios to the unguarded run.
+Each job's rank 0 prints its per-step times as one JSON line (`--worker` mode).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MODES = ("unguarded", "guard", "guard-sample", "detail")
+
+
+def worker(steps: int, width: int, layers: int, batch: int) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    mods: list[torch.nn.Module] = []
+    for _ in range(layers):
+        mods += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+    model = DDP(torch.nn.Sequential(*mods, torch.nn.Linear(width, 10)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    gen = torch.Generator().manual_seed(rank)
+    times = []
+    for _ in range(steps + 5):
+        x = torch.randn(batch, width, generator=gen)
+        y = torch.randint(0, 10, (batch,), generator=gen)
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        # a small all_reduce of the loss per step, as training loops log it
+        flat = loss.detach().reshape(1)
+        dist.all_reduce(flat)
+        times.append(time.perf_counter() - t0)
+    if rank == 0:
+        print(json.dumps({"times": times[5:], "loss": float(flat)}), flush=True)
+    dist.destroy_process_group()
+
+
+def launch(mode: str, args: argparse.Namespace) -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("TORCH_DISTRIBUTED_DEBUG", None)
+    guard: list[str] = []
+    if mode == "detail":
+        env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
+    elif mode == "guard":
+        guard = ["-m", "commlint.guard"]
+    elif mode == "guard-sample":
+        guard = ["-m", "commlint.guard", "--check", "sample:10"]
+    script = [str(Path(__file__).resolve())]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        *(guard or []),
+        *script,
+        "--worker",
+        "--steps",
+        str(args.steps),
+        "--width",
+        str(args.width),
+        "--layers",
+        str(args.layers),
+        "--batch",
+        str(args.batch),
+    ]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    for line in proc.stdout.splitlines():
+        if line.startswith("{"):
+            return json.loads(line)
+    raise RuntimeError(f"{mode} run failed (rc {proc.returncode}):\n{proc.stderr[-2000:]}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--width", type=int, default=1024)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--modes", default=",".join(MODES))
+    args = ap.parse_args(argv)
+    if args.worker:
+        worker(args.steps, args.width, args.layers, args.batch)
+        return 0
+    modes = args.modes.split(",")
+    times: dict[str, list[float]] = {m: [] for m in modes}
+    losses: dict[str, float] = {}
+    for rnd in range(args.rounds):
+        for mode in modes:
+            out = launch(mode, args)
+            times[mode] += out["times"]
+            losses[mode] = out["loss"]
+            print(
+                f"round {rnd + 1} {mode:12} median step "
+                f"{statistics.median(out['times']) * 1e3:7.2f} ms",
+                flush=True,
+            )
+    base = statistics.median(times["unguarded"]) if "unguarded" in times else None
+    params = args.layers * (args.width * args.width + args.width) + args.width * 10 + 10
+    print(
+        f"DDP MLP {args.layers}x{args.width} ({params / 1e6:.1f} M parameters), batch "
+        f"{args.batch}, 2 ranks gloo CPU, {args.steps} steps x {args.rounds} rounds per mode"
+    )
+    for mode in modes:
+        med = statistics.median(times[mode])
+        q = statistics.quantiles(times[mode], n=4)
+        ratio = f"  x{med / base:.3f} vs unguarded" if base else ""
+        print(
+            f"{mode:12} median {med * 1e3:7.2f} ms  (quartiles {q[0] * 1e3:.2f}–"
+            f"{q[2] * 1e3:.2f} ms)  final loss {losses[mode]:.6f}{ratio}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
