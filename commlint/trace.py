@@ -15,6 +15,11 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 WORLD = "WORLD"
 
+# The largest world size a trace may name (2**20 ranks; the largest published training jobs
+# use about 100k GPUs). Ranks without actions cost memory in the checker's per-rank state,
+# so a 44-byte file must not be able to ask for a billion of them.
+MAX_WORLD_SIZE = 1 << 20
+
 P2P_OPS = frozenset({"send", "recv", "isend", "irecv"})
 ASYNC_P2P_OPS = frozenset({"isend", "irecv"})
 SEND_OPS = frozenset({"send", "isend"})
@@ -216,7 +221,12 @@ class Trace(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     version: Literal[1] = Field(default=1, description="Format version; always 1.")
-    world_size: int = Field(ge=1, description="Number of ranks, `0 … world_size-1`.")
+    world_size: int = Field(
+        ge=1,
+        le=MAX_WORLD_SIZE,
+        strict=True,
+        description="Number of ranks, `0 … world_size-1` (at most 1,048,576).",
+    )
     groups: dict[str, list[int]] = Field(
         default_factory=dict,
         description="Named process groups as lists of global ranks. `WORLD` always exists.",

@@ -112,18 +112,24 @@ def run(args: argparse.Namespace) -> int:
                 loaded = LoadedTrace(load_flight_recorder(path, groups=fr_groups), path)
             else:
                 loaded = load_trace(path) if kind == "trace" else load_any(path, kind)
+            key = job_key(loaded.trace)
+            if key is not None:  # a part of a dry-run: checked with the others
+                partial.setdefault(key, []).append((path, loaded.trace))
+                continue
+            result = check_trace(
+                loaded.trace, args.model, path, loaded.lines, args.max_cycles, symmetry=symmetry
+            )
+            if kind == "fr":  # at the source lines the dumps name, with the reader's findings
+                finish_findings(loaded.trace, result.findings)
         except CommlintInputError as exc:
             report.errors.append(exc.error)
             continue
-        key = job_key(loaded.trace)
-        if key is not None:  # a part of a dry-run: checked with the others
-            partial.setdefault(key, []).append((path, loaded.trace))
+        except Exception as exc:
+            # a bug of ours on this input: say which input, and go on with the others
+            report.errors.append(
+                InputError(path=path, message=f"internal error: {type(exc).__name__}: {exc}")
+            )
             continue
-        result = check_trace(
-            loaded.trace, args.model, path, loaded.lines, args.max_cycles, symmetry=symmetry
-        )
-        if kind == "fr":  # at the source lines the dumps name, with the reader's findings
-            finish_findings(loaded.trace, result.findings)
         report.findings.extend(result.findings)
         report.checked += 1
         if args.format == "html":

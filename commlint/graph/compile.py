@@ -87,7 +87,7 @@ def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
         raise ValueError(f"unknown queue model {model!r} (expected one of {', '.join(MODELS)})")
     g = Graph(trace, model)
     members = {name: set(r) for name, r in trace.groups.items()}
-    members[WORLD] = set(range(trace.world_size))
+    members[WORLD] = range(trace.world_size)  # `in` and `len` in O(1), no set of every rank
     sizes = {name: len(m) for name, m in members.items()}
     group_insts: dict[str, list[int]] = {name: [] for name in members}  # seq -> instance
     chan_count: dict[tuple, int] = {}

@@ -28,6 +28,9 @@ class RankOutcome:
     action: int | None = None
 
 
+_FINISHED = RankOutcome("finished")
+
+
 @dataclass
 class Blocked:
     """Why one blocked rank cannot move: its frontier action and who it waits for."""
@@ -122,15 +125,14 @@ def blocked_ranks(g: Graph, st: State) -> list[Blocked]:
 
 
 def outcomes(g: Graph, st: State) -> dict[int, RankOutcome]:
-    res = {}
-    for r in range(g.trace.world_size):
-        prog = g.steps.get(r, [])
+    # one shared `finished` for the ranks that did nothing: a world of a million idle ranks
+    # costs a dict, not a million objects
+    res = dict.fromkeys(range(g.trace.world_size), _FINISHED)
+    for r, prog in g.steps.items():
         if r in st.failed:
             res[r] = RankOutcome("failed", st.failed[r])
         elif st.pc.get(r, 0) < len(prog):
             res[r] = RankOutcome("blocked", st.pc[r])
-        else:
-            res[r] = RankOutcome("finished")
     return res
 
 

@@ -44,6 +44,11 @@ from commlint.trace import Action, SharedAction, Trace
 
 _YamlLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
+# What a `generate:` block may expand to: 131,072 ranks (building the layout costs about
+# 5 kB per rank) and 16,777,216 actions in all (about 2 GB of checker state).
+MAX_GENERATED_WORLD = 1 << 17
+MAX_GENERATED_ACTIONS = 1 << 24
+
 # ----------------------------------------------------------------------------- the spec
 
 
@@ -364,6 +369,11 @@ def resolve_layout(spec: GenerateSpec) -> Layout:
                 dp = spec.world_size // base
         rep, shard = (1, dp) if dp_style == "fsdp" else (dp, 1)
     world = base * rep * shard
+    if world > MAX_GENERATED_WORLD:
+        raise _fail(
+            f"world size {world} is more than commlint generates ({MAX_GENERATED_WORLD} ranks)",
+            at="world_size" if spec.world_size is not None else "degrees",
+        )
     if spec.world_size is not None and spec.world_size != world:
         raise _fail(
             f"world_size {spec.world_size} does not equal tp × cp × pp × dp "
@@ -1354,6 +1364,15 @@ def generate_from_spec(data: dict[str, Any], plan_path: str | None = None) -> Tr
 def _generate(spec: GenerateSpec) -> Trace:
     lay = resolve_layout(spec)
     opts = _resolve_options(spec, lay)
+    # a few bytes of spec must not expand without bound: check the size of a rank's program
+    # before building it and of the whole trace before instantiating it
+    per_rank = (spec.microbatches or 2 * lay.pp) * max(1, spec.layers) * lay.vpp
+    if per_rank > MAX_GENERATED_ACTIONS:
+        raise _fail(
+            f"microbatches × layers × vpp is {per_rank}, more than the {MAX_GENERATED_ACTIONS} "
+            "actions a generated plan may hold",
+            at="microbatches" if spec.microbatches else "layers",
+        )
     base_plan = _pipeline(spec, lay, spec.microbatches or max(1, 2 * lay.pp))
     if isinstance(spec.schedule, ScheduleFile):
         given = spec.microbatches
@@ -1374,12 +1393,19 @@ def _generate(spec: GenerateSpec) -> Trace:
         n = counts.get(_dp_index(lay, r), base_plan.microbatches)
         key = (pos, n)
         keys.append(key)
-        sk = skeletons.get(key)
-        if sk is None:
+        if key not in skeletons:
             plan = base_plan if n == base_plan.microbatches else _pipeline(spec, lay, n)
             raw = _skeleton(opts, lay, plan, pos, plan.steps[pos], fuse_all)
-            sk = skeletons[key] = _prepare(raw)
-        ranks[r] = _instantiate(sk, lay.place[r])
+            skeletons[key] = _prepare(raw)
+    total = sum(len(skeletons[key].template) for key in keys)
+    if total > MAX_GENERATED_ACTIONS:
+        raise _fail(
+            f"the plan expands to {total} actions, more than the {MAX_GENERATED_ACTIONS} "
+            "commlint generates; check a smaller world size or fewer microbatches",
+            at="world_size" if spec.world_size is not None else "degrees",
+        )
+    for r, key in enumerate(keys):
+        ranks[r] = _instantiate(skeletons[key], lay.place[r])
     schedule_name = spec.schedule if isinstance(spec.schedule, str) else "csv"
     meta = {
         "generator": "commlint.plans.generate",

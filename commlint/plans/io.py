@@ -7,6 +7,7 @@ file, the line when known, and the rank and action index — never a traceback.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,42 @@ from commlint.trace import (
 
 PLAN_SUFFIXES = (".yaml", ".yml", ".json")
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# Nesting levels a plan file may use (a plan needs 6: ranks, rank, list, action, shape; meta
+# a few more). Checked before parsing: PyYAML's C parser recurses natively and crashes the
+# process around 10,000 levels; the JSON decoder raises RecursionError near 1,000.
+MAX_DEPTH = 100
+# Anchors and aliases may repeat parts of a file; expanded, a YAML file may hold this many
+# values more than it has bytes. Past that it is refused, not expanded ("billion laughs").
+MAX_ALIAS_EXPANSION = 1 << 20
+
+
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """The safe loader, refusing duplicate keys and locating integers too long to convert."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode):
+                key = self.construct_object(key_node)
+                if isinstance(key, (str, int, float, bool)) or key is None:
+                    if key in seen:
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"duplicate key {key!r}", key_node.start_mark
+                        )
+                    seen.add(key)
+        return super().construct_mapping(node, deep)
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"integer with {len(node.value)} digits is too long", node.start_mark
+            ) from None
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
+_Loader.add_constructor("tag:yaml.org,2002:map", _Loader.construct_yaml_map)
 
 
 @dataclass
@@ -81,17 +117,154 @@ def _line_map(root: yaml.Node | None) -> LineMap:
     return lines
 
 
+_QUOTED = re.compile(r""""(?:[^"\\\n]|\\.)*"|'(?:[^'\n]|'')*'""")
+_FLOW = re.compile(r"[\[\]{}]")
+_DASHES = re.compile(r"(?:-[ \t]+)+")
+_COMMENT = re.compile(r"(?:^|[ \t])#")
+_LONG_INT = re.compile(r"\d{4000,}")
+
+
+def yaml_depth_error(text: str, limit: int = MAX_DEPTH) -> int | None:
+    """The 1-based line where a YAML text first nests deeper than `limit`, else None.
+
+    A linear scan, no parsing: block levels from the indentation stack (plus `- - -` on one
+    line), flow levels from brackets outside quotes and comments. It may count a level or two
+    too many for odd layouts, never thousands; the limit is far above what a plan needs."""
+    flow = 0
+    block = 0
+    indents = [-1]
+    for lineno, line in enumerate(text.splitlines(), 1):
+        stripped = line.lstrip(" \t")
+        if not stripped or (stripped[0] == "#" and not flow):
+            continue
+        if not flow:
+            col = len(line) - len(stripped)
+            while indents[-1] >= col:
+                indents.pop()
+            indents.append(col)
+            dashes = _DASHES.match(stripped)
+            block = len(indents) - 1 + (dashes.group(0).count("-") if dashes else 0)
+            if block > limit:
+                return lineno
+        if not flow and "[" not in line and "{" not in line:
+            continue
+        body = _QUOTED.sub("", line)
+        cut = _COMMENT.search(body)
+        if cut:
+            body = body[: cut.start()]
+        for m in _FLOW.finditer(body):
+            if m.group() in "[{":
+                before = body[: m.start()].rstrip()
+                if not flow and before and before[-1] not in ":-?,":
+                    continue  # a bracket inside a plain scalar: `label: F[3`
+                flow += 1
+                if block + flow > limit:
+                    return lineno
+            elif flow:
+                flow -= 1
+    return None
+
+
+def _json_depth_line(text: str, limit: int = MAX_DEPTH) -> int | None:
+    """The line where JSON text first nests deeper than `limit` (only asked after the decoder
+    gave up, so the scan's cost does not matter)."""
+    depth = 0
+    for m in re.finditer(r'"(?:[^"\\]|\\.)*"|[\[{]|[\]}]', text):
+        c = m.group()
+        if c in "[{":
+            depth += 1
+            if depth > limit:
+                return text.count("\n", 0, m.start()) + 1
+        elif c in "]}":
+            depth -= 1
+    return None
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return out
+
+
+def _duplicate_line(text: str, key: str) -> int | None:
+    """The line of the first repeated `key` within one JSON object (found with the YAML
+    composer, which keeps positions; only on this error path, and only for texts it can
+    afford)."""
+    if len(text) > 20_000_000 or _json_depth_line(text) is not None:
+        return None
+    try:
+        _Loader(text).get_single_data()
+    except yaml.MarkedYAMLError as exc:
+        if exc.problem_mark is not None and f"duplicate key {key!r}" in str(exc.problem):
+            return exc.problem_mark.line + 1
+    except (yaml.YAMLError, RecursionError):
+        return None
+    return None
+
+
+_ALIAS = re.compile(r"(?:^|[\s\[{,:?-])\*[^\s,\[\]{}]")
+
+
+def _expands_too_far(data: Any, budget: int) -> bool:
+    """True when the data, with every alias expanded, has more than `budget` values (a walk
+    that stops at the budget: its cost is bounded by the input)."""
+    stack = [data]
+    seen = 0
+    while stack:
+        item = stack.pop()
+        seen += 1
+        if seen > budget:
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+            seen += len(item)
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def _parse_json(text: str, path: str | None) -> Any:
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates)
+    except json.JSONDecodeError as exc:
+        raise CommlintInputError(f"invalid JSON: {exc.msg}", path, exc.lineno) from None
+    except RecursionError:
+        line = _json_depth_line(text)
+        raise CommlintInputError(f"too deeply nested (depth > {MAX_DEPTH})", path, line) from None
+    except _DuplicateKey as exc:
+        key = str(exc)
+        raise CommlintInputError(
+            f"duplicate key {key!r}", path, _duplicate_line(text, key)
+        ) from None
+    except ValueError as exc:  # an integer longer than Python converts (sys.int_info)
+        m = _LONG_INT.search(text)
+        line = text.count("\n", 0, m.start()) + 1 if m else None
+        digits = len(m.group()) if m else "too many"
+        raise CommlintInputError(
+            f"integer with {digits} digits is too long ({exc})", path, line
+        ) from None
+
+
 def _parse(text: str, path: str | None, is_json: bool) -> tuple[Any, LineMap]:
     if is_json:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise CommlintInputError(f"invalid JSON: {exc.msg}", path, exc.lineno) from None
+        data = _parse_json(text, path)
         try:
             lines = _line_map(yaml.compose(text, Loader=_Loader))
         except yaml.YAMLError:
             lines = LineMap()
         return data, lines
+    deep = yaml_depth_error(text)
+    if deep is not None:
+        raise CommlintInputError(f"too deeply nested (depth > {MAX_DEPTH})", path, deep)
     try:
         loader = _Loader(text)
         try:
@@ -99,12 +272,21 @@ def _parse(text: str, path: str | None, is_json: bool) -> tuple[Any, LineMap]:
             data = loader.construct_document(node) if node is not None else None
         finally:
             loader.dispose()
+    except RecursionError:
+        raise CommlintInputError(f"too deeply nested (depth > {MAX_DEPTH})", path) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
         raise CommlintInputError(f"invalid YAML: {exc.problem or exc}", path, line) from None
     except yaml.YAMLError as exc:
         raise CommlintInputError(f"invalid YAML: {exc}", path) from None
+    if _ALIAS.search(text) and _expands_too_far(data, len(text) + MAX_ALIAS_EXPANSION):
+        raise CommlintInputError(
+            f"anchors and aliases expand this {len(text)}-byte file beyond "
+            f"{len(text) + MAX_ALIAS_EXPANSION} values; write the repeated parts out or use a "
+            "generate: block",
+            path,
+        )
     return data, _line_map(node)
 
 

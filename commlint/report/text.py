@@ -47,13 +47,18 @@ def block(f: Finding) -> list[str]:
 def summary_line(report: Report) -> str:
     s = report.summary()
     n = s["findings"]
+    # an input that could not be read was not checked: never call that a pass
+    k = len(report.errors)
+    unread = f"; {k} input{'s' if k != 1 else ''} could not be checked (errors above)" if k else ""
     if not n:
+        if k:
+            return f"No findings in {report.checked} checked{unread}."
         return f"All checks passed ({report.checked} checked)."
     return (
         f"Found {n} finding{'s' if n != 1 else ''} "
         f"({s['errors']} error{'s' if s['errors'] != 1 else ''}, "
         f"{s['warnings']} warning{'s' if s['warnings'] != 1 else ''}) "
-        f"in {report.checked} checked."
+        f"in {report.checked} checked{unread}."
     )
 
 

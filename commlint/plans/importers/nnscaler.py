@@ -113,6 +113,8 @@ class GenCode:
     reducers: dict[str, list[int]] = field(default_factory=dict)
     reducer_order: list[str] = field(default_factory=list)
     reducer_lines: dict[str, int] = field(default_factory=dict)
+    # reducers the code uses (`add_reducer`, `.sync_grads()`), with the line of the use
+    reducer_uses: list[tuple[str, int]] = field(default_factory=list)
     methods: dict[str, Method] = field(default_factory=dict)
     step: list[StepCall] | None = None
 
@@ -219,14 +221,17 @@ class _Reader(cst.CSTVisitor):
                 self.gen.groups.append(sorted(ranks))
             return
         if name == "self.add_reducer" and node.args:
-            reducer = _dotted(node.args[0].value) or ""
-            self.gen.reducer_order.append(reducer.removeprefix("self."))
+            reducer = (_dotted(node.args[0].value) or "").removeprefix("self.")
+            self.gen.reducer_order.append(reducer)
+            self.gen.reducer_uses.append((reducer, line))
             return
         if name.startswith("self.") and name.count(".") == 1:
             method.calls.append((name.removeprefix("self."), line))
             return
         if name.startswith("self.") and name.endswith(".sync_grads"):
-            method.calls.append((name.removeprefix("self.").removesuffix(".sync_grads"), line))
+            reducer = name.removeprefix("self.").removesuffix(".sync_grads")
+            method.calls.append((reducer, line))
+            self.gen.reducer_uses.append((reducer, line))
             return
         if name.startswith(ADAPTER):
             self._adapter_call(name.removeprefix(ADAPTER), node, line, method)
@@ -363,6 +368,15 @@ def read_gencode(path: str | Path, rank: int | None = None) -> GenCode:
     if reader.errors:
         line, msg = reader.errors[0]
         raise CommlintInputError(msg, name, line)
+    for reducer, line in gen.reducer_uses:
+        if reducer not in gen.reducers:
+            # nnScaler's runtime raises AttributeError here; the trace would lose its all-reduce
+            raise CommlintInputError(
+                f"uses reducer '{reducer}', which __init__ never creates (no `self.{reducer} "
+                "= nnscaler.runtime.adapter.Reducer(ranks=[...])`)",
+                name,
+                line,
+            )
     return gen
 
 
