@@ -10,6 +10,7 @@ import argparse
 import importlib.util
 import sys
 from pathlib import Path
+from typing import Any
 
 from commlint.commands.common import add_output_options, emit
 from commlint.findings import InputError, Report
@@ -132,6 +133,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="P",
         help="passes to deliver values between ranks (default: 12)",
     )
+    p.add_argument(
+        "--tee",
+        default="0",
+        metavar="SPEC",
+        help="ranks whose own output (stdout and stderr of the script) is shown on stderr, "
+        "each line prefixed `[rank N]:` as torchrun's --tee: a rank spec like 0,2-3, `all` "
+        "or `none` (default: 0)",
+    )
     add_output_options(p)
     p.add_argument("program", metavar="train.py", help="the training script")
     p.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="its arguments")
@@ -163,6 +172,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"commlint: error: {exc}", file=sys.stderr)
         return 2
 
+    try:
+        tee = _tee_ranks(args.tee, world)
+    except ValueError as exc:
+        print(f"commlint: error: --tee: {exc}", file=sys.stderr)
+        return 2
+
     from commlint.plans.dryrun.driver import DryRunOptions, default_jobs
 
     options = DryRunOptions(
@@ -178,21 +193,40 @@ def run(args: argparse.Namespace) -> int:
         mode=args.tensors,
     )
     result = _record(options)
+    _show_output(result, tee)
     for note in result.notes:
         print(f"commlint: note: {note}", file=sys.stderr)
+    incomplete = result.incomplete()
+    stopped = {i.rank for i in incomplete}
     crashed = _crashed_everywhere(result, ranks, program)
     for rank in sorted(result.runs):
-        end = result.runs[rank].end
-        if end and not crashed:
-            verb = {"exception": "raised", "exit": "exited", "timeout": "was stopped"}[end["kind"]]
-            where = f" at {end['site']}" if end.get("site") else ""
-            print(f"commlint: note: rank {rank} {verb}{where}: {end['message']}", file=sys.stderr)
-
-    if crashed:
-        report.errors.append(crashed)
-        return emit(report, args)
+        run = result.runs[rank]
+        if run.leftover:
+            print(
+                f"commlint: note: rank {rank} left {run.leftover} process"
+                f"{'es' if run.leftover != 1 else ''} it started running; "
+                f"{'they were' if run.leftover != 1 else 'it was'} killed with it",
+                file=sys.stderr,
+            )
+        end = run.end
+        if not end or crashed or rank in stopped or _clean_exit(end):
+            continue
+        verb = {"exception": "raised", "exit": "exited", "timeout": "was stopped"}[end["kind"]]
+        where = f" at {end['site']}" if end.get("site") else ""
+        print(f"commlint: note: rank {rank} {verb}{where}: {end['message']}", file=sys.stderr)
+    # What was recorded is saved whatever happened next: it is the evidence.
     if args.save_trace:
         _save(result, options, Path(args.save_trace))
+    for i in incomplete:
+        path, line = split_site(i.site)
+        report.errors.append(
+            InputError(
+                path=path or program,
+                line=line,
+                message=f"rank {i.rank} did not reach the end of {program}: {i.why}; the "
+                "verdict covers only what the ranks did before",
+            )
+        )
     if len(ranks) < world:
         where = args.save_trace or "DIR (use --save-trace DIR)"
         print(
@@ -211,7 +245,43 @@ def run(args: argparse.Namespace) -> int:
         f.path = f.path or program
     report.findings.extend(checked.findings)
     report.checked += 1
+    if crashed:
+        if any(f.severity == "error" for f in checked.findings):
+            # A real run hangs (or fails on the hang) before any rank gets to the exception.
+            print(
+                f"commlint: note: after that, {crashed.one_line()} — a real run stops at the "
+                "finding above first",
+                file=sys.stderr,
+            )
+        else:
+            report.errors.append(crashed)
     return emit(report, args)
+
+
+def _clean_exit(end: dict) -> bool:
+    """`sys.exit(0)` / `os._exit(0)`: the script's end, only worth a word when it strands
+    a peer (the checker then names the line)."""
+    return end.get("kind") == "exit" and end.get("message") in (
+        "sys.exit(0)",
+        "sys.exit(None)",
+        "os._exit(0)",
+    )
+
+
+def _tee_ranks(spec: str, world: int) -> set[int]:
+    if spec == "none":
+        return set()
+    if spec == "all":
+        return set(range(world))
+    return set(parse_ranks(spec, world))
+
+
+def _show_output(result: Any, tee: set[int]) -> None:
+    """The script's own output of the chosen ranks' last run, torchrun-style: on stderr
+    (stdout carries the report), each line prefixed with its rank."""
+    for rank in sorted(tee & set(result.runs)):
+        for line in result.runs[rank].output.splitlines():
+            print(f"[rank {rank}]: {line}", file=sys.stderr)
 
 
 def _record(options):
@@ -220,7 +290,14 @@ def _record(options):
     if not sys.stderr.isatty():
         return dry_run(options)
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     console = Console(file=sys.stderr)
     with Progress(
@@ -228,13 +305,17 @@ def _record(options):
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
         console=console,
         transient=True,
     ) as progress:
-        task = progress.add_task("pass 1", total=len(options.ranks))
+        task = progress.add_task(f"pass 1 of ≤{options.max_passes}", total=0)
 
         def on_pass(n: int, count: int) -> None:
-            progress.reset(task, total=count, description=f"pass {n} (ranks)")
+            # Rank runs of every pass so far: the clock and the ETA never start over.
+            total = (progress.tasks[0].total or 0) + count
+            progress.update(task, total=total, description=f"pass {n} of ≤{options.max_passes}")
 
         def on_done(rank: int) -> None:
             progress.advance(task)

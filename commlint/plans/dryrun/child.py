@@ -6,13 +6,17 @@ actions to the parent as it goes, so a rank that is killed still leaves its trac
 
 from __future__ import annotations
 
+import builtins
 import contextlib
+import faulthandler
+import io
 import os
 import re
 import resource
 import runpy
 import signal
 import sys
+import tempfile
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -59,6 +63,8 @@ class RankSpec:
     timeout: float = 60.0
     steps: int | None = None
     env: dict[str, str] = field(default_factory=dict)
+    output: str | None = None  # file for the rank's stdout and stderr (None: discarded)
+    fault: str | None = None  # file faulthandler writes a crashing rank's Python stack to
 
 
 def worker_env(rank: int, world_size: int, nproc_per_node: int) -> dict[str, str]:
@@ -343,11 +349,55 @@ def _install(spec: RankSpec, recorder: Recorder) -> None:
     def _exit(code: int) -> None:
         site, _ = user_site(rec_mod._frames(2))
         recorder.flush()
-        end = {"kind": "exit", "message": f"os._exit({code})", "site": site}
-        recorder.send(("end", end if code else None))
+        recorder.send(("end", {"kind": "exit", "message": f"os._exit({code})", "site": site}))
+        _flush_output()
         real_exit(code)
 
     os._exit = _exit
+    _track_writes(recorder, os.path.dirname(spec.output) if spec.output else tempfile.gettempdir())
+
+
+_WRITE_MODES = frozenset("wax+")
+
+
+def _track_writes(recorder: Recorder, scratch: str) -> None:
+    """Note every file the program opens for writing (or renames into place), so a barrier
+    can hand them to the ranks waiting in it (see `RecordingProcessGroup._side_effects`)."""
+    real_open, real_rename, real_replace = builtins.open, os.rename, os.replace
+
+    def note(path: Any) -> None:
+        if isinstance(path, (str, bytes, os.PathLike)):
+            with contextlib.suppress(Exception):
+                recorder.written.add(os.path.abspath(os.fsdecode(path)))
+
+    copies: dict[str, str] = {}
+
+    def tracked_open(file: Any, mode: str = "r", *a: Any, **k: Any) -> Any:
+        if isinstance(mode, str) and _WRITE_MODES.intersection(mode):
+            note(file)
+        elif recorder.delivered and isinstance(file, (str, bytes, os.PathLike)):
+            # A file another rank wrote before a barrier this rank passed: read it as that
+            # rank left it (it runs alone and may have changed or removed it since).
+            path = os.path.abspath(os.fsdecode(file))
+            content = recorder.delivered.get(path)
+            if content is not None:
+                if path not in copies:
+                    fd, copies[path] = tempfile.mkstemp(dir=scratch)
+                    with real_open(fd, "wb") as fh:
+                        fh.write(content)
+                file = copies[path]
+        return real_open(file, mode, *a, **k)
+
+    def rename(src: Any, dst: Any, *a: Any, **k: Any) -> None:
+        real_rename(src, dst, *a, **k)
+        note(dst)
+
+    def replace(src: Any, dst: Any, *a: Any, **k: Any) -> None:
+        real_replace(src, dst, *a, **k)
+        note(dst)
+
+    builtins.open = io.open = tracked_open
+    os.rename, os.replace = rename, replace
 
 
 def _meshes_on_cpu() -> None:
@@ -368,6 +418,9 @@ def _meshes_on_cpu() -> None:
             return init_mesh("cpu" if _is_cuda(device_type) else device_type, *a, **k)
 
         dm.init_device_mesh = init_device_mesh
+        # A deep copy of a mesh (inside a deep-copied model) names the same groups; copying
+        # its rank tensor under fake tensors fails, and its groups hold the rank's plumbing.
+        dm.DeviceMesh.__deepcopy__ = lambda self, memo: self
 
 
 def _modules_stay_on_cpu() -> None:
@@ -588,18 +641,40 @@ def _ddp_unfinished(text: str) -> str:
     )
 
 
+class _PipeSend:
+    """The rank's `conn.send`, shared (never copied) by `copy.deepcopy` of anything that
+    reaches it: a copied Connection closes the real pipe when it is collected."""
+
+    def __init__(self, conn: Any) -> None:
+        self._send = conn.send
+
+    def __call__(self, msg: Any) -> None:
+        self._send(msg)
+
+    def __copy__(self) -> _PipeSend:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _PipeSend:
+        return self
+
+
 def run_rank(spec: RankSpec, table: ValueTable, conn: Any) -> None:
     """Child entry point: never returns (leaves with os._exit so torch's atexit cannot hang)."""
     global _RECORDER
     real_exit = os._exit
     try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 1)
-        os.dup2(devnull, 2)
+        # A session of its own: the parent stops the rank with everything it started.
+        os.setsid()
+        out = os.open(spec.output or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.close(out)
+        if spec.fault:
+            faulthandler.enable(open(spec.fault, "w"))  # noqa: SIM115 (open for the process)
         os.environ.update(worker_env(spec.rank, spec.world_size, spec.nproc_per_node))
         os.environ.update(spec.env)
 
-        send = conn.send
+        send = _PipeSend(conn)
         recorder = Recorder(spec.rank, spec.world_size, table, send)
         _RECORDER = recorder
         _install(spec, recorder)
@@ -611,7 +686,14 @@ def run_rank(spec: RankSpec, table: ValueTable, conn: Any) -> None:
         conn.close()
     except BaseException:  # the parent reports a rank that ends without an "end" message
         pass
+    _flush_output()
     real_exit(0)
+
+
+def _flush_output() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
 
 
 def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
@@ -636,8 +718,8 @@ def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
             return None
         return {"kind": "timeout", "message": exc.message, "site": _error_site(exc)}
     except SystemExit as exc:
-        if exc.code in (0, None):
-            return None
+        # sys.exit(0) ends the rank as cleanly as the script's end, but where it left is
+        # worth knowing when a peer still waits for it.
         return {"kind": "exit", "message": f"sys.exit({exc.code!r})", "site": _error_site(exc)}
     except BaseException as exc:
         message, site = _one_line(exc), _error_site(exc)

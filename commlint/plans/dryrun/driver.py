@@ -12,6 +12,9 @@ import contextlib
 import gc
 import multiprocessing as mp
 import os
+import re
+import signal
+import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -21,6 +24,7 @@ from typing import Any
 
 from commlint.plans.dryrun.child import RankSpec, real_tensors, run_rank
 from commlint.plans.dryrun.merge import rank_spec
+from commlint.plans.dryrun.recorder import is_user_file, short_path
 from commlint.plans.dryrun.values import Key, ValueTable
 from commlint.trace import Action, RankEnd, Trace
 
@@ -43,6 +47,9 @@ class RankRun:
     cpu_seconds: float | None = None
     assumes: str | None = None
     peak_bytes: int | None = None
+    output: str = ""  # what the program printed (stdout and stderr) in this run
+    stopped: str | None = None  # why the rank did not reach its program's end, if it did not
+    leftover: int = 0  # processes the rank started that were still running at its end
 
 
 @dataclass
@@ -60,6 +67,15 @@ class DryRunOptions:
 
 
 @dataclass
+class Incomplete:
+    """A rank whose program was not seen to its end: the verdict cannot cover it."""
+
+    rank: int
+    site: str | None
+    why: str
+
+
+@dataclass
 class DryRunResult:
     runs: dict[int, RankRun]
     passes: int
@@ -67,6 +83,29 @@ class DryRunResult:
     notes: list[str]
     converged: bool
     seconds: float
+    unsettled: list[int] = field(default_factory=list)
+
+    def incomplete(self) -> list[Incomplete]:
+        """Every rank that did not reach the end of its program (stopped at the time limit,
+        killed, lost its pipe) or whose received values never settled, in rank order."""
+        out = []
+        for rank in sorted(self.runs):
+            run = self.runs[rank]
+            site = run.end.get("site") if run.end else None
+            timed_out = run.end and run.end.get("kind") == "timeout"
+            if run.stopped or timed_out:
+                out.append(Incomplete(rank, site, run.stopped or run.end["message"]))
+            elif rank in self.unsettled:
+                out.append(
+                    Incomplete(
+                        rank,
+                        site,
+                        f"the values it receives from other ranks still changed after "
+                        f"{self.passes} passes (--max-passes): its last run may not be the "
+                        "one a real run makes",
+                    )
+                )
+        return out
 
     def trace(self, options: DryRunOptions, ranks: list[int] | None = None) -> Trace:
         """One trace with the given ranks (all recorded ranks by default)."""
@@ -93,6 +132,10 @@ class DryRunResult:
             meta["assumes"] = "; ".join(assumed)
         if self.notes:
             meta["notes"] = self.notes
+        stopped = [i for i in self.incomplete() if i.rank in ranks]
+        if stopped:
+            # Saved with the trace: `commlint plan DIR` must not pass what was not seen either.
+            meta["incomplete"] = {str(i.rank): {"site": i.site, "why": i.why} for i in stopped}
         if len(ranks) < options.world_size:
             meta["partial"] = True
         return Trace(
@@ -112,6 +155,7 @@ def _run_pass(
     table: ValueTable,
     mode: str,
     on_done: Callable[[int], None] | None,
+    scratch: str,
 ) -> dict[int, RankRun]:
     ctx = mp.get_context("fork")
     pending = list(ranks)
@@ -122,60 +166,115 @@ def _run_pass(
         rank, proc, start = running.pop(conn)
         proc.join(1.0)
         if proc.is_alive():
-            proc.kill()
+            _kill_session(proc.pid)
             proc.join()
         run = runs[rank]
+        run.leftover = _kill_session(proc.pid)
         run.seconds = time.monotonic() - start
+        run.output = _read(os.path.join(scratch, f"rank-{rank}.out"))
         if not run.ended:
-            run.end = {
-                "kind": "exit",
-                "message": f"process ended with code {proc.exitcode} (crashed or killed)",
-                "site": _last_site(run),
-            }
+            site, why = _lost(proc.exitcode, _read(os.path.join(scratch, f"rank-{rank}.fault")))
+            run.end = {"kind": "exit", "message": why, "site": site or _last_site(run)}
+            run.stopped = why
         conn.close()
         if on_done:
             on_done(rank)
 
-    while pending or running:
-        while pending and len(running) < max(1, options.jobs):
-            rank = pending.pop(0)
-            recv_end, send_end = ctx.Pipe(duplex=False)
-            spec = RankSpec(
-                program=options.program,
-                args=options.args,
-                rank=rank,
-                world_size=options.world_size,
-                nproc_per_node=options.nproc_per_node,
-                mode=mode,
-                timeout=options.timeout,
-                steps=options.steps,
-            )
-            proc = ctx.Process(target=run_rank, args=(spec, table, send_end), daemon=True)
-            proc.start()
-            send_end.close()
-            running[recv_end] = (rank, proc, time.monotonic())
-        for conn in wait(list(running), timeout=0.2):
-            rank = running[conn][0]
-            run = runs[rank]
-            try:
-                while conn.poll():
-                    _handle(run, conn.recv())
-            except (EOFError, OSError):
-                finish(conn)
-        now = time.monotonic()
-        for conn, (rank, proc, start) in list(running.items()):
-            if now - start > options.timeout + GRACE_SECONDS:
-                proc.kill()
+    try:
+        while pending or running:
+            while pending and len(running) < max(1, options.jobs):
+                rank = pending.pop(0)
+                recv_end, send_end = ctx.Pipe(duplex=False)
+                spec = RankSpec(
+                    program=options.program,
+                    args=options.args,
+                    rank=rank,
+                    world_size=options.world_size,
+                    nproc_per_node=options.nproc_per_node,
+                    mode=mode,
+                    timeout=options.timeout,
+                    steps=options.steps,
+                    output=os.path.join(scratch, f"rank-{rank}.out"),
+                    fault=os.path.join(scratch, f"rank-{rank}.fault"),
+                )
+                proc = ctx.Process(target=run_rank, args=(spec, table, send_end), daemon=True)
+                proc.start()
+                send_end.close()
+                running[recv_end] = (rank, proc, time.monotonic())
+            for conn in wait(list(running), timeout=0.2):
+                rank = running[conn][0]
                 run = runs[rank]
-                run.end = {
-                    "kind": "timeout",
-                    "message": f"killed after {options.timeout:g} s (--timeout); "
-                    "it did not respond to the time limit",
-                    "site": _last_site(run),
-                }
-                run.ended = True
-                finish(conn)
+                try:
+                    while conn.poll():
+                        _handle(run, conn.recv())
+                except (EOFError, OSError):
+                    finish(conn)
+            now = time.monotonic()
+            for conn, (rank, proc, start) in list(running.items()):
+                if now - start > options.timeout + GRACE_SECONDS:
+                    _kill_session(proc.pid)
+                    run = runs[rank]
+                    run.end = {
+                        "kind": "timeout",
+                        "message": f"killed after {options.timeout:g} s (--timeout); "
+                        "it did not respond to the time limit",
+                        "site": _last_site(run),
+                    }
+                    run.ended = True
+                    finish(conn)
+    finally:
+        for _, proc, _ in running.values():  # interrupted: leave nothing behind
+            _kill_session(proc.pid)
     return runs
+
+
+def _kill_session(pid: int) -> int:
+    """Kill the rank's session (the rank and every process it started, whatever process
+    group they moved to); return how many live processes besides the rank were in it."""
+    others = []
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == pid:
+                continue
+            with contextlib.suppress(OSError, IndexError), open(f"/proc/{entry}/stat") as fh:
+                state, _ppid, pgrp, session = fh.read().rpartition(")")[2].split()[:4]
+                if state != "Z" and str(pid) in (pgrp, session):
+                    others.append(int(entry))
+    for victim in others:
+        with contextlib.suppress(OSError):
+            os.kill(victim, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGKILL)
+    return len(others)
+
+
+_FAULT_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)')
+
+
+def _lost(exitcode: int | None, fault: str) -> tuple[str | None, str]:
+    """(site, why) of a rank that ended without reporting its end."""
+    site = None
+    for m in map(_FAULT_FRAME.match, fault.splitlines()):  # most recent call first
+        if m and is_user_file(m["file"]):
+            site = f"{short_path(m['file'])}:{m['line']}"
+            break
+    if exitcode is not None and exitcode < 0:
+        with contextlib.suppress(ValueError):
+            name = signal.Signals(-exitcode).name
+            return site, f"killed by {name} (the process crashed or was killed)"
+        return site, f"killed by signal {-exitcode}"
+    return site, (
+        f"its process ended (code {exitcode}) without reporting its end: the pipe to "
+        "commlint was closed or lost, so what it did after its last recorded action is unknown"
+    )
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return ""
 
 
 def _last_site(run: RankRun) -> str | None:
@@ -218,8 +317,8 @@ def dry_run(
     start = time.monotonic()
     mode = options.mode
     warm_up(mode)
-    with _frozen_heap():
-        return _dry_run(options, mode, start, on_start_pass, on_done)
+    with _frozen_heap(), tempfile.TemporaryDirectory(prefix="commlint-dryrun-") as scratch:
+        return _dry_run(options, mode, start, on_start_pass, on_done, scratch)
 
 
 @contextlib.contextmanager
@@ -241,6 +340,7 @@ def _dry_run(
     start: float,
     on_start_pass: Callable[[int, int], None] | None,
     on_done: Callable[[int], None] | None,
+    scratch: str,
 ) -> DryRunResult:
     notes: list[str] = []
     table = ValueTable()
@@ -253,7 +353,7 @@ def _dry_run(
         passes += 1
         if on_start_pass:
             on_start_pass(passes, len(todo))
-        new = _run_pass(options, todo, table, mode, on_done)
+        new = _run_pass(options, todo, table, mode, on_done, scratch)
         runs.update(new)
         for r, run in new.items():
             table.replace_rank(r, run.sent)
@@ -268,7 +368,7 @@ def _dry_run(
         # again with real CPU tensors — at once for a known limit, after settling otherwise.
         limited = {r: run.fake_limit for r, run in runs.items() if run.fake_limit}
         hard = {r: lim for r, lim in limited.items() if lim[2]}
-        if mode == "fake" and (hard or (limited and converged)):
+        if mode == "fake" and (hard or (limited and converged)) and passes < options.max_passes:
             rank, (message, site, _) = min((hard or limited).items())
             where = f" at {site}" if site else ""
             notes.append(
@@ -287,12 +387,12 @@ def _dry_run(
         end = runs[rank].end if rank in runs else None
         if end and end.get("message") == message:
             notes.pop(0)  # the program's own exception, not a limit of fake tensors
-    if not converged:
-        notes.append(
-            f"values exchanged between ranks did not settle after {passes} passes; the traces "
-            "are those of the last pass"
-        )
-    return DryRunResult(runs, passes, mode, notes, converged, time.monotonic() - start)
+    if mode == "fake":
+        for run in runs.values():
+            if run.fake_limit and run.fake_limit[2] and not run.stopped:
+                run.stopped = f"fake tensors cannot run it ({run.fake_limit[0]})"
+    unsettled = [] if converged else sorted(todo)
+    return DryRunResult(runs, passes, mode, notes, converged, time.monotonic() - start, unsettled)
 
 
 def warm_up(mode: str = "fake") -> None:

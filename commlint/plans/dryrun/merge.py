@@ -86,6 +86,22 @@ def check_parts(parts: list[tuple[str, Trace]], args: Any, report: Report) -> No
 
     paths = [p for p, _ in parts]
     where = os.path.commonpath(paths) if len(paths) > 1 else paths[0]
+    modes: dict[str, str] = {}
+    for path, t in parts:
+        modes.setdefault(str(t.meta.get("tensors", "fake")), path)
+    if len(modes) > 1:
+        # Fake and real tensors take different paths through the same program (a value read,
+        # a fallback): parts of both are two different runs, not one job.
+        shown = ", ".join(f"{mode} ({path})" for mode, path in sorted(modes.items()))
+        report.errors.append(
+            InputError(
+                path=where,
+                message=f"the parts of this dry-run were recorded with different tensor "
+                f"modes: {shown}; record every part again with the same --tensors "
+                "(--tensors real when one part needed real values)",
+            )
+        )
+        return
     try:
         trace = merge_partial(parts)
     except CommlintInputError as exc:
@@ -107,6 +123,17 @@ def check_parts(parts: list[tuple[str, Trace]], args: Any, report: Report) -> No
         locate_at_site(f)
     report.findings.extend(result.findings)
     report.checked += 1
+    for path, t in parts:
+        for rank, stop in sorted(dict(t.meta.get("incomplete") or {}).items()):
+            site_path, line = split_site(stop.get("site"))
+            report.errors.append(
+                InputError(
+                    path=site_path or path,
+                    line=line,
+                    message=f"rank {rank} did not reach the end of its program ({path}): "
+                    f"{stop.get('why')}; the verdict covers only what the ranks did before",
+                )
+            )
 
 
 def locate_at_site(f: Finding) -> None:

@@ -26,9 +26,17 @@ from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
 from torch.futures import Future
 from torch.utils import _pytree as pytree
 
-from commlint.plans.dryrun.values import MAX_VALUE_BYTES, Key, Value, ValueTable
+from commlint.plans.dryrun.values import (
+    MAX_FILE_BYTES,
+    MAX_VALUE_BYTES,
+    Key,
+    Value,
+    ValueTable,
+    WrittenFiles,
+)
 
 BACKEND = "commlint"
+_open = open  # the real one: a rank's `open` is wrapped (see child._track_writes)
 _TORCH_DIR = str(Path(torch.__file__).parent) + os.sep
 _COMMLINT_DIR = str(Path(__file__).parents[2]) + os.sep
 _STDLIB_DIRS = tuple(
@@ -40,16 +48,7 @@ _STDLIB_DIRS = tuple(
 )
 _C10D_FILE = os.sep + os.path.join("distributed", "distributed_c10d.py")
 
-_REDUCE_NAMES = {
-    dist.ReduceOp.SUM: "sum",
-    dist.ReduceOp.AVG: "avg",
-    dist.ReduceOp.PRODUCT: "product",
-    dist.ReduceOp.MIN: "min",
-    dist.ReduceOp.MAX: "max",
-    dist.ReduceOp.BAND: "band",
-    dist.ReduceOp.BOR: "bor",
-    dist.ReduceOp.BXOR: "bxor",
-}
+_REDUCE_NAMES = {t: t.name.lower() for t in dist.ReduceOp.RedOpType.__members__.values()}
 # Blocking Python APIs whose Work the API itself waits for: that wait is not an action.
 _ASYNC_APIS = frozenset({"isend", "irecv", "batch_isend_irecv"})
 
@@ -202,14 +201,17 @@ def _copy(dst: torch.Tensor, src: torch.Tensor | None) -> None:
             dst.copy_(src.reshape(dst.shape).to(dst.dtype))
 
 
-def _reduce(values: list[torch.Tensor], op: str) -> torch.Tensor:
+def _reduce(values: list[torch.Tensor], op: str, factor: Any = None) -> torch.Tensor:
     with unset_fake_temporarily():
-        return _reduce_real(values, op)
+        return _reduce_real(values, op, factor)
 
 
-def _reduce_real(values: list[torch.Tensor], op: str) -> torch.Tensor:
-    if op in ("sum", "avg"):
+def _reduce_real(values: list[torch.Tensor], op: str, factor: Any = None) -> torch.Tensor:
+    if op in ("sum", "avg", "premul_sum"):
         out = functools.reduce(torch.add, values)
+        if op == "premul_sum":  # every input scaled by the factor, then summed
+            scale = _data(factor) if isinstance(factor, torch.Tensor) else factor
+            return out * (scale if scale is not None else 1)
         return out / len(values) if op == "avg" else out
     fn = {
         "product": torch.mul,
@@ -222,7 +224,20 @@ def _reduce_real(values: list[torch.Tensor], op: str) -> torch.Tensor:
     return functools.reduce(fn, values)
 
 
-class RecordedWork(dist.Work):
+class _Shared:
+    """Objects that hold (or reach) the rank's pipe to the parent are shared by copies:
+    `copy.deepcopy(model)` (EMA/teacher copies, pipeline-stage splits) must never copy the
+    pipe — a copied `Connection` closes the real descriptor when it is collected, and the
+    rank can no longer report anything."""
+
+    def __copy__(self) -> Any:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        return self
+
+
+class RecordedWork(_Shared, dist.Work):
     """The work handle of a recorded call: complete at once; waiting on it is an action."""
 
     def __init__(self, recorder: Recorder, handle: str | None, result: list[torch.Tensor]):
@@ -268,7 +283,7 @@ class RecordedWork(dist.Work):
         return None
 
 
-class Recorder:
+class Recorder(_Shared):
     """Per-rank recording state. `send` is how messages reach the parent."""
 
     def __init__(self, rank: int, world_size: int, table: ValueTable, send: Callable) -> None:
@@ -291,6 +306,23 @@ class Recorder:
         self.stream: str | None = None
         self.functional_handles: dict[int, str] = {}
         self.functional_waited: set[str] = set()
+        self.written: set[str] = set()  # files this rank wrote since its last barrier
+        self.delivered: dict[str, bytes] = {}  # files other ranks wrote before a barrier
+
+    def take_written(self) -> WrittenFiles | None:
+        """The files written since the last barrier, as they are now; starts a new epoch."""
+        if not self.written:
+            return None
+        files = []
+        for path in sorted(self.written):
+            try:
+                size = os.path.getsize(path)
+                with _open(path, "rb") as fh:
+                    files.append((path, fh.read() if size <= MAX_FILE_BYTES else None))
+            except OSError:
+                continue  # written, then removed again before the barrier
+        self.written = set()
+        return WrittenFiles(tuple(files)) if files else None
 
     # -- messages --------------------------------------------------------------------------
 
@@ -414,7 +446,7 @@ def _compact(ranks: list[int]) -> str:
     return "_".join(str(r) for r in ranks)
 
 
-class RecordingProcessGroup(dist.ProcessGroup):
+class RecordingProcessGroup(_Shared, dist.ProcessGroup):
     """A backend that records calls, fills outputs from the value table, and never blocks."""
 
     def __init__(self, recorder: Recorder, rank: int, ranks: list[int], torch_name: str):
@@ -484,7 +516,18 @@ class RecordingProcessGroup(dist.ProcessGroup):
 
     @staticmethod
     def _reduce_name(opts: Any) -> str:
-        return _REDUCE_NAMES.get(getattr(opts, "reduceOp", dist.ReduceOp.SUM), "sum")
+        # `opts.reduceOp` is a ReduceOp object, which hashes like its RedOpType but is never
+        # equal to it as a dict key: look the type up through `.op`.
+        op = getattr(opts, "reduceOp", None)
+        return _REDUCE_NAMES.get(getattr(op, "op", op), "sum")
+
+    @staticmethod
+    def _factor(opts: Any) -> Any:
+        """premul_sum's factor (a number or a one-element tensor); None for other ops."""
+        op = getattr(opts, "reduceOp", None)
+        if getattr(op, "op", None) != dist.ReduceOp.RedOpType.PREMUL_SUM:
+            return None  # torch raises when any other op is asked for its factor
+        return op.factor
 
     # collectives
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> RecordedWork:
@@ -506,7 +549,7 @@ class RecordingProcessGroup(dist.ProcessGroup):
                     if isinstance(part, torch.Tensor) and isinstance(local, torch.Tensor):
                         part = part.reshape(local.shape) if part.numel() == local.numel() else local
                     parts.append(part)
-                _copy(t, _reduce(parts, red))
+                _copy(t, _reduce(parts, red, self._factor(opts)))
         return work
 
     allreduce_coalesced = allreduce
@@ -598,7 +641,7 @@ class RecordingProcessGroup(dist.ProcessGroup):
                 from_value(own if m == self._me else self._from(got, m, own))
                 for m in range(len(self._ranks))
             ]
-            _copy(tensors[0], _reduce(parts, red))
+            _copy(tensors[0], _reduce(parts, red, self._factor(opts)))
         return work
 
     def _reduce_scatter_base(
@@ -613,7 +656,7 @@ class RecordingProcessGroup(dist.ProcessGroup):
                 from_value(own if m == self._me else self._from(got, m, own)).chunk(n)[self._me]
                 for m in range(n)
             ]
-            _copy(output, _reduce(parts, red))
+            _copy(output, _reduce(parts, red, self._factor(opts)))
         return work
 
     def reduce_scatter(
@@ -627,7 +670,7 @@ class RecordingProcessGroup(dist.ProcessGroup):
             for m in range(len(self._ranks)):
                 v = own if m == self._me else self._from(got, m, own)
                 parts.append(from_value(v[self._me] or own[self._me]))
-            _copy(outputs[0], _reduce(parts, red))
+            _copy(outputs[0], _reduce(parts, red, self._factor(opts)))
         return work
 
     def reduce_scatter_tensor_coalesced(
@@ -682,8 +725,23 @@ class RecordingProcessGroup(dist.ProcessGroup):
     reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
 
     def barrier(self, opts: Any = None) -> RecordedWork:
-        work, _ = self._coll("barrier", [], None, [])
-        return work
+        key = self._next()
+        handle = self._rec.record("barrier", self._name, [], frames=_frames(2))
+        self._side_effects(key)
+        return self._work(handle, [])
+
+    def _side_effects(self, key: Key) -> None:
+        """A barrier orders side effects: what a member wrote before it is there for every
+        member after it ("main process first": rank 0 writes a cache, the others wait, then
+        all read it). Each rank runs alone, so the files written before the barrier are its
+        contribution, and a member runs again once another member's files appear."""
+        if self._rec.from_cpp:
+            return
+        self._rec.contribute(key, self._rec.take_written())
+        for contribution in self._rec.receive(key).values():
+            for path, content in getattr(contribution, "files", ()):
+                if content is not None:
+                    self._rec.delivered[path] = content
 
     def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> None:
         """gloo's monitored barrier: every member meets the group's first rank (send to it,
@@ -691,10 +749,12 @@ class RecordingProcessGroup(dist.ProcessGroup):
         (all of them with `wait_all_ranks`) — a barrier on the group that fails instead of
         hanging. It is recorded as a barrier: a member that never arrives strands the others
         (CL2xx), as it makes them raise in a real run."""
-        self._next()
+        key = self._next()
         self._rec.emit(
             {"op": "barrier", "group": self._name, "label": "monitored_barrier"}, _frames(2)
         )
+        self._rec.from_cpp = False
+        self._side_effects(key)
 
     # point to point
     def _channel(self, src: int, dst: int, tag: int) -> Key:
@@ -807,7 +867,7 @@ _HANDLE_DIRECTLY = _fake_tensor._DISPATCH_HANDLE_DIRECTLY
 _has_subclass = _fake_tensor._check_for_subclass
 
 
-class RecordingFakeTensorMode(FakeTensorMode):
+class RecordingFakeTensorMode(_Shared, FakeTensorMode):
     """Fake tensors that also record `_c10d_functional` collectives and `wait_tensor`.
 
     Functional collectives on fake tensors never reach a process group, so they are recorded

@@ -64,3 +64,20 @@ class ValueTable:
             contrib.pop(rank, None)
         for key, value in sent.items():
             self.values.setdefault(key, {})[rank] = value
+
+
+# Files larger than this are handed on by name only (a reader sees whatever is on disk).
+MAX_FILE_BYTES = 1 << 22
+
+
+@dataclass(frozen=True)
+class WrittenFiles:
+    """The files a rank wrote before a barrier: path and content (None when too large).
+
+    Its repr — what decides whether a reader runs again — names the paths only: a log
+    rewritten with a new timestamp on every run must not make the passes churn."""
+
+    files: tuple[tuple[str, bytes | None], ...]
+
+    def __repr__(self) -> str:
+        return f"WrittenFiles({[p for p, _ in self.files]})"

@@ -1,0 +1,213 @@
+"""A dry-run never passes what it did not see, keeps its plumbing to itself, and delivers the
+values a real backend would (issue 11 points 2, 3, 6; issue 13's dry-run bullet; issue 15's
+dry-run output)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from functools import cache
+from pathlib import Path
+
+import yaml
+
+from commlint.graph.check import check_trace
+
+HERE = Path(__file__).parent
+PROGRAMS = HERE / "programs"
+
+
+@cache
+def record(program: str, world: int = 2, timeout: float = 20.0):
+    from commlint.plans.dryrun.driver import DryRunOptions, dry_run
+
+    options = DryRunOptions(
+        program=program,
+        args=[],
+        world_size=world,
+        nproc_per_node=world,
+        ranks=list(range(world)),
+        timeout=timeout,
+        jobs=2,
+    )
+    result = dry_run(options)
+    return result, result.trace(options)
+
+
+def line_of(program: Path, text: str) -> int:
+    return next(i for i, ln in enumerate(program.read_text().splitlines(), 1) if text in ln)
+
+
+def cli(*args: str, command: str = "run") -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "commlint", command, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def errors(out: subprocess.CompletedProcess) -> list[str]:
+    return [ln for ln in out.stderr.splitlines() if ln.startswith("commlint: error:")]
+
+
+def test_a_rank_killed_by_a_signal_is_incomplete_at_its_crash_line(tmp_path: Path):
+    program = PROGRAMS / "bad_crash_signal.py"
+    rel = os.path.relpath(program)
+    out = cli("--nproc-per-node", "2", "--save-trace", str(tmp_path), rel)
+    assert out.returncode == 2, out.stderr
+    crash = line_of(program, "string_at(0)")
+    assert errors(out) == [
+        f"commlint: error: {rel}:{crash}: rank 1 did not reach the end of {rel}: killed by "
+        "SIGSEGV (the process crashed or was killed); the verdict covers only what the ranks "
+        "did before"
+    ]
+    assert "CL210" in out.stdout and "All checks passed" not in out.stdout
+    # What was recorded is saved, and says that rank 1 was not seen to its end.
+    saved = yaml.safe_load((tmp_path / "rank-00001.yaml").read_text())
+    assert saved["meta"]["incomplete"]["1"]["site"] == f"{rel}:{crash}"
+
+
+def test_a_run_stopped_at_the_time_limit_never_passes(tmp_path: Path):
+    # Every rank spins the same way: no peer waits for another, so the checker alone finds
+    # nothing — the stop itself must keep the verdict from reading as clean.
+    program = tmp_path / "spin.py"
+    program.write_text(
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "x = 0\n"
+        "while True:\n"
+        "    x += 1\n"
+    )
+    out = cli("--nproc-per-node", "2", "--timeout", "2", "--format", "json", str(program))
+    assert out.returncode == 2, out.stderr
+    assert json.loads(out.stdout)["findings"] == []
+    stops = errors(out)
+    assert len(stops) == 2 and all("still running after 2 s (--timeout)" in e for e in stops)
+    assert stops[0].startswith(f"commlint: error: {program}:") and "rank 0 did not" in stops[0]
+
+
+def test_a_hang_before_a_crash_is_reported_as_the_hang(tmp_path: Path):
+    program = tmp_path / "hang_then_raise.py"
+    program.write_text(
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "if dist.get_rank() == 0:\n"
+        "    dist.barrier()\n"
+        "raise ValueError('bad config')\n"
+    )
+    out = cli("--nproc-per-node", "2", "--save-trace", str(tmp_path / "t"), str(program))
+    assert out.returncode == 1, out.stderr
+    assert f"{program}:4: CL210" in out.stdout
+    assert errors(out) == []
+    assert "every rank raised ValueError: bad config" in out.stderr  # as a note, after it
+    assert sorted(p.name for p in (tmp_path / "t").iterdir()) == [
+        "rank-00000.yaml",
+        "rank-00001.yaml",
+    ]
+
+
+def test_an_early_sys_exit_zero_is_located():
+    program = PROGRAMS / "bad_sys_exit_zero.py"
+    _, trace = record(str(program))
+    assert trace.ends[1].kind == "exit" and trace.ends[1].message == "sys.exit(0)"
+    assert trace.ends[1].site.endswith(f":{line_of(program, '    sys.exit(0)')}")
+    findings = check_trace(trace, None).findings
+    assert [f.code for f in findings] == ["CL210"]
+
+
+def test_processes_a_rank_starts_die_with_it(tmp_path: Path):
+    marker = uuid.uuid4().hex
+    program = tmp_path / "helper.py"
+    program.write_text(
+        "import subprocess, sys\n"
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        f"sleeper = [sys.executable, '-c', 'import time; time.sleep(300)', '{marker}']\n"
+        "subprocess.Popen(sleeper)\n"
+        "subprocess.Popen(sleeper, process_group=0)  # a process group of its own\n"
+        "dist.barrier()\n"
+    )
+    out = cli("--nproc-per-node", "2", str(program))
+    assert out.returncode == 0, out.stderr
+    assert "rank 0 left 2 processes it started running; they were killed with it" in out.stderr
+    alive = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in cmd and state != "Z":
+            alive.append(pid)
+    assert alive == []
+
+
+def test_deep_copies_never_touch_the_ranks_plumbing():
+    program = PROGRAMS / "bad_deepcopy_then_rank0_barrier.py"
+    result, trace = record(str(program))
+    assert not result.incomplete() and not trace.ends
+    findings = check_trace(trace, None).findings
+    assert [f.code for f in findings] == ["CL202"]
+    assert findings[0].actions[0].site.endswith(f":{line_of(program, 'dist.barrier()')}")
+
+
+def test_every_reduce_op_delivers_what_a_backend_delivers():
+    # The program asserts on each reduced value, then agrees on a step count with
+    # all_reduce(MIN) of its own batch count (3 on rank 0, 4 on rank 1).
+    program = PROGRAMS / "ok_reduce_ops.py"
+    result, trace = record(str(program))
+    assert not trace.ends and result.converged, trace.ends
+    steps = [a for a in trace.ranks[1] if a.op == "all_reduce" and a.shape == [16]]
+    assert len(steps) == 3
+    ops = [a.reduce_op for a in trace.ranks[0] if a.op == "all_reduce"][:8]
+    assert ops == ["sum", "product", "min", "max", "bor", "band", "bxor", "min"]
+    assert check_trace(trace, None).findings == []
+
+
+def test_a_barrier_orders_file_writes_between_ranks():
+    program = PROGRAMS / "ok_main_process_first.py"
+    result, trace = record(str(program))
+    assert not trace.ends and result.converged, trace.ends
+    assert [a.shape for a in trace.ranks[1] if a.op == "all_reduce"] == [[4]]
+    assert check_trace(trace, None).findings == []
+    assert not (PROGRAMS / ".cache-main-first.txt").exists()  # rank 0 removed it
+
+
+def test_the_scripts_output_is_shown_per_rank_like_torchrun_tee(tmp_path: Path):
+    program = tmp_path / "talk.py"
+    program.write_text(
+        "import sys\n"
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "print(f'hello from {dist.get_rank()}')\n"
+        "print('warned', file=sys.stderr)\n"
+    )
+    out = cli("--nproc-per-node", "2", str(program))
+    assert out.returncode == 0, out.stderr
+    shown = [ln for ln in out.stderr.splitlines() if ln.startswith("[rank")]
+    assert shown == ["[rank 0]: hello from 0", "[rank 0]: warned"]
+    out = cli("--nproc-per-node", "2", "--tee", "1", "--format", "json", str(program))
+    assert "[rank 1]: hello from 1" in out.stderr and "[rank 0]" not in out.stderr
+    assert json.loads(out.stdout)["findings"] == []
+
+
+def test_split_runs_with_different_tensor_modes_are_refused(tmp_path: Path):
+    program = str(PROGRAMS / "ok_allreduce.py")
+    for ranks, mode in (("0-1", "fake"), ("2-3", "real")):
+        out = cli(
+            "--nproc-per-node", "4", "--ranks", ranks, "--tensors", mode,
+            "--save-trace", str(tmp_path), program,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+    out = cli(str(tmp_path), command="plan")
+    assert out.returncode == 2
+    assert errors(out) == [
+        f"commlint: error: {tmp_path}: the parts of this dry-run were recorded with different "
+        f"tensor modes: fake ({tmp_path / 'rank-00000.yaml'}), real "
+        f"({tmp_path / 'rank-00002.yaml'}); record every part again with the same --tensors "
+        "(--tensors real when one part needed real values)"
+    ]
