@@ -107,6 +107,7 @@ class Guard:
         )
         self.skips = _site_skips()
         self.ended = False
+        self.leaving = False
         self.watchdog: Any = None
         self.originals: dict[str, Any] = {}
         self._start_lock = threading.Lock()
@@ -230,6 +231,13 @@ class Guard:
         guarded.__commlint_guard__ = True  # type: ignore[attr-defined]
         return guarded
 
+    def hold_if_leaving(self) -> None:
+        """A call that fails because a peer left after a diagnosed hang: the watchdog is about
+        to end this process with the diagnosis; a traceback of the side effect would only bury
+        it."""
+        if self.leaving:
+            time.sleep(30)
+
     def call_inner(self, fn: Any, args: tuple, kwargs: dict) -> Any:
         local = self.local
         local.depth = getattr(local, "depth", 0) + 1
@@ -264,6 +272,7 @@ class Guard:
             result = self.call_inner(fn, args, kwargs)
         except BaseException:
             ring.finish(e, FAILED)
+            self.hold_if_leaving()
             raise
         if call.is_async and result is not None:
             with ring.lock:
@@ -300,6 +309,7 @@ class Guard:
         except BaseException:
             ring.finish(e, FAILED)
             ring.finish(op_entry, FAILED)
+            self.hold_if_leaving()
             raise
         ring.finish(op_entry, DONE)
         ring.finish(e, DONE)

@@ -174,10 +174,13 @@ def diagnose(states: dict[int, dict[str, Any]], world_size: int, backend: str = 
     return Diagnosis(trace, result.findings, hang, pending)
 
 
-def format_report(d: Diagnosis, states: dict[int, dict[str, Any]], timeout: float) -> str:
+def format_report(
+    d: Diagnosis, states: dict[int, dict[str, Any]], timeout: float, after: float | None = None
+) -> str:
+    when = f" {after:.1f} s after the first call blocked" if after is not None else ""
     lines = [
-        f"commlint guard: hang diagnosed (a call blocked for more than {timeout:g} s and the "
-        "checker proves no rank can move on):"
+        f"commlint guard: hang diagnosed{when} (a call blocked for more than {timeout:g} s and "
+        "the checker proves no rank can move on):"
     ]
     for f in d.hang:
         lines.append(f"  {f.code} {f.name}: {f.message}")

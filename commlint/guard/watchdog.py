@@ -61,7 +61,7 @@ class Watchdog(threading.Thread):
             if err.get("rank") != rank:
                 self.leave(
                     f"commlint guard: rank {rank} stops: rank {err.get('rank')} found that "
-                    f"the members of a collective disagree:\n{err.get('text')}"
+                    f"this rank's call does not match its own:\n{err.get('text')}"
                 )
         rnd = int(store.add("round", 0))
         if store.check([f"verdict/{rnd}"]):
@@ -138,13 +138,18 @@ class Watchdog(threading.Thread):
         if not d.hang:
             store.add("round", 1)
             return
-        text = format_report(d, states, self.timeout)
+        waited = max((s.get("blocked_for") or 0.0) for s in states.values())
+        after = waited + time.monotonic() - self.want_seen.get(rnd, time.monotonic())
+        text = format_report(d, states, self.timeout, after)
         store.set(
             f"verdict/{rnd}",
             json.dumps({"coordinator": self.ring.rank, "codes": sorted({f.code for f in d.hang})}),
         )
+        self.guard.leaving = True
+        print(text, file=sys.stderr, flush=True)
         self.save(d)
-        self.leave(text)
+        time.sleep(2 * self.tick)  # the others leave first, on the verdict, not on our exit
+        self.leave("")
 
     def save(self, d: Any) -> None:
         folder = self.guard.options.save_trace
@@ -162,8 +167,10 @@ class Watchdog(threading.Thread):
         print(f"commlint guard: trace written to {path}", file=sys.stderr, flush=True)
 
     def leave(self, text: str) -> None:
+        self.guard.leaving = True
         self.guard.ended = True
-        print(text, file=sys.stderr, flush=True)
+        if text:
+            print(text, file=sys.stderr, flush=True)
         try:
             sys.stdout.flush()
         finally:

@@ -1,0 +1,74 @@
+"""Small 2-rank programs for the guard's real tests: `guarded.py MODE` under torchrun, or
+`guarded.py --spawn MODE` starting its own processes and calling `commlint.guard.install()`."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+GUARD_TIMEOUT = float(os.environ.get("COMMLINT_GUARD_TIMEOUT", "2"))
+
+
+def body(mode: str) -> None:
+    rank = dist.get_rank()
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    if mode == "slow":
+        # rank 1 computes for longer than the guard timeout before it joins: slow, not stuck
+        if rank == 1:
+            time.sleep(GUARD_TIMEOUT * 2.5)
+        dist.all_reduce(t)
+        side = dist.new_group([0, 1], timeout=timedelta(seconds=30))
+        work = dist.all_reduce(t, group=side, async_op=True)
+        if rank == 0:
+            time.sleep(GUARD_TIMEOUT * 1.5)
+        work.wait()
+    elif mode == "cycle":
+        peer = 1 - rank
+        dist.send(t, peer)  # both ranks send first: a send/send deadlock
+        dist.recv(t, peer)
+    elif mode == "order":
+        a = dist.new_group([0, 1], timeout=timedelta(seconds=30))
+        b = dist.new_group([0, 1], timeout=timedelta(seconds=30))
+        first, second = (a, b) if rank == 0 else (b, a)
+        dist.all_reduce(t, group=first)  # groups in different orders: cross-group deadlock
+        dist.all_reduce(t, group=second)
+    elif mode == "p2psize":
+        if rank == 0:
+            dist.send(torch.ones(8), 1)
+        else:
+            dist.recv(torch.ones(4), 0)
+    print(f"rank {rank} result {t.tolist()}", flush=True)
+
+
+def spawned(rank: int, port: int, mode: str) -> None:
+    import commlint.guard
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    commlint.guard.install(timeout=GUARD_TIMEOUT)
+    dist.init_process_group(
+        "gloo", rank=rank, world_size=2, timeout=timedelta(seconds=30)
+    )
+    body(mode)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--spawn":
+        import socket
+
+        import torch.multiprocessing as mp
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            free = s.getsockname()[1]
+        mp.start_processes(spawned, args=(free, sys.argv[2]), nprocs=2, start_method="spawn")
+    else:
+        dist.init_process_group("gloo", timeout=timedelta(seconds=30))
+        body(sys.argv[1])
+        dist.destroy_process_group()

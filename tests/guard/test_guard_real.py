@@ -1,0 +1,93 @@
+"""The guard on real gloo jobs: torchrun + `-m commlint.guard`, and `install()` under spawn.
+
+Slow (each launch costs torch's start-up, ~8–20 s on 2 shared cores): marker `real`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.guard_accuracy import run_program, verdicts
+from commlint.cli import main as commlint_main
+
+pytestmark = pytest.mark.real
+
+ROOT = Path(__file__).resolve().parents[2]
+PROGRAM = Path(__file__).resolve().parent / "programs" / "guarded.py"
+GUARD_TIMEOUT = 2.0
+
+
+def _launch(args: list[str], guard: list[str] | None = None, cwd: Path | None = None):
+    env = dict(os.environ, OMP_NUM_THREADS="1", COMMLINT_GUARD_TIMEOUT=str(GUARD_TIMEOUT))
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    if guard is None:
+        cmd = [sys.executable, str(PROGRAM), *args]
+    else:
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "commlint.guard",
+            *guard,
+            str(PROGRAM),
+            *args,
+        ]
+    started = time.monotonic()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, cwd=cwd)
+    return proc, time.monotonic() - started
+
+
+def test_accuracy_programs_batch() -> None:
+    """One labelled program of each outcome from bench/accuracy, run for real under the
+    guard: the correct one exits 0 with the unguarded run's results; the hang, the failure
+    and the silent corruption end non-zero, naming the line the unguarded run hung or failed
+    at, within 2× the guard timeout beyond start-up."""
+    ids = ["gpt_w2_0151", "encdec_w2_0296", "mlp_w2_0546", "encdec_w2_0116", "convnet_w2_0003"]
+    scored = verdicts([run_program(i, 3.0) for i in ids], 3.0)
+    failed = [(r["id"], r["label"], r["stderr_tail"][-800:]) for r in scored["results"]]
+    failed = [f for f, r in zip(failed, scored["results"], strict=True) if not r["pass"]]
+    assert not failed, failed
+    codes = {r["id"]: r["codes"] for r in scored["results"]}
+    assert "CL201" in codes["encdec_w2_0296"]  # cross-rank send/recv order: a cycle
+    assert "CL203" in codes["mlp_w2_0546"]  # a collective skipped on one rank
+    assert "CL204" in codes["encdec_w2_0116"]  # p2p size: gloo would abort the receiver
+    assert "CL204" in codes["convnet_w2_0003"]  # collective size mismatch, caught before
+
+
+def test_slow_rank_is_not_killed_and_output_is_unchanged() -> None:
+    plain, _ = _launch(["slow"], guard=[])
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    assert sorted(plain.stdout.splitlines()) == [
+        "rank 0 result [8.0, 8.0, 8.0, 8.0]",
+        "rank 1 result [8.0, 8.0, 8.0, 8.0]",
+    ]
+    assert "hang diagnosed" not in plain.stderr
+
+
+def test_cross_group_deadlock_is_diagnosed_and_saved(tmp_path: Path) -> None:
+    proc, seconds = _launch(["order"], guard=["--save-trace", str(tmp_path)], cwd=tmp_path)
+    assert proc.returncode != 0
+    err = proc.stderr
+    assert "CL201 deadlock-cycle" in err, err[-3000:]
+    assert "guarded.py:39" in err
+    assert "Traceback" not in err.split("hang diagnosed", 1)[1].split("ChildFailedError")[0]
+    saved = tmp_path / "commlint-guard-trace.yaml"
+    assert saved.is_file()
+    assert commlint_main(["plan", str(saved)]) == 1  # the plan gate finds the same cycle
+    assert seconds < 120
+
+
+def test_install_in_self_started_program() -> None:
+    proc, _ = _launch(["--spawn", "cycle"])
+    assert proc.returncode != 0
+    assert "CL201 deadlock-cycle" in proc.stderr, proc.stderr[-3000:]
+    assert "send(→1)" in proc.stderr and "send(→0)" in proc.stderr
