@@ -106,3 +106,30 @@ def test_report_renders_in_chromium(tmp_path):
     assert count(rows[:40], channels, HEADER) > 1000  # the dark header band
     assert count(rows, channels, BLUE) > 400  # coloured all_reduce cells
     assert count(rows, channels, RED) > 300  # cycle arrows and the outlines of blocked cells
+
+
+FINDING_BG = (0xFE, 0xF2, 0xF2)  # the pale red of an error's card
+
+
+def test_the_deadlock_is_above_the_fold(tmp_path, monkeypatch):
+    """`commlint plan examples/`: the clean pipeline sorts first by name, but the input with a
+    finding is drawn first, its card in the top 300 pixels."""
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    monkeypatch.chdir(examples.parent)
+    page = tmp_path / "report.html"
+    assert main(["plan", "examples", "--format", "html", "-o", str(page)]) == 1
+    shot = tmp_path / "shot.png"
+    with tempfile.TemporaryDirectory() as profile:
+        subprocess.run(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--no-first-run", f"--user-data-dir={profile}", f"--screenshot={shot}",
+             "--window-size=1200,700", str(page)],
+            check=True, capture_output=True, timeout=120,
+        )  # fmt: skip
+    _, _, rows, channels = read_png(shot)
+    first = next(
+        (y for y, row in enumerate(rows) if count([row], channels, FINDING_BG, tol=2) > 200),
+        None,
+    )
+    assert first is not None and first < 300, first
