@@ -211,3 +211,35 @@ def test_split_runs_with_different_tensor_modes_are_refused(tmp_path: Path):
         f"({tmp_path / 'rank-00002.yaml'}); record every part again with the same --tensors "
         "(--tensors real when one part needed real values)"
     ]
+
+
+def test_a_printed_loss_item_costs_no_real_compute():
+    program = PROGRAMS / "ok_ddp_print_loss.py"
+    result, trace = record(str(program))
+    assert result.mode == "fake" and not result.notes and not trace.ends
+    buckets = [a for a in trace.ranks[1] if a.label == "DDP gradient bucket"]
+    assert len(buckets) >= 3
+    assert result.runs[0].output.splitlines() == [f"step {s} loss 1.0000" for s in range(3)]
+    site = f"{os.path.relpath(program)}:{line_of(program, 'loss {loss.item()')}"
+    assert f"the value read at {site} was not computed" in trace.meta["assumes"]
+    assert check_trace(trace, None).findings == []
+
+
+def test_a_read_value_that_steers_falls_back_to_real_tensors_at_that_line(tmp_path: Path):
+    program = tmp_path / "steer.py"
+    program.write_text(
+        "import torch\n"
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "w = torch.nn.Parameter(torch.randn(4))\n"
+        "loss = (w * 2).sum()\n"
+        "value = loss.item() * 2  # arithmetic is free\n"
+        "if value > 1e9:  # steers: needs the real value\n"
+        "    dist.barrier()\n"
+        "dist.all_reduce(torch.ones(2))\n"
+    )
+    result, trace = record(str(program))
+    assert result.mode == "real"
+    assert f"stopped under fake tensors at {program}:7" in result.notes[0]
+    assert [a.op for a in trace.ranks[0]] == ["all_reduce"]
+    assert check_trace(trace, None).findings == []

@@ -313,6 +313,7 @@ def _install(spec: RankSpec, recorder: Recorder) -> None:
     _modules_stay_on_cpu()
     if spec.mode == "fake":
         _install_fake_helpers(c10d)
+        _unread_values(recorder)
 
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -398,6 +399,28 @@ def _track_writes(recorder: Recorder, scratch: str) -> None:
 
     builtins.open = io.open = tracked_open
     os.rename, os.replace = rename, replace
+
+
+def _unread_values(recorder: Recorder) -> None:
+    """`.item()` / `.tolist()` of fake tensors without a value give unread numbers (see
+    `unread.py`); each line that reads one is noted once in the trace's `meta.assumes`."""
+    from commlint.plans.dryrun import unread
+
+    seen: set[str] = set()
+
+    def on_read() -> None:
+        site, _ = user_site(rec_mod._frames(3))
+        if site and site not in seen:
+            seen.add(site)
+            recorder.send(
+                (
+                    "assume",
+                    f"the value read at {site} was not computed (fake tensors): it is only "
+                    "printed, formatted or computed with, never steers the program",
+                )
+            )
+
+    unread.install(on_read)
 
 
 def _meshes_on_cpu() -> None:
@@ -669,6 +692,16 @@ def run_rank(spec: RankSpec, table: ValueTable, conn: Any) -> None:
         os.dup2(out, 1)
         os.dup2(out, 2)
         os.close(out)
+        # The parent's sys.stdout may not write to fd 1 (pytest, an embedding program).
+        sys.stdout, sys.stderr = (
+            io.TextIOWrapper(
+                io.FileIO(fd, "w", closefd=False),
+                encoding="utf-8",
+                errors="backslashreplace",
+                line_buffering=True,
+            )
+            for fd in (1, 2)
+        )
         if spec.fault:
             faulthandler.enable(open(spec.fault, "w"))  # noqa: SIM115 (open for the process)
         os.environ.update(worker_env(spec.rank, spec.world_size, spec.nproc_per_node))

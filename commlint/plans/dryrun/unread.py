@@ -1,0 +1,139 @@
+"""Values read from fake tensors that the dry-run does not compute.
+
+`loss.item()` on a fake tensor has no value. Most programs only print or log it, which needs
+no value at all; re-running every rank with real tensors for that (the old behaviour) costs
+the real model's compute and memory. So `.item()` and `.tolist()` on a fake tensor without
+a value return an *unread* number: printing, formatting and arithmetic on it are free (the
+result is unread too). The moment it steers the program — a comparison, a truth test, an
+`int()`/index, a hash — it raises the fake-tensor limit it stands for, at that line, and the
+dry-run falls back to real tensors as before (the note names the steering line).
+Unread numbers print as 1 (a finite value, so `math.isfinite` and `math.log` checks that
+merely log do not fail).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensor
+
+_ITEM = torch.ops.aten._local_scalar_dense.default
+
+
+def _steer(self: Any, *a: Any) -> Any:
+    raise DataDependentOutputException(_ITEM)
+
+
+_STEERING = (
+    "__lt__",
+    "__le__",
+    "__gt__",
+    "__ge__",
+    "__eq__",
+    "__ne__",
+    "__bool__",
+    "__hash__",
+    "__int__",
+    "__index__",
+    "__trunc__",
+    "__floor__",
+    "__ceil__",
+    "is_integer",
+)
+_ARITHMETIC = (
+    "__add__",
+    "__radd__",
+    "__sub__",
+    "__rsub__",
+    "__mul__",
+    "__rmul__",
+    "__truediv__",
+    "__rtruediv__",
+    "__floordiv__",
+    "__rfloordiv__",
+    "__mod__",
+    "__rmod__",
+    "__pow__",
+    "__rpow__",
+    "__neg__",
+    "__pos__",
+    "__abs__",
+    "__round__",
+)
+
+
+def _unread_class(base: type) -> type:
+    def make(name: str) -> Callable[..., Any]:
+        op = getattr(base, name, None)
+
+        def arithmetic(self: Any, *a: Any) -> Any:
+            if op is None:
+                return NotImplemented
+            out = op(base(self), *a)
+            return cls(out) if isinstance(out, (int, float)) else out
+
+        return arithmetic
+
+    body: dict[str, Any] = {name: _steer for name in _STEERING if hasattr(base, name)}
+    body["__index__"] = _steer
+    body.update({name: make(name) for name in _ARITHMETIC})
+    body["__doc__"] = f"A {base.__name__} read from a fake tensor: not computed."
+    body["__reduce__"] = lambda self: (base, (base(self),))
+    cls = type(f"Unread{base.__name__.title()}", (base,), body)
+    return cls
+
+
+UnreadFloat = _unread_class(float)
+# An integer read is a float underneath too: an `int` subclass would be used by value (by
+# `range`, indexing) without asking `__index__`, silently steering the program with a 1.
+UnreadInt = type(
+    "UnreadInt",
+    (UnreadFloat,),
+    {
+        "__doc__": "An int read from a fake tensor: not computed.",
+        "__repr__": lambda self: repr(int(float(self))),
+        "__str__": lambda self: str(int(float(self))),
+        "__format__": lambda self, spec: format(int(float(self)), spec),
+    },
+)
+
+
+def unread(dtype: torch.dtype) -> Any:
+    if dtype.is_floating_point or dtype.is_complex:
+        return UnreadFloat(1.0)
+    return UnreadInt(1.0)
+
+
+def _nested(shape: tuple[int, ...], dtype: torch.dtype) -> Any:
+    if not shape:
+        return unread(dtype)
+    return [_nested(shape[1:], dtype) for _ in range(shape[0])]
+
+
+def install(on_read: Callable[[], None]) -> None:
+    """`Tensor.item` / `Tensor.tolist` return unread numbers for fake tensors with no
+    value; `on_read` is called each time (to note where the program read one)."""
+    item, tolist = torch.Tensor.item, torch.Tensor.tolist
+
+    def fake_item(self: torch.Tensor) -> Any:
+        try:
+            return item(self)
+        except DataDependentOutputException:
+            if not isinstance(self, FakeTensor):
+                raise
+            on_read()
+            return unread(self.dtype)
+
+    def fake_tolist(self: torch.Tensor) -> Any:
+        try:
+            return tolist(self)
+        except DataDependentOutputException:
+            if not isinstance(self, FakeTensor):
+                raise
+            on_read()
+            return _nested(tuple(self.shape), self.dtype)
+
+    torch.Tensor.item = fake_item
+    torch.Tensor.tolist = fake_tolist
