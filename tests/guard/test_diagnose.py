@@ -4,8 +4,11 @@ No processes: snapshots are written the way `Ring.snapshot` and the watchdog wri
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from commlint.cli import main as commlint_main
 from commlint.guard.__main__ import parse
 from commlint.guard.core import Options
 from commlint.guard.diagnose import build_trace, diagnose, format_report, mismatch_text
@@ -127,13 +130,20 @@ def test_an_old_silent_mismatch_does_not_stop_a_progressing_job() -> None:
     assert d.hang == []
 
 
-def test_saved_trace_is_a_valid_plan_file() -> None:
+def test_saved_trace_is_read_by_plan_and_replay(tmp_path: Path, capsys) -> None:
     r0 = _ring(0, [_ar("t.py:5"), _send(0, 1, "t.py:10", pending=True)])
     r1 = _ring(1, [_ar("t.py:5"), _send(1, 0, "t.py:12", pending=True)])
     d = diagnose({0: _state(r0), 1: _state(r1)}, 2)
-    again = loads_trace(dump_trace(d.trace))
+    saved = tmp_path / "commlint-guard-trace.yaml"
+    dump_trace(d.trace, saved)
+    again = loads_trace(saved.read_text())
     assert again.ranks[0][-1].site == "t.py:10"
     assert again.source == "guard"
+    assert commlint_main(["plan", str(saved)]) == 1
+    assert "CL201" in capsys.readouterr().out
+    repro = tmp_path / "repro.py"
+    assert commlint_main(["replay", str(saved), "-o", str(repro)]) in (0, 1)
+    assert "send" in repro.read_text()
 
 
 def test_async_op_and_its_wait_are_kept_together() -> None:

@@ -51,9 +51,7 @@ def spawned(rank: int, port: int, mode: str) -> None:
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     commlint.guard.install(timeout=GUARD_TIMEOUT)
-    dist.init_process_group(
-        "gloo", rank=rank, world_size=2, timeout=timedelta(seconds=30)
-    )
+    dist.init_process_group("gloo", rank=rank, world_size=2, timeout=timedelta(seconds=30))
     body(mode)
     dist.destroy_process_group()
 
