@@ -169,6 +169,7 @@ class FileFacts:
     syntax_error: tuple[int, int, str] | None = None
     skipped: bool = False  # never mentions distributed code
     internal_error: str | None = None  # the extractor failed on this file (a bug of ours)
+    not_analysed: tuple[int, int, str] | None = None  # valid Python left unanalysed (CL114)
 
 
 def iter_nodes(nodes: list[Node]):
