@@ -284,6 +284,7 @@ class _Entry:
         "record_id",
         "seq",
         "state",
+        "walk",
     )
 
     def __init__(self) -> None:
@@ -295,7 +296,7 @@ class _Bad(Exception):
 
 
 def _seq(value: Any, key: str) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
+    if type(value) is int:
         return value
     if isinstance(value, str) and value.lstrip("-").isdigit() and len(value) < 20:
         return int(value)  # torch's own tests write sequence ids as strings
@@ -322,29 +323,34 @@ class _Walk:
 def _sizes(value: Any, key: str, walk: _Walk) -> list[list[int]]:
     if value is None:
         return []
-    if not isinstance(value, (list, tuple)):
+    if type(value) is not list and type(value) is not tuple:
         raise _Bad(f"'{key}' is {_kind(value)}, not a list of shapes")
-    walk.spend(len(value))
+    n = len(value)
+    limited = walk.left >= 0
     for shape in value:
-        if not isinstance(shape, (list, tuple)):
+        if type(shape) is not list and type(shape) is not tuple:
             raise _Bad(f"'{key}' holds {_kind(shape)}, not a shape (list of integers)")
-        walk.spend(len(shape))
+        n += len(shape)
+        if limited and n > walk.left:
+            walk.spend(n)  # raises: the budget is spent
         for d in shape:
-            if not isinstance(d, int) or isinstance(d, bool) or d < 0:
+            if type(d) is not int or d < 0:
                 raise _Bad(f"'{key}' holds a dimension that is not a non-negative integer")
+    if limited:
+        walk.left -= n
     return value  # type: ignore[return-value]
 
 
 def _dtypes(value: Any, key: str, walk: _Walk) -> list[str]:
     if value is None:
         return []
-    if isinstance(value, str):
+    if type(value) is str:
         return [value] if value else []  # torch's own tests write one dtype as a string
-    if not isinstance(value, (list, tuple)):
+    if type(value) is not list and type(value) is not tuple:
         raise _Bad(f"'{key}' is {_kind(value)}, not a list of dtype names")
     walk.spend(len(value))
     for d in value:
-        if not isinstance(d, str):
+        if type(d) is not str:
             raise _Bad(f"'{key}' holds {_kind(d)}, not a dtype name")
     return value  # type: ignore[return-value]
 
@@ -356,18 +362,23 @@ def _frames(value: Any, walk: _Walk) -> list[dict[str, Any]] | None:
         raise _Bad(f"'frames' is {_kind(value)}, not a list")
     walk.spend(len(value))
     for f in value:
-        if not isinstance(f, dict):
+        if type(f) is not dict:
             raise _Bad(f"'frames' holds {_kind(f)}, not a frame (dict)")
-        for k in ("filename", "name"):
-            if f.get(k) is not None and not isinstance(f[k], str):
-                raise _Bad(f"a frame's '{k}' is {_kind(f[k])}, not a string")
-        line = f.get("line")
-        if line is not None and (not isinstance(line, int) or isinstance(line, bool)):
+        filename, name, line = f.get("filename"), f.get("name"), f.get("line")
+        if filename is not None and type(filename) is not str:
+            raise _Bad(f"a frame's 'filename' is {_kind(filename)}, not a string")
+        if name is not None and type(name) is not str:
+            raise _Bad(f"a frame's 'name' is {_kind(name)}, not a string")
+        if line is not None and type(line) is not int:
             raise _Bad(f"a frame's 'line' is {_kind(line)}, not an integer")
     return value  # type: ignore[return-value]
 
 
 def _pg_field(value: Any) -> tuple[str, str]:
+    if (type(value) is tuple or type(value) is list) and len(value) == 2:
+        name, desc = value
+        if type(name) is str and type(desc) is str:
+            return name, desc
     if not isinstance(value, (list, tuple)) or not value:
         raise _Bad(f"'process_group' is {_kind(value)}, not a (name, description) pair")
     for part in value[:2]:
@@ -377,13 +388,15 @@ def _pg_field(value: Any) -> tuple[str, str]:
 
 
 def _check_entry(index: int, e: Any, walk: _Walk) -> _Entry:
-    if not isinstance(e, dict):
+    if type(e) is not dict:
         raise _Bad(f"is {_kind(e)}, not a dict")
-    for key in ("profiling_name", "process_group", "collective_seq_id"):
-        if key not in e:
-            raise _Bad(f"missing '{key}'")
+    if "profiling_name" not in e or "process_group" not in e or "collective_seq_id" not in e:
+        key = next(
+            k for k in ("profiling_name", "process_group", "collective_seq_id") if k not in e
+        )
+        raise _Bad(f"missing '{key}'")
     profiling = e["profiling_name"]
-    if not isinstance(profiling, str):
+    if type(profiling) is not str:
         raise _Bad(f"'profiling_name' is {_kind(profiling)}, not a string")
     x = _Entry()
     x.index = index
@@ -395,7 +408,7 @@ def _check_entry(index: int, e: Any, walk: _Walk) -> _Entry:
     p2p_seq = e.get("p2p_seq_id")
     x.p2p_seq = 0 if p2p_seq is None else _seq(p2p_seq, "p2p_seq_id")
     state = e.get("state")
-    if state is not None and not isinstance(state, str):
+    if state is not None and type(state) is not str:
         raise _Bad(f"'state' is {_kind(state)}, not a string")
     x.state = state or ""
     is_p2p = e.get("is_p2p")
@@ -406,7 +419,8 @@ def _check_entry(index: int, e: Any, walk: _Walk) -> _Entry:
     x.out_sizes = _sizes(e.get("output_sizes"), "output_sizes", walk)
     x.in_dtypes = _dtypes(e.get("input_dtypes"), "input_dtypes", walk)
     x.out_dtypes = _dtypes(e.get("output_dtypes"), "output_dtypes", walk)
-    x.frames = _frames(e.get("frames"), walk)
+    x.frames = e.get("frames")  # checked when a site is needed (`_site`): most never are
+    x.walk = walk
     return x
 
 
@@ -519,17 +533,36 @@ def _split_profiling_name(profiling: str) -> tuple[str, str, str | None]:
 def user_frame(frames: list[dict[str, Any]] | None) -> tuple[str | None, list[str]]:
     """The innermost frame outside torch and the standard library, and the frames around it."""
     frames = frames or []
-    formatted = [f"{f.get('filename')}:{f.get('line')} in {f.get('name')}" for f in frames]
     for i, f in enumerate(frames):
         filename = str(f.get("filename") or "")
-        if filename and not _INTERNAL.search(filename):
+        if filename and not _internal(filename):
             rest = [
-                s
-                for s, g in zip(formatted[i + 1 :], frames[i + 1 :], strict=False)
-                if not _INTERNAL.search(str(g.get("filename") or ""))
+                _frame_text(g)
+                for g in frames[i + 1 :]
+                if not _internal(str(g.get("filename") or ""))
             ]
             return f"{filename}:{f.get('line')}", rest[:8]
-    return None, formatted[:8]
+    return None, [_frame_text(f) for f in frames[:8]]
+
+
+def _frame_text(f: dict[str, Any]) -> str:
+    return f"{f.get('filename')}:{f.get('line')} in {f.get('name')}"
+
+
+@lru_cache(maxsize=4096)
+def _internal(filename: str) -> bool:
+    return bool(_INTERNAL.search(filename))
+
+
+def _site(e: _Entry) -> tuple[str | None, list[str]]:
+    """The entry's user frame and stack; its `frames` are checked here, once (raises `_Bad`)."""
+    if e.frames is not None and not isinstance(e.frames, _CheckedFrames):
+        e.frames = _CheckedFrames(_frames(e.frames, e.walk))
+    return user_frame(e.frames)
+
+
+class _CheckedFrames(list):
+    """Frames that passed `_frames`."""
 
 
 def _numel(shape: list[int]) -> int:
@@ -853,12 +886,49 @@ def _by_value(values: dict[int, Any], sites: dict[int, str | None]) -> str:
     return ", ".join(parts)
 
 
+def _all_agree(op: str, per: dict[int, list[_Entry]], k: int) -> bool:
+    """The common case, cheaply: one entry per rank, all alike, and each one consistent."""
+    entries = iter(per.values())
+    first = next(entries)
+    if len(first) != 1:
+        return False
+    f = first[0]
+    for es in entries:
+        if len(es) != 1:
+            return False
+        e = es[0]
+        if (
+            e.raw != f.raw
+            or e.in_sizes != f.in_sizes
+            or e.out_sizes != f.out_sizes
+            or e.in_dtypes != f.in_dtypes
+            or e.out_dtypes != f.out_dtypes
+        ):
+            return False
+    if not f.in_sizes or not f.out_sizes:
+        return op != "all_to_all"
+    n_in, n_out = _total(f.in_sizes), _total(f.out_sizes)
+    if op == "all_reduce":
+        return f.in_sizes == f.out_sizes
+    if op == "all_gather":
+        return n_out == n_in * k
+    if op == "reduce_scatter":
+        return n_in == n_out * k
+    if op == "all_to_all":
+        return n_in == n_out
+    return True
+
+
 def _payload_problems(
-    op: str, per: dict[int, list[_Entry]], members: tuple[int, ...], finished: bool
+    op: str,
+    per: dict[int, list[_Entry]],
+    members: tuple[int, ...],
+    finished: bool,
+    located: _Located,
 ) -> list[str]:
     """What disagrees in one aligned collective; input sizes and dtypes only when the entry
     was dropped as done (otherwise the checker compares them)."""
-    sites = {r: user_frame(es[0].frames)[0] for r, es in per.items()}
+    sites = {r: located.site(r, es[0])[0] for r, es in per.items()}
     ins = {r: [list(s) for e in es for s in e.in_sizes] for r, es in per.items()}
     outs = {r: [list(s) for e in es for s in e.out_sizes] for r, es in per.items()}
     in_dt = {r: sorted({_dtype(d) for e in es for d in e.in_dtypes}) for r, es in per.items()}
@@ -914,6 +984,12 @@ class _Located:
         self.where = where
         self.action: dict[tuple[int, int], int] = {}
 
+    def site(self, rank: int, e: _Entry) -> tuple[str | None, list[str]]:
+        try:
+            return _site(e)
+        except _Bad as exc:
+            raise CommlintInputError(f"entry {e.index}: {exc}", self.where(rank)) from None
+
 
 def _payload_findings(
     colls: dict[tuple[str, int], dict[int, list[_Entry]]],
@@ -921,19 +997,15 @@ def _payload_findings(
     members_of: dict[str, tuple[int, ...]],
     located: _Located,
 ) -> list[dict[str, Any]]:
-    from commlint.rules import all_rules
-
-    rule = all_rules()["CL204"]
     out: list[dict[str, Any]] = []
     for (group, seq), per in colls.items():
-        ops = {OP_NAMES.get(es[0].raw) for es in per.values()}
-        if len(ops) != 1 or None in ops:
-            continue  # different collectives: the checker's CL203
-        op = ops.pop()
-        if op == "barrier":
+        op = OP_NAMES.get(next(iter(per.values()))[0].raw)
+        if op is None or op == "barrier" or _all_agree(op, per, len(members_of.get(group, ()))):
             continue
+        if len({OP_NAMES.get(es[0].raw) for es in per.values()}) != 1:
+            continue  # different collectives: the checker's CL203
         done = (group, seq) in finished
-        problems = _payload_problems(op, per, members_of.get(group, ()), done)
+        problems = _payload_problems(op, per, members_of.get(group, ()), done, located)
         if not problems:
             continue
         if done:
@@ -951,10 +1023,13 @@ def _payload_findings(
                 Location(
                     rank=r,
                     action=located.action.get((r, id(e))),
-                    site=user_frame(e.frames)[0],
+                    site=located.site(r, e)[0],
                     message=f"Flight Recorder entry {e.index} ({e.state or 'no state'})",
                 ).model_dump(exclude_none=True)
             )
+        from commlint.rules import all_rules  # only with something to report: it loads every rule
+
+        rule = all_rules()["CL204"]
         out.append(
             Finding(
                 code=rule.code,
@@ -1015,7 +1090,7 @@ class _RankBuilder:
             self.unknown.add(e.raw)
             return
         group = e.group
-        site, stack = user_frame(e.frames)
+        site, stack = self.located.site(self.rank, e)
         shape, dtype = _payload(e)
         common = {"shape": shape, "dtype": dtype, "site": site, "stack": stack or None}
         state = e.state

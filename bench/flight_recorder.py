@@ -1,0 +1,168 @@
+"""Flight Recorder: commlint vs PyTorch's fr_trace on the same synthetic dumps (issue 12).
+
+Writes NCCL-shaped dumps (one pickle per rank, `rank_<r>`, `pg_config` filled as NCCL fills
+it, 8 frames per entry) for R ranks × E entries: all-reduces alternating between TP groups of
+8 and DP groups of R/8, every entry `completed` except each rank's last one (`started`, the
+collective the job hangs in). Then runs, each as a child process of this one:
+
+- peer: `python -m torch.distributed.flight_recorder.fr_trace DIR` (torch's analyzer);
+- `python -m commlint plan DIR --format json` (read, align, compare, check, report);
+
+and prints CPU seconds and peak RSS of each child (os.wait4) and the ratio. Goal (issue 12):
+commlint >= 10x less CPU than fr_trace at 256 ranks x 2,000 entries.
+
+    nice -n 10 python bench/flight_recorder.py                 # 256 x 2,000
+    nice -n 10 python bench/flight_recorder.py 64 4000
+    nice -n 10 python bench/flight_recorder.py 1024 1000 --no-peer   # commlint alone
+    nice -n 10 python bench/flight_recorder.py 256 2000 --scheduled  # gloo-like states
+    nice -n 10 python bench/flight_recorder.py --dir=/tmp/fr256       # keep the dumps
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TP = 8
+
+_TORCH = "/opt/venv/lib/python3.11/site-packages/torch/distributed"
+TORCH_FRAMES = [
+    ("all_reduce", f"{_TORCH}/distributed_c10d.py", 3245),
+    ("wrapper", f"{_TORCH}/c10d_logger.py", 83),
+]
+USER_FRAMES = [
+    ("reduce_grads", "/job/model/parallel.py", 120),
+    ("backward_step", "/job/train.py", 88),
+    ("train", "/job/train.py", 140),
+    ("main", "/job/train.py", 200),
+    ("<module>", "/job/train.py", 210),
+    ("_run_module_as_main", "/usr/lib/python3.11/runpy.py", 198),
+]
+
+
+def write_dumps(folder: Path, ranks: int, entries: int, scheduled: bool = False) -> None:
+    dp = ranks // TP
+    pg_config = {"0": {"name": "0", "desc": "default_pg", "ranks": json.dumps(list(range(ranks)))}}
+    for t in range(ranks // TP):
+        name = str(1 + t)
+        pg_config[name] = {
+            "name": name,
+            "desc": "tp",
+            "ranks": json.dumps(list(range(t * TP, (t + 1) * TP))),
+        }
+    for d in range(TP):
+        name = str(1 + ranks // TP + d)
+        pg_config[name] = {
+            "name": name,
+            "desc": "dp",
+            "ranks": json.dumps(list(range(d, ranks, TP))),
+        }
+    for r in range(ranks):
+        tp_pg = str(1 + r // TP)
+        dp_pg = str(1 + ranks // TP + r % TP)
+        seq = {tp_pg: 0, dp_pg: 0}
+        rows = []
+        for i in range(entries):
+            pg, desc = (tp_pg, "tp") if i % 2 == 0 else (dp_pg, "dp")
+            seq[pg] += 1
+            line = 120 + (i % 7)
+            frames = [{"name": n, "filename": f, "line": ln} for n, f, ln in TORCH_FRAMES]
+            frames += [
+                {"name": n, "filename": f, "line": line if k == 0 else ln}
+                for k, (n, f, ln) in enumerate(USER_FRAMES)
+            ]
+            last = i == entries - 1
+            rows.append(
+                {
+                    "record_id": i,
+                    "pg_id": int(pg),
+                    "process_group": (pg, desc),
+                    "collective_seq_id": seq[pg],
+                    "p2p_seq_id": 0,
+                    "op_id": i + 1,
+                    "profiling_name": "nccl:all_reduce",
+                    "time_created_ns": 1_000_000 * (i + 1),
+                    "input_sizes": [[1024, 64 if desc == "tp" else dp]],
+                    "input_dtypes": ["BFloat16"],
+                    "output_sizes": [[1024, 64 if desc == "tp" else dp]],
+                    "output_dtypes": ["BFloat16"],
+                    "state": "scheduled" if scheduled else ("started" if last else "completed"),
+                    "time_discovered_started_ns": None,
+                    "time_discovered_completed_ns": None,
+                    "retired": not last,
+                    "timeout_ms": 600000,
+                    "is_p2p": False,
+                    "frames": frames,
+                    "thread_id": "1",
+                    "thread_name": "python",
+                }
+            )
+        dump = {
+            "version": "2.10",
+            "comm_lib_version": "2.27.5",
+            "pg_config": pg_config,
+            "pg_status": {},
+            "entries": rows,
+        }
+        (folder / f"rank_{r}").write_bytes(pickle.dumps(dump, protocol=4))
+
+
+def run_child(cmd: list[str]) -> tuple[float, float, float, int]:
+    """(CPU s, wall s, peak RSS MB, exit code) of one child process."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    cpu = usage.ru_utime + usage.ru_stime
+    return cpu, wall, usage.ru_maxrss / 1024, proc.returncode
+
+
+def main(argv: list[str]) -> int:
+    nums = [int(a) for a in argv if a.isdigit()]
+    ranks, entries = (nums + [256, 2000][len(nums) :])[:2]
+    peer = "--no-peer" not in argv
+    scheduled = "--scheduled" in argv
+    keep = next((a.split("=", 1)[1] for a in argv if a.startswith("--dir=")), None)
+    with tempfile.TemporaryDirectory(prefix="fr_bench_") as tmp:
+        folder = Path(keep or tmp)
+        t0 = time.perf_counter()
+        if not (folder / f"rank_{ranks - 1}").exists():  # --dir=DIR: write once, reuse
+            folder.mkdir(parents=True, exist_ok=True)
+            write_dumps(folder, ranks, entries, scheduled)
+        size = sum(f.stat().st_size for f in folder.iterdir())
+        print(
+            f"{ranks} ranks x {entries:,} entries = {ranks * entries:,} entries, "
+            f"{size / 1e6:.0f} MB of pickles (written in {time.perf_counter() - t0:.1f} s); "
+            f"states: {'all scheduled (gloo-like)' if scheduled else 'completed, last started'}"
+        )
+        cpu, wall, rss, code = run_child(
+            [sys.executable, "-m", "commlint", "plan", str(folder), "--format", "json"]
+        )
+        print(
+            f"  commlint plan   CPU {cpu:7.2f} s  wall {wall:7.2f} s  peak RSS {rss:7.0f} MB  "
+            f"exit {code}  ({ranks * entries / cpu:,.0f} entries/CPU s)"
+        )
+        if peer:
+            pcpu, pwall, prss, pcode = run_child(
+                [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(folder)]
+            )
+            print(
+                f"  peer: fr_trace  CPU {pcpu:7.2f} s  wall {pwall:7.2f} s  peak RSS {prss:7.0f} MB"
+                f"  exit {pcode}"
+            )
+            print(
+                f"  ratio: commlint uses {pcpu / cpu:.1f}x less CPU (goal >= 10x) and "
+                f"{prss / rss:.1f}x less memory"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
