@@ -155,3 +155,17 @@ def test_real_gloo_run_writes_the_same_raw_dumps(tmp_path, capsys):
     trace = load_flight_recorder(tmp_path / "out" / "pickle", groups=json.loads(GROUPS))
     sites = [a.site for r in (0, 1) for a in trace.ranks[r]]
     assert sites[1].startswith(str(script)) and sites[3].startswith(str(script))
+
+
+def test_sarif_result_sits_on_the_source_line_with_the_dumps_related(capsys):
+    """Issue 15: GitHub code scanning annotates the user's call, not the dump folder."""
+    folder = RAW / "pickle"
+    assert main(["plan", str(folder), "--groups", GROUPS, "--format", "sarif"]) == 1
+    (result,) = json.loads(capsys.readouterr().out)["runs"][0]["results"]
+    where = result["locations"][0]["physicalLocation"]
+    assert where["artifactLocation"]["uri"].endswith("tests/importers/flight_raw_gloo.py")
+    line = where["region"]["startLine"]
+    source = (HERE / "flight_raw_gloo.py").read_text().splitlines()
+    assert source[line - 1].strip() == "dist.all_reduce(x, group=a)"
+    related = {r["message"]["text"] for r in result["relatedLocations"]}
+    assert {"rank 0: Flight Recorder entry 1", "rank 1: Flight Recorder entry 1"} <= related
