@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-MODES = ("unguarded", "guard", "guard-sample", "detail")
+MODES = ("ab", "unguarded", "guard", "guard-sample", "detail")
 
 
 def worker(steps: int, width: int, layers: int, batch: int, workload: str) -> None:
@@ -47,7 +47,14 @@ def worker(steps: int, width: int, layers: int, batch: int, workload: str) -> No
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     gen = torch.Generator().manual_seed(rank)
     times = []
-    for _ in range(steps + 5):
+    import commlint.guard
+
+    guard = commlint.guard.installed() if os.environ.get("BENCH_TOGGLE") else None
+    flags = []
+    for step in range(steps + 5):
+        if guard is not None:
+            guard.enabled = step % 2 == 0
+            flags.append(guard.enabled)
         x = torch.randn(batch, width, generator=gen)
         y = torch.randint(0, 10, (batch,), generator=gen)
         t0 = time.perf_counter()
@@ -64,7 +71,10 @@ def worker(steps: int, width: int, layers: int, batch: int, workload: str) -> No
         dist.all_reduce(flat)
         times.append(time.perf_counter() - t0)
     if rank == 0:
-        print(json.dumps({"times": times[5:], "loss": float(flat)}), flush=True)
+        print(
+            json.dumps({"times": times[5:], "guarded": flags[5:], "loss": float(flat)}),
+            flush=True,
+        )
     dist.destroy_process_group()
 
 
@@ -77,6 +87,9 @@ def launch(mode: str, workload: str, args: argparse.Namespace) -> dict | None:
         env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
     elif mode == "guard":
         guard = ["-m", "commlint.guard"]
+    elif mode == "ab":
+        guard = ["-m", "commlint.guard"]
+        env["BENCH_TOGGLE"] = "1"
     elif mode == "guard-sample":
         guard = ["-m", "commlint.guard", "--check", "sample:10"]
     script = [str(Path(__file__).resolve())]
@@ -130,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     times: dict[tuple[str, str], list[float]] = {(w, m): [] for w in loads for m in modes}
     losses: dict[tuple[str, str], float] = {}
     crashed: set[tuple[str, str]] = set()
+    ab_on: dict[str, list[float]] = {w: [] for w in loads}
+    ab_off: dict[str, list[float]] = {w: [] for w in loads}
     for rnd in range(args.rounds):
         for w in loads:
             for mode in modes:
@@ -140,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
                     crashed.add((w, mode))
                     print(f"round {rnd + 1} {w:6} {mode:12} crashed (torch)", flush=True)
                     continue
+                if mode == "ab":
+                    pairs = list(zip(out["times"], out["guarded"], strict=True))
+                    ab_on[w] += [t for t, g in pairs if g]
+                    ab_off[w] += [t for t, g in pairs if not g]
                 times[w, mode] += out["times"]
                 losses[w, mode] = out["loss"]
                 med = statistics.median(out["times"]) * 1e3
@@ -152,7 +171,15 @@ def main(argv: list[str] | None = None) -> int:
     for w in loads:
         base_times = times[w, "unguarded"] if "unguarded" in modes else []
         base = statistics.median(base_times) if base_times else None
+        if ab_on[w]:
+            on, off = statistics.median(ab_on[w]), statistics.median(ab_off[w])
+            print(
+                f"{w:6} same job, guard on/off every other step: on {on * 1e3:7.2f} ms, "
+                f"off {off * 1e3:7.2f} ms  x{on / off:.3f}  ({(on - off) * 1e3:+.2f} ms/step)"
+            )
         for mode in modes:
+            if mode == "ab":
+                continue
             if (w, mode) in crashed:
                 print(f"{w:6} {mode:12} crashed: SIGSEGV inside torch (DDP under DETAIL)")
                 continue

@@ -108,6 +108,8 @@ class Guard:
         self.skips = _site_skips()
         self.ended = False
         self.leaving = False
+        # False: calls pass straight through (the overhead bench compares both in one job)
+        self.enabled = True
         self.watchdog: Any = None
         self.originals: dict[str, Any] = {}
         self._start_lock = threading.Lock()
@@ -218,7 +220,7 @@ class Guard:
         @functools.wraps(fn)
         def guarded(*args: Any, **kwargs: Any) -> Any:
             local = guard.local
-            if getattr(local, "depth", 0) or not guard.started():
+            if not guard.enabled or getattr(local, "depth", 0) or not guard.started():
                 return fn(*args, **kwargs)
             try:
                 call = describe(name, fn, args, kwargs, guard.dist)
@@ -230,6 +232,42 @@ class Guard:
 
         guarded.__commlint_guard__ = True  # type: ignore[attr-defined]
         return guarded
+
+    def explain_peer_failure(self, e: dict[str, Any]) -> None:
+        """The backend says a peer is gone: if a peer recorded its exit (an exception, an exit
+        code, or a normal end), run the checker on this rank's ring and theirs and print who
+        stranded this call, and where (CL210/CL202), before the exception propagates."""
+        try:
+            ring = self.ring
+            assert ring is not None
+            store = self.store()
+            states: dict[int, dict[str, Any]] = {}
+            deadline = time.monotonic() + 1.0
+            while time.monotonic() < deadline and not states:
+                for r in range(self.world_size):
+                    if r != self.rank and store.check([f"end/{r}"]):
+                        s = json.loads(store.get(f"end/{r}"))
+                        s["status"] = "ended"
+                        states[r] = s
+                if not states:
+                    time.sleep(0.05)
+            if not states:
+                return
+            mine = ring.snapshot()
+            mine.update(status="blocked", inflight=e, blocked_for=0.0)
+            mine["groups"] = {name: ranks for name, ranks in self.groups.values()}
+            states[self.rank] = mine
+            for r in range(self.world_size):
+                states.setdefault(r, {"status": "running"})
+            from commlint.guard.diagnose import diagnose
+
+            d = diagnose(states, self.world_size, self.backend)
+            mine_found = [f for f in d.hang if self.rank in f.ranks]
+            for f in mine_found:
+                print(f"commlint guard: {f.code} {f.name}: {f.message}", file=sys.stderr)
+            sys.stderr.flush()
+        except Exception:  # explaining must never hide the real error
+            pass
 
     def hold_if_leaving(self) -> None:
         """A call that fails because a peer left after a diagnosed hang: the watchdog is about
@@ -270,9 +308,11 @@ class Guard:
             ring.block(e)
         try:
             result = self.call_inner(fn, args, kwargs)
-        except BaseException:
-            ring.finish(e, FAILED)
+        except BaseException as exc:
             self.hold_if_leaving()
+            if _peer_gone(exc):
+                self.explain_peer_failure(e)
+            ring.finish(e, FAILED)
             raise
         if call.is_async and result is not None:
             with ring.lock:
@@ -293,7 +333,8 @@ class Guard:
 
     def on_wait(self, work: Any, wait: Any, args: tuple, kwargs: dict) -> Any:
         """`Work.wait` of an op this guard recorded: a `wait` action, blocking."""
-        known = self.works.pop(id(work), None) if not getattr(self.local, "depth", 0) else None
+        depth = getattr(self.local, "depth", 0)
+        known = self.works.pop(id(work), None) if self.enabled and not depth else None
         if known is None or known[0] is not work or self.ring is None:
             return wait(work, *args, **kwargs)
         ring = self.ring
@@ -317,7 +358,9 @@ class Guard:
 
     def batch(self, fn: Any, p2p_op_list: list, *rest: Any, **kw: Any) -> Any:
         """`batch_isend_irecv`: each op recorded as an isend/irecv of one batch."""
-        if getattr(self.local, "depth", 0) or not self.started() or not p2p_op_list:
+        if not self.enabled or getattr(self.local, "depth", 0) or not self.started():
+            return fn(p2p_op_list, *rest, **kw)
+        if not p2p_op_list:
             return fn(p2p_op_list, *rest, **kw)
         ring = self.ring
         assert ring is not None
@@ -456,6 +499,13 @@ class Guard:
             self.store().set(f"end/{self.rank}", json.dumps(snap, default=str))
         except Exception:  # the store's host may already be gone at shutdown
             pass
+
+
+def _peer_gone(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and any(
+        m in text for m in ("connection closed", "connection reset", "broken pipe")
+    )
 
 
 def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
