@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import ast
+import errno
 import hashlib
 import os
 import pickle
 import re
+import signal
+import stat
 import subprocess
+import sys
+import threading
+import time
 import tokenize
-from collections.abc import Iterable
-from concurrent.futures import ProcessPoolExecutor
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from io import BytesIO
@@ -46,7 +56,7 @@ SKIP_DIRS = frozenset(
         ".eggs",
     }
 )
-ENGINE_CODES = ("CL100", "CL113")
+ENGINE_CODES = ("CL100", "CL113", "CL114")
 
 
 @dataclass
@@ -58,6 +68,9 @@ class LintOptions:
     cache: bool = True
     cache_dir: Path | None = None
     diff_ref: str | None = None
+    limits: Limits = field(default_factory=lambda: Limits())
+    progress_after: float = 2.0  # seconds before a progress bar appears (terminal only)
+    progress_console: object | None = None  # a rich Console to draw on (tests); else stderr
 
 
 # ------------------------------------------------------------------ selection
@@ -85,35 +98,79 @@ def enabled_codes(config: LintConfig, opts: LintOptions) -> set[str]:
 
 
 # ------------------------------------------------------------------ discovery
-def discover(paths: list[str], config: LintConfig) -> tuple[list[Path], list[InputError]]:
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _stat(path: str) -> tuple[os.stat_result | None, str | None]:
+    """os.stat (following links) or why it failed, in words; never opens the file."""
+    try:
+        return os.stat(path), None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return None, "symbolic link loop; skipped"
+        if exc.errno == errno.ENOENT and os.path.islink(path):
+            return None, "broken symbolic link; skipped"
+        if exc.errno == errno.ENOENT:
+            return None, "No such file or directory"
+        return None, f"cannot read: {exc.strerror}; skipped"
+
+
+def discover(paths: list[str], config: LintConfig) -> tuple[list[Path], list[InputError], set[str]]:
+    """Python files under `paths`, the input errors met (missing paths, symlink loops, FIFOs and
+    devices, which are never opened), and which files `exclude` matches: those are still
+    analysed, so that their functions are summarised for callers, but never reported."""
     files: list[Path] = []
     errors: list[InputError] = []
+    excluded: set[str] = set()
     excludes = config.exclude
     for raw in paths:
-        p = Path(raw)
-        if not p.exists():
-            errors.append(InputError(path=raw, message="No such file or directory"))
+        st, why = _stat(raw)
+        if st is None:
+            errors.append(InputError(path=raw, message=why or "cannot read"))
             continue
-        if p.is_file():
-            files.append(p)
+        if stat.S_ISREG(st.st_mode):
+            files.append(Path(raw))
             continue
-        for dirpath, dirnames, filenames in os.walk(p):
+        if not stat.S_ISDIR(st.st_mode):
+            errors.append(InputError(path=raw, message=f"{_kind(st.st_mode)}; skipped"))
+            continue
+        hidden_dirs: dict[str, bool] = {}
+        for dirpath, dirnames, filenames in os.walk(raw):
             dirnames[:] = sorted(
-                d
-                for d in dirnames
-                if d not in SKIP_DIRS
-                and not d.endswith(".egg-info")
-                and not _excluded(Path(dirpath, d), excludes, config.root)
+                d for d in dirnames if d not in SKIP_DIRS and not d.endswith(".egg-info")
             )
+            hidden = dirpath != raw and (
+                hidden_dirs.get(os.path.dirname(dirpath), False)
+                or _excluded(Path(dirpath), excludes, config.root)
+            )
+            hidden_dirs[dirpath] = hidden
             for name in sorted(filenames):
-                if name.endswith(".py"):
-                    fp = Path(dirpath, name)
-                    if not _excluded(fp, excludes, config.root):
-                        files.append(fp)
+                if not name.endswith(".py"):
+                    continue
+                fp = Path(dirpath, name)
+                st, why = _stat(str(fp))
+                out = hidden or _excluded(fp, excludes, config.root)
+                if st is not None and stat.S_ISREG(st.st_mode):
+                    files.append(fp)
+                    if out:
+                        excluded.add(str(fp))
+                elif not out:
+                    if st is not None:
+                        why = f"{_kind(st.st_mode)}; skipped"
+                    errors.append(InputError(path=str(fp), message=why or "cannot read"))
     seen: dict[str, Path] = {}
     for f in files:
         seen.setdefault(str(f), f)
-    return list(seen.values()), errors
+    return list(seen.values()), errors, excluded
 
 
 def _excluded(path: Path, patterns: list[str], root: Path) -> bool:
@@ -121,7 +178,7 @@ def _excluded(path: Path, patterns: list[str], root: Path) -> bool:
         return False
     try:
         rel = path.resolve().relative_to(root)
-    except ValueError:
+    except (ValueError, OSError, RuntimeError):  # outside the root; a symlink loop
         rel = path
     text = rel.as_posix()
     return any(
@@ -162,42 +219,264 @@ class _Unreadable(Exception):
         self.message = message
 
 
-def extract(path: str, module: str, data: bytes, extra_key: str) -> FileFacts:
-    """One file's facts. Never raises for bad input: a syntax error is part of the facts."""
-    table = _table(extra_key)
+# ------------------------------------------------------------------ limits
+# Measured by bench/lint_limits.py (LibCST 1.x, CPython 3.11, 8 MB main-thread stack):
+# LibCST's native parser and our visitors handle a syntax tree MAX_DEPTH deep; CPython itself
+# refuses more than 200 nested brackets and ~3,000 levels of any expression.
+MAX_DEPTH = 400
+RISKY_DEPTH = 200  # deeper files are parsed in a child process on the serial path
+MAX_BYTES = 2_000_000  # LibCST needs ~0.9 GB of memory per MB of source
+TIME_LIMIT = 120.0  # CPU seconds per file
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_bytes: int = MAX_BYTES
+    max_depth: int = MAX_DEPTH
+    time_limit: float = TIME_LIMIT  # CPU seconds; 0 = none
+
+    def key(self) -> str:
+        return f"{self.max_bytes}/{self.max_depth}"
+
+
+class _TimeUp(Exception):
+    pass
+
+
+@contextmanager
+def _cpu_limit(seconds: float) -> Iterator[None]:
+    """Raise _TimeUp once this process has spent `seconds` more CPU time (main thread only)."""
+    if seconds <= 0 or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _expired(signum: int, frame: object) -> None:
+        raise _TimeUp
+
+    previous = signal.signal(signal.SIGPROF, _expired)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
+
+
+def tree_depth(tree: ast.AST) -> tuple[int, int]:
+    """Depth of CPython's syntax tree and the line of its deepest node (iterative)."""
+    best, line = 0, 1
+    stack: list[tuple[ast.AST, int, int]] = [(tree, 1, 1)]
+    children = ast.iter_child_nodes
+    while stack:
+        node, depth, at = stack.pop()
+        at = getattr(node, "lineno", at)
+        if depth > best:
+            best, line = depth, at
+        stack.extend((c, depth + 1, at) for c in children(node))
+    return best, line
+
+
+def _longest_line(source: str) -> int:
+    lines = source.splitlines() or [""]
+    return max(range(len(lines)), key=lambda k: len(lines[k])) + 1
+
+
+def _too_large(path: str, module: str, size: int, limits: Limits) -> FileFacts:
+    why = (
+        f"too large to analyse ({size / 1e6:.1f} MB; the limit is {limits.max_bytes / 1e6:.1f} MB)"
+    )
+    return FileFacts(path=path, module=module, functions={}, not_analysed=(1, 1, why))
+
+
+@dataclass
+class _Checked:
+    """A file CPython accepts, ready for LibCST."""
+
+    source: str
+    depth: int
+    deepest_line: int
+
+
+def precheck(
+    path: str, module: str, data: bytes, extra_key: str, limits: Limits
+) -> FileFacts | _Checked:
+    """Everything that is cheap and cannot crash: size, encoding, the prefilter, CPython's own
+    verdict on the syntax (CL100 only where CPython rejects the file), the nesting depth."""
+
+    def facts(**kw: object) -> FileFacts:
+        return FileFacts(path=path, module=module, functions={}, **kw)  # type: ignore[arg-type]
+
+    if len(data) > limits.max_bytes:
+        return _too_large(path, module, len(data), limits)
     try:
         source = decode(data)
     except _Unreadable as exc:
-        return FileFacts(
-            path=path, module=module, functions={}, syntax_error=(exc.line, 1, exc.message)
-        )
-    if not table.prefilter.search(source):
-        return FileFacts(path=path, module=module, functions={}, skipped=True)
+        return facts(syntax_error=(exc.line, 1, exc.message))
+    if not _table(extra_key).prefilter.search(source):
+        return facts(skipped=True)
     try:
-        return Extractor(path, module, source, table).run()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = compile(source, path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as exc:
+        line = exc.lineno or 1
+        return facts(syntax_error=(line, max(exc.offset or 1, 1), f"syntax error: {exc.msg}"))
+    except ValueError as exc:  # null bytes
+        line = source.count("\n", 0, max(source.find("\0"), 0)) + 1
+        return facts(syntax_error=(line, 1, f"syntax error: {exc}"))
+    except (RecursionError, MemoryError):
+        return facts(
+            not_analysed=(
+                _longest_line(source),
+                1,
+                "too deeply nested to analyse (CPython itself cannot build its syntax tree)",
+            )
+        )
+    depth, line = tree_depth(tree)
+    del tree
+    if depth > limits.max_depth:
+        return facts(
+            not_analysed=(
+                line,
+                1,
+                f"too deeply nested to analyse (syntax tree {depth} levels deep here, "
+                f"the limit is {limits.max_depth})",
+            )
+        )
+    return _Checked(source, depth, line)
+
+
+def analyse(path: str, module: str, checked: _Checked, extra_key: str, limits: Limits) -> FileFacts:
+    """LibCST's parse and the extractor, under the CPU time limit."""
+
+    def not_analysed(line: int, col: int, msg: str) -> FileFacts:
+        return FileFacts(path=path, module=module, functions={}, not_analysed=(line, col, msg))
+
+    try:
+        with _cpu_limit(limits.time_limit):
+            return Extractor(path, module, checked.source, _table(extra_key)).run()
+    except _TimeUp:
+        return not_analysed(
+            1, 1, f"too slow to analyse (stopped after {limits.time_limit:g} s of CPU time)"
+        )
     except cst.ParserSyntaxError as exc:
         msg = str(exc.message if hasattr(exc, "message") else exc).splitlines()[0]
-        return FileFacts(
-            path=path,
-            module=module,
-            functions={},
-            syntax_error=(exc.raw_line, exc.raw_column + 1, f"syntax error: {msg}"),
+        return not_analysed(
+            exc.raw_line,
+            exc.raw_column + 1,
+            f"LibCST cannot parse this file, which CPython accepts: {msg}",
         )
     except RecursionError:
-        return FileFacts(
-            path=path,
-            module=module,
-            functions={},
-            syntax_error=(1, 1, "too deeply nested to analyse"),
+        return not_analysed(
+            checked.deepest_line,
+            1,
+            f"too deeply nested to analyse (syntax tree {checked.depth} levels deep here)",
         )
     except Exception as exc:  # a bug of ours must not stop the other files from being checked
+        if os.environ.get("COMMLINT_DEBUG"):
+            raise
         return FileFacts(
             path=path, module=module, functions={}, internal_error=f"{type(exc).__name__}: {exc}"
         )
 
 
-def _extract_job(args: tuple[str, str, bytes, str]) -> FileFacts:
+def extract(
+    path: str, module: str, data: bytes, extra_key: str, limits: Limits | None = None
+) -> FileFacts:
+    """One file's facts. Never raises for bad input: a syntax error is part of the facts."""
+    limits = limits or Limits()
+    checked = precheck(path, module, data, extra_key, limits)
+    if isinstance(checked, FileFacts):
+        return checked
+    return analyse(path, module, checked, extra_key, limits)
+
+
+Task = tuple[str, str, bytes, str, Limits]
+
+
+def _extract_job(args: Task) -> FileFacts:
     return extract(*args)
+
+
+def extract_isolated(task: Task) -> FileFacts:
+    """`extract` in a child process: a native crash (or the OOM killer) costs this file only."""
+    path, module = task[0], task[1]
+    wall = max(60.0, task[4].time_limit * 3 + 30) if task[4].time_limit > 0 else None
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(x for x in (root, env.get("PYTHONPATH")) if x)
+    code = "from commlint.lint.engine import _isolated_main; _isolated_main()"
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", code],
+            input=pickle.dumps(task),
+            capture_output=True,
+            timeout=wall,
+            env=env,
+        )
+    except subprocess.TimeoutExpired:
+        why = f"too slow to analyse (the parser ran past {wall:g} s)"
+        return FileFacts(path=path, module=module, functions={}, not_analysed=(1, 1, why))
+    if proc.returncode == 0:
+        try:
+            return pickle.loads(proc.stdout)
+        except Exception:  # a garbled answer is reported below, not raised
+            pass
+    if proc.returncode < 0:
+        try:
+            name = signal.Signals(-proc.returncode).name
+        except ValueError:
+            name = "unknown"
+        why = f"not analysed: the parser crashed (signal {-proc.returncode}, {name})"
+    else:
+        tail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        why = f"not analysed: the parser process failed (exit {proc.returncode}: {tail[0]})"
+    return FileFacts(path=path, module=module, functions={}, not_analysed=(1, 1, why))
+
+
+def _isolated_main() -> None:
+    task = pickle.loads(sys.stdin.buffer.read())
+    facts = _extract_job(task)
+    sys.stdout.buffer.write(pickle.dumps(facts, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _extract_serial(task: Task) -> FileFacts:
+    """In this process, unless the pre-check finds the file risky for the native parser."""
+    path, module, data, extra_key, limits = task
+    checked = precheck(path, module, data, extra_key, limits)
+    if isinstance(checked, FileFacts):
+        return checked
+    if checked.depth > RISKY_DEPTH:
+        return extract_isolated(task)
+    return analyse(path, module, checked, extra_key, limits)
+
+
+def _extract_parallel(todo: list[Task], jobs: int, keep: Callable[[FileFacts], None]) -> None:
+    """A pool, a few tasks in flight per worker. When a worker dies (a native crash), every
+    task that was in flight is re-run in a child process of its own, which names the file that
+    crashed; the other files go on in a fresh pool."""
+    pending = list(reversed(todo))
+    window = jobs * 2
+    while pending:
+        in_flight: dict[Future[FileFacts], Task] = {}
+        try:
+            with ProcessPoolExecutor(max_workers=jobs) as pool:
+                while pending or in_flight:
+                    while pending and len(in_flight) < window:
+                        task = pending[-1]
+                        in_flight[pool.submit(_extract_job, task)] = task
+                        pending.pop()
+                    done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        ff = fut.result()
+                        del in_flight[fut]
+                        keep(ff)
+        except BrokenProcessPool:
+            for fut, task in in_flight.items():
+                if fut.done() and fut.exception() is None:
+                    keep(fut.result())
+                else:
+                    keep(extract_isolated(task))
 
 
 @cache
@@ -244,6 +523,62 @@ class Cache:
             pass
 
 
+# ------------------------------------------------------------------ progress
+class _Progress:
+    """A rich progress bar with an ETA on stderr, shown only when stderr is a terminal and the
+    run has already taken `after` seconds (short runs and pipes stay silent)."""
+
+    def __init__(self, total: int, after: float, console: object | None = None) -> None:
+        self.total = total
+        self.after = after
+        self.console = console
+        self.start = time.monotonic()
+        self.done = 0
+        self.bar: object | None = None
+        self.task: object | None = None
+        if console is None and not (hasattr(sys.stderr, "isatty") and sys.stderr.isatty()):
+            self.total = 0  # never shown
+
+    def advance(self) -> None:
+        self.done += 1
+        if self.total <= 0:
+            return
+        if self.bar is None:
+            if time.monotonic() - self.start < self.after or self.done >= self.total:
+                return
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            console = self.console or Console(stderr=True)
+            self.bar = Progress(
+                TextColumn("commlint check"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("files"),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                console=console,  # type: ignore[arg-type]
+                transient=True,
+            )
+            self.bar.start()  # type: ignore[attr-defined]
+            self.task = self.bar.add_task("lint", total=self.total, completed=self.done)  # type: ignore[attr-defined]
+            return
+        self.bar.update(self.task, completed=self.done)  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()  # type: ignore[attr-defined]
+            self.bar = None
+
+
 # ------------------------------------------------------------------ main entry
 def lint_paths(paths: list[str], config: LintConfig, opts: LintOptions) -> Report:
     import json
@@ -251,28 +586,35 @@ def lint_paths(paths: list[str], config: LintConfig, opts: LintOptions) -> Repor
     from commlint.rules import all_rules
 
     report = Report()
-    files, errors = discover(paths, config)
+    files, errors, excluded = discover(paths, config)
     report.errors.extend(errors)
     extra_key = json.dumps(config.table_extra, sort_keys=True, default=str)
     table = _table(extra_key)
+    limits = opts.limits
     cache_obj = (
         Cache(
-            opts.cache_dir or config.root / ".commlint_cache", table_fingerprint(config.table_extra)
+            opts.cache_dir or config.root / ".commlint_cache",
+            table_fingerprint(config.table_extra) + limits.key(),
         )
         if opts.cache
         else None
     )
     facts: list[FileFacts] = []
-    todo: list[tuple[str, str, bytes, str]] = []
+    todo: list[Task] = []
     keys: dict[str, str] = {}
     for f in files:
         path = str(f)
+        module = module_name(_relative(f, config.root))
         try:
+            size = os.path.getsize(path)
+            if size > limits.max_bytes:  # not read at all
+                facts.append(_too_large(path, module, size, limits))
+                continue
             data = f.read_bytes()
         except OSError as exc:
-            report.errors.append(InputError(path=path, message=f"cannot read: {exc.strerror}"))
+            if path not in excluded:
+                report.errors.append(InputError(path=path, message=f"cannot read: {exc.strerror}"))
             continue
-        module = module_name(_relative(f, config.root))
         if cache_obj is not None:
             key = cache_obj.key(path, module, data)
             hit = cache_obj.get(key)
@@ -280,44 +622,56 @@ def lint_paths(paths: list[str], config: LintConfig, opts: LintOptions) -> Repor
                 facts.append(hit)
                 continue
             keys[path] = key
-        todo.append((path, module, data, extra_key))
+        todo.append((path, module, data, extra_key, limits))
     jobs = opts.jobs if opts.jobs > 0 else (os.cpu_count() or 1)
     fresh: list[FileFacts] = []
+    progress = _Progress(len(todo), opts.progress_after, opts.progress_console)
 
     def keep(ff: FileFacts) -> None:
         fresh.append(ff)
-        if cache_obj is not None and ff.path in keys:
+        progress.advance()
+        # a file left unanalysed is not cached: its verdict depends on time and limits
+        if cache_obj is not None and ff.path in keys and ff.not_analysed is None:
             cache_obj.put(keys[ff.path], ff)
 
-    if jobs > 1 and len(todo) >= 16:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            chunk = max(1, min(8, len(todo) // (jobs * 4)))
-            for ff in pool.map(_extract_job, todo, chunksize=chunk):
-                keep(ff)
-    else:
-        for t in todo:
-            keep(_extract_job(t))
+    try:
+        if jobs > 1 and len(todo) >= 16:
+            _extract_parallel(todo, jobs, keep)
+        else:
+            for t in todo:
+                keep(_extract_serial(t))
+    finally:
+        progress.close()
     facts.extend(fresh)
     facts.sort(key=lambda x: x.path)
-    report.checked = len(facts)
+    report.checked = sum(f.path not in excluded for f in facts)
 
     enabled = enabled_codes(config, opts)
     program = Program(facts, table, {"explicit_group_required": config.explicit_group_required})
     raw: list[RawFinding] = []
+    rules = all_rules()
     for ff in facts:
-        if ff.syntax_error is not None and "CL100" in enabled:
-            line, col, msg = ff.syntax_error
-            raw.append(
-                RawFinding(
-                    "CL100",
-                    f"{msg}; the file was not checked",
-                    ff.path,
-                    Pos(line, col, line, col + 1, line),
-                    "Fix the file so that it parses (`python -m py_compile`).",
+        for code, problem, fix in (
+            (
+                "CL100",
+                ff.syntax_error,
+                "Fix the file so that it parses (`python -m py_compile FILE` shows the error).",
+            ),
+            ("CL114", ff.not_analysed, rules["CL114"].fix),
+        ):
+            if problem is not None and code in enabled:
+                line, col, msg = problem
+                raw.append(
+                    RawFinding(
+                        code,
+                        f"{msg}; the file was not checked",
+                        ff.path,
+                        Pos(line, col, line, col + 1, line),
+                        fix,
+                    )
                 )
-            )
     for ff in facts:
-        if ff.internal_error is not None:
+        if ff.internal_error is not None and ff.path not in excluded:
             report.errors.append(
                 InputError(
                     path=ff.path,
@@ -325,7 +679,6 @@ def lint_paths(paths: list[str], config: LintConfig, opts: LintOptions) -> Repor
                     "(please report it)",
                 )
             )
-    rules = all_rules()
     for code in sorted(enabled):
         rule = rules[code]
         if rule.check is None:
@@ -338,7 +691,9 @@ def lint_paths(paths: list[str], config: LintConfig, opts: LintOptions) -> Repor
             report.errors.append(
                 InputError(message=f"internal error in rule {code}: {type(exc).__name__}: {exc}")
             )
-    findings = _apply_noqa(raw, facts, enabled)
+    if excluded:
+        raw = [r for r in raw if r.path not in excluded]
+    findings = _apply_noqa(raw, facts, enabled, excluded)
     if opts.diff_ref:
         changed, err = changed_lines(opts.diff_ref, [str(f) for f in files])
         if err:
@@ -389,7 +744,9 @@ def to_finding(r: RawFinding) -> Finding:
     )
 
 
-def _apply_noqa(raw: list[RawFinding], facts: list[FileFacts], enabled: set[str]) -> list[Finding]:
+def _apply_noqa(
+    raw: list[RawFinding], facts: list[FileFacts], enabled: set[str], excluded: set[str]
+) -> list[Finding]:
     by_path = {f.path: f for f in facts}
     used: set[tuple[str, int, str]] = set()
     out: list[Finding] = []
@@ -401,7 +758,7 @@ def _apply_noqa(raw: list[RawFinding], facts: list[FileFacts], enabled: set[str]
         seen.add(ident)
         ff = by_path.get(r.path)
         suppressed = False
-        if ff is not None and r.code != "CL100":
+        if ff is not None and r.code not in ENGINE_CODES:
             for line in dict.fromkeys((r.pos.line, r.pos.stmt_line)):
                 codes = ff.noqa.get(line, frozenset())
                 if codes is None:
@@ -419,6 +776,8 @@ def _apply_noqa(raw: list[RawFinding], facts: list[FileFacts], enabled: set[str]
 
         known = set(all_rules())
         for ff in facts:
+            if ff.path in excluded:
+                continue
             for line, codes in sorted(ff.noqa.items()):
                 if not codes:
                     continue

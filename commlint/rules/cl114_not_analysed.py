@@ -1,0 +1,48 @@
+"""CL114: valid Python that commlint could not analyse; reported by the engine."""
+
+from commlint.rules import Rule
+
+RULE = Rule(
+    code="CL114",
+    name="not-analysed",
+    summary="The file is valid Python but was too deep, too large or too slow to analyse.",
+    explanation="""
+CPython accepts the file, but `commlint check` could not analyse it, so none of its
+communication was checked and calls into it from other files are treated as communicating
+nothing. The finding says why, at the line that caused it:
+
+- **too deeply nested**: an expression or statement nests deeper than LibCST's native parser
+  handles safely (it crashes the process beyond that), e.g. a generated `a + a + ... + a` line
+  with thousands of terms or a tower of conditional expressions. Measured limits are in
+  `bench/lint_limits.py`; the depth is counted on CPython's own syntax tree before LibCST sees
+  the file.
+- **too large**: the file is over the size limit (LibCST needs about 0.9 GB of memory per MB of
+  source).
+- **too slow**: the analysis of the file ran past the per-file CPU time limit.
+- **LibCST cannot parse it**: CPython accepts syntax that LibCST does not know.
+- **the parser crashed**: the process that parsed the file died from a signal; the other files
+  were re-run and are reported as usual.
+
+Generated code is the usual cause; it rarely communicates. A file CPython itself rejects is
+CL100, not CL114.
+""",
+    severity="error",
+    kind="source",
+    fix="Split the expression or the file (or generate flatter code), or exclude the file "
+    "(`exclude` in `[tool.commlint]`) if it does not communicate.",
+    invalid=(
+        "import torch.distributed as dist\n\n"
+        "def step(t):\n"
+        "    dist.all_reduce(t)\n"
+        "    return " + " + ".join(["t"] * 1200) + "  # expect: CL114\n",
+    ),
+    valid=(
+        """
+import torch.distributed as dist
+
+def step(t):
+    dist.all_reduce(t)
+    return sum([t] * 1200)
+""",
+    ),
+)
