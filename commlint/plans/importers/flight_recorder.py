@@ -43,6 +43,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from commlint.findings import CommlintInputError, Finding, Location
 from commlint.plans.importers.common import validated
 from commlint.trace import WORLD, Action, RankEnd, Trace
@@ -1225,7 +1227,17 @@ def dumps_to_trace(
             "entry_of": entry_of,
         }
     }
-    trace = Trace(
+    try:
+        trace = _trace(pgs, ranks, ends, backend, meta)
+    except ValidationError as exc:  # a value no check above foresaw: still one located line
+        raise CommlintInputError(
+            f"not a valid trace: {_short(exc).splitlines()[0]}", path
+        ) from None
+    return validated(trace, path, dict(files) if files else None)
+
+
+def _trace(pgs: _Groups, ranks: dict, ends: dict, backend: str | None, meta: dict) -> Trace:
+    return Trace(
         world_size=pgs.world_size,
         groups=pgs.trace_groups(),
         ranks=ranks,
@@ -1234,7 +1246,6 @@ def dumps_to_trace(
         source="flight-recorder",
         meta=meta,
     )
-    return validated(trace, path, dict(files) if files else None)
 
 
 def _payload(e: _Entry) -> tuple[list[int] | None, str | None]:
