@@ -19,6 +19,9 @@ parser.add_argument("--tp", type=int, default=2)
 parser.add_argument("--steps", type=int, default=1)
 parser.add_argument("--layers", type=int, default=12)
 parser.add_argument("--hidden", type=int, default=768)
+parser.add_argument(
+    "--print-loss", action="store_true", help="print loss.item() on rank 0 every step"
+)
 args = parser.parse_args()
 
 VOCAB, SEQ, BATCH, HEADS = 50257, 128, 2, 12
@@ -99,11 +102,13 @@ else:
     fully_shard(model, mesh=mesh["dp"])
 
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-for _ in range(args.steps):
+for step in range(args.steps):
     idx = torch.randint(0, VOCAB, (BATCH, SEQ), device=device)
     logits = model(idx)
     loss = F.cross_entropy(logits.view(-1, VOCAB), idx.view(-1))
     loss.backward()
     opt.step()
     opt.zero_grad()
+    if args.print_loss and dist.get_rank() == 0:
+        print(f"step {step} loss {loss.item():.4f}")
 dist.destroy_process_group()

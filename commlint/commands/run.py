@@ -14,7 +14,7 @@ from typing import Any
 
 from commlint.commands.common import add_output_options, emit
 from commlint.findings import InputError, Report
-from commlint.plans.dryrun.merge import locate_at_site, rank_spec, split_site
+from commlint.plans.dryrun.merge import fold_follow_ons, locate_at_site, rank_spec, split_site
 
 
 def parse_ranks(spec: str, world_size: int) -> list[int]:
@@ -243,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
     for f in checked.findings:
         locate_at_site(f)
         f.path = f.path or program
-    report.findings.extend(checked.findings)
+    report.findings.extend(fold_follow_ons(checked.findings, trace))
     report.checked += 1
     if crashed:
         if any(f.severity == "error" for f in checked.findings):

@@ -243,3 +243,30 @@ def test_a_read_value_that_steers_falls_back_to_real_tensors_at_that_line(tmp_pa
     assert f"stopped under fake tensors at {program}:7" in result.notes[0]
     assert [a.op for a in trace.ranks[0]] == ["all_reduce"]
     assert check_trace(trace, None).findings == []
+
+
+def test_follow_on_mismatches_are_folded_under_their_root_cause(tmp_path: Path):
+    program = tmp_path / "shift.py"
+    program.write_text(
+        "import torch\n"
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "if dist.get_rank() == 0:\n"
+        "    dist.all_reduce(torch.ones(7))  # the one divergence\n"
+        "for n in (2, 3, 4, 5):\n"
+        "    dist.all_reduce(torch.ones(n))\n"
+        "dist.barrier()\n"
+    )
+    from commlint.plans.dryrun.merge import fold_follow_ons
+
+    _, trace = record(str(program))
+    raw = check_trace(trace, None).findings
+    assert [f.code for f in raw].count("CL204") == 4  # unfolded: one per shifted collective
+    folded = fold_follow_ons(raw, trace)
+    mismatches = [f for f in folded if f.code in ("CL203", "CL204")]
+    assert len(mismatches) == 1
+    root = mismatches[0]
+    assert root.actions[0].site.endswith(":5")
+    assert "4 follow-on mismatches (#2–#5) caused by this one are folded here" in root.message
+    assert [r.line for r in root.related] == [7, 7, 7, 7]
+    assert len(folded) == len(raw) - 4

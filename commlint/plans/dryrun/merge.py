@@ -10,8 +10,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from commlint.findings import CommlintInputError, Finding, InputError, Report
-from commlint.trace import Trace
+from commlint.findings import CommlintInputError, Finding, InputError, Location, Report
+from commlint.trace import COLLECTIVE_OPS, Trace
+
+_MISMATCHES = frozenset({"CL203", "CL204"})
+_SHOWN_FOLLOW_ONS = 8  # sites listed under the root cause; the message has the count
 
 
 def rank_spec(ranks: list[int]) -> str:
@@ -121,7 +124,7 @@ def check_parts(parts: list[tuple[str, Trace]], args: Any, report: Report) -> No
     result = check_trace(trace, args.model, where, None, args.max_cycles)
     for f in result.findings:
         locate_at_site(f)
-    report.findings.extend(result.findings)
+    report.findings.extend(fold_follow_ons(result.findings, trace))
     report.checked += 1
     for path, t in parts:
         for rank, stop in sorted(dict(t.meta.get("incomplete") or {}).items()):
@@ -143,3 +146,66 @@ def locate_at_site(f: Finding) -> None:
         if line is not None:
             f.path, f.line = path, line
             return
+
+
+def _collective_seq(trace: Trace, loc: Location) -> tuple[str, int] | None:
+    """(group, 1-based sequence number on it) of the collective a finding points at."""
+    if loc.rank is None or loc.action is None:
+        return None
+    actions = trace.ranks.get(loc.rank, [])
+    if not 0 <= loc.action < len(actions):
+        return None
+    group = actions[loc.action].group
+    seq = sum(1 for a in actions[: loc.action + 1] if a.op in COLLECTIVE_OPS and a.group == group)
+    return group, seq
+
+
+def fold_follow_ons(findings: list[Finding], trace: Trace) -> list[Finding]:
+    """One root cause per divergence: once the collectives of a group mismatch (a rank issued
+    one more, or another one), every later collective on that group pairs with the wrong
+    partner and mismatches too. Those follow-ons — later CL203/CL204 on the same group among
+    the same ranks — are folded under the first one, with their count and sites."""
+    keyed = []
+    for f in findings:
+        mismatch = f.code in _MISMATCHES and f.actions
+        keyed.append((_collective_seq(trace, f.actions[0]) if mismatch else None, f))
+    roots: dict[str, tuple[int, Finding]] = {}
+    folded: dict[int, list[tuple[int, Finding]]] = {}
+    for where, f in sorted((k for k in keyed if k[0]), key=lambda k: k[0][1]):
+        group, seq = where
+        root = roots.get(group)
+        if root is not None and set(f.ranks) <= set(root[1].ranks):
+            folded.setdefault(id(root[1]), []).append((seq, f))
+        else:
+            roots[group] = (seq, f)
+    dropped = {id(f) for follow in folded.values() for _, f in follow}
+    out = []
+    for f in findings:
+        if id(f) in dropped:
+            continue
+        follow = folded.get(id(f))
+        if follow:
+            n = len(follow)
+            first, last = follow[0][0], follow[-1][0]
+            span = f"#{first}" if n == 1 else f"#{first}–#{last}"
+            group = _collective_seq(trace, f.actions[0])[0]  # type: ignore[index]
+            f.message += (
+                f" Every later collective on group '{group}' pairs with the wrong partner: "
+                f"{n} follow-on mismatch{'es' if n != 1 else ''} ({span}) caused by this one "
+                f"{'are' if n != 1 else 'is'} folded here; fix this one first."
+            )
+            for _, g in follow[:_SHOWN_FOLLOW_ONS]:
+                loc = g.actions[0]
+                path, line = split_site(loc.site)
+                f.related.append(
+                    Location(
+                        path=path,
+                        line=line,
+                        rank=loc.rank,
+                        action=loc.action,
+                        site=loc.site,
+                        message=f"follow-on: {g.message.split('. ')[0]}",
+                    )
+                )
+        out.append(f)
+    return out
