@@ -224,10 +224,16 @@ def read_csv(text: str, source: str = "csv") -> CsvSchedule:
     steps: dict[int, list[Step]] = {}
     owner: dict[int, int] = {}
     with_comms = False
+    cells = 0
+    top, top_at = 0, ""  # the largest stage or microbatch index, and where it is
     for r, row in enumerate(rows):
         out: list[Step] = []
         for c, cell in enumerate(row):
-            for step in parse_cell(cell, f"{source}: row {r + 1}, column {c + 1}"):
+            where = f"{source}: row {r + 1}, column {c + 1}"
+            for step in parse_cell(cell, where):
+                cells += 1
+                if max(step.stage, step.microbatch) > top:
+                    top, top_at = max(step.stage, step.microbatch), f"{where}: {step}"
                 if step.kind in COMM_KINDS:
                     with_comms = True
                 else:
@@ -239,6 +245,13 @@ def read_csv(text: str, source: str = "csv") -> CsvSchedule:
                         )
                 out.append(step)
         steps[r] = out
+    # stages 0…s and microbatches 0…m each need cells of their own: an index far beyond the
+    # file's cells is refused before anything is sized by it (a few bytes naming stage 10⁹)
+    if top > 2 * cells + 8:
+        raise CommlintInputError(
+            f"{top_at}: index {top} is beyond what the file holds ({cells} action cells; every "
+            "stage and microbatch below an index needs cells of its own)"
+        )
     pp = len(rows)
     num_stages = max(owner) + 1 if owner else 0
     missing = [s for s in range(num_stages) if s not in owner]

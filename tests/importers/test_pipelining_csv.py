@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import resource
+import subprocess
+import sys
 
 import pytest
 
@@ -10,6 +13,7 @@ from commlint import check
 from commlint.cli import main
 from commlint.findings import CommlintInputError
 from commlint.plans.importers import detect_format, load_pipelining_csv
+from commlint.plans.io import semantic_errors
 from commlint.plans.importers.pipelining_csv import (
     loads_pipelining_csv,
     lower_compute_only,
@@ -70,6 +74,8 @@ def test_lowering_equals_torch(tmp_path, name, v_shape, pp, microbatches):
     assert strip_sites(a) == strip_sites(b)
     assert a.meta["pipelining"]["format"] == "compute_only"
     assert b.meta["pipelining"]["format"] == "compute_comms"
+    # built without re-validation: the traces must pass the plan files' structural checks
+    assert list(semantic_errors(a)) == [] and list(semantic_errors(b)) == []
     assert [f.code for f in check(a, "all").findings] == []
 
 
@@ -178,3 +184,71 @@ def test_findings_carry_the_row_as_line(tmp_path, capsys):
     [finding] = json.loads(capsys.readouterr().out)["findings"]
     assert (finding["path"], finding["line"]) == (str(path), 1)
     assert [a["line"] for a in finding["actions"]] == [1, 2]
+
+
+# ----------------------------------------------------------------------------- hostile sizes
+
+
+def _run_limited(args: list[str], tmp_path) -> subprocess.CompletedProcess:
+    """`commlint …` in a child whose address space is capped at 1.5 GB: a file that asks
+    for memory it does not hold fails the cap, not the machine."""
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1_500_000_000, 1_500_000_000))
+
+    return subprocess.run(
+        [sys.executable, "-m", "commlint", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=cap,
+        cwd=tmp_path,
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "what", "row", "column"),
+    [
+        ("0F0\n1F0,999999999F0\n", "stage 999999999 (999999999F0)", 2, 2),
+        ("0F0,0B0\n1F0,1B99999999999\n", "microbatch 99999999999 (1B99999999999)", 2, 2),
+        ("0F0,0SEND_F0\n1RECV_F0,1F0,1SEND_B777777777\n", "stage 1 …", 2, 3),
+    ],
+)
+def test_index_beyond_the_file_is_a_located_error_in_bounded_memory(
+    tmp_path, text, what, row, column
+):
+    path = tmp_path / "tiny.csv"
+    path.write_text(text)
+    assert len(text) < 50
+    if "…" not in what:
+        with pytest.raises(CommlintInputError) as exc:
+            loads_pipelining_csv(text, path=str(path))
+        msg = str(exc.value)
+        assert f"(row {row}), column {column}: {what}" in msg and "beyond what the file" in msg
+    done = _run_limited(["plan", "--input-format", "pipelining-csv", "tiny.csv"], tmp_path)
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("commlint: error")]
+    assert len(errors) == 1 and f"tiny.csv:{row}:" in errors[0], done.stderr
+    assert "Traceback" not in done.stderr and "MemoryError" not in done.stderr
+
+
+def test_index_of_thousands_of_digits_is_located():
+    text = "0F0\n1F" + "9" * 5000 + "\n"
+    located = r"\(row 2\), column 1: 1F9{38}…: index of 5000 digits is beyond"
+    with pytest.raises(CommlintInputError, match=located):
+        loads_pipelining_csv(text)
+
+
+def test_generate_schedule_csv_is_bounded_too():
+    from commlint.plans import schedules as sch
+
+    with pytest.raises(CommlintInputError, match=r"row 2, column 1: 999999999F0: index 999999999"):
+        sch.read_csv("0F0,0B0\n999999999F0\n", "s.csv")
+    with pytest.raises(CommlintInputError, match=r"stages \[1\] are never computed"):
+        sch.read_csv("0F0,0B0\n2F0,2B0\n", "s.csv")  # a near miss keeps the precise message
+
+
+def test_many_missing_stages_are_summarised():
+    cells = ",".join(f"{s}F0" for s in range(0, 60, 2))
+    with pytest.raises(CommlintInputError, match=r"stages \[1, 3, .*, 19\] and 19 more"):
+        loads_pipelining_csv(cells + "\n")

@@ -402,7 +402,7 @@ _set = object.__setattr__
 
 
 def to_trace(
-    schedule: dict[int, list[PipeAction]],
+    schedule: dict[int, list[PipeAction | None]],
     owner: dict[int, int],
     path: str | None = None,
     fmt: str = "compute_comms",
@@ -426,6 +426,8 @@ def to_trace(
         pending_recv: dict[tuple[str, int, int | None], str] = {}
         sends: list[str] = []
         for col, cell in enumerate(cells):
+            if cell is None:
+                continue
             for a in cell.parts if cell.parts is not None else (cell,):
                 stage, kind, mb, _ = a
                 if kind == "F" or kind == "I" or kind == "B":
@@ -508,10 +510,11 @@ def _needs_input(owner: dict[int, int], last: int, rank: int, stage: int, forwar
 
 def _before_input(a: PipeAction, rank: int, col: int, path: str | None) -> CommlintInputError:
     recv = f"{a.stage}{'RECV_F' if a.kind == 'F' else 'RECV_B'}{a.mb}"
+    said = "Computing" if a.kind == "F" else "Attempted to run compute"
     return CommlintInputError(
         f"rank {rank} (row {rank + 1}), column {col + 1}: {a} computes before its input "
         f"arrives: no {recv} is posted earlier in this row, so torch's runtime stops this rank "
-        f"with 'Computing action={a} before receiving input' and its peers hang. Put {recv} "
+        f"with '{said} action={a} before receiving input' and its peers hang. Put {recv} "
         f"before {a} in row {rank + 1} (and its SEND on the peer's row).",
         path,
         rank + 1,
@@ -571,10 +574,8 @@ def _loads(text: str, fmt: str, path: str | None) -> Trace:
     if fmt not in ("compute_only", "compute_comms"):
         raise CommlintInputError(f"unknown CSV format {fmt!r}", path)
     owner = stage_ranks(rows, path)
-    if fmt == "compute_only":
-        schedule = lower_compute_only(rows, path)
-    else:
-        schedule = {r: [c for c in cells if c is not None] for r, cells in rows.items()}
+    # compute_comms is taken as written; its idle cells keep the columns of the file
+    schedule = lower_compute_only(rows, path) if fmt == "compute_only" else rows
     # No `validated()` pass: every action is well-formed by construction (peers are other
     # ranks inside the world, waits name handles posted before them); tests assert it.
     return to_trace(schedule, owner, path, fmt)
