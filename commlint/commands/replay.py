@@ -14,7 +14,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="write a script that replays a trace's communication with gloo on CPU",
         description="Write a standalone script that performs exactly the trace's communication "
         "per rank with gloo on CPU. Run it with `torchrun --nproc-per-node N repro.py` or "
-        "`python repro.py`; each rank reports whether it finished, hung or failed.",
+        "`python repro.py`; each rank reports whether it finished, hung or failed, and the "
+        "script exits 0 when every rank finished, 1 on a hang, 3 on a failure "
+        "(docs/replay.md).",
     )
     p.add_argument("trace", metavar="TRACE", help="trace / plan file")
     p.add_argument("-o", "--output", required=True, help="script to write, e.g. repro.py")
