@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import ctypes
 import errno
 import hashlib
 import os
@@ -16,14 +17,14 @@ import threading
 import time
 import tokenize
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from io import BytesIO
 from pathlib import Path
+from typing import Any, TypeVar
 
 import libcst as cst
 
@@ -243,23 +244,56 @@ class _TimeUp(Exception):
     pass
 
 
-@contextmanager
-def _cpu_limit(seconds: float) -> Iterator[None]:
-    """Raise _TimeUp once this process has spent `seconds` more CPU time (main thread only)."""
-    if seconds <= 0 or threading.current_thread() is not threading.main_thread():
-        yield
-        return
+T = TypeVar("T")
+PARSE_STACK = 512 << 20  # bytes of stack for the parsing thread (virtual: touched pages only)
+PARSE_RECURSION = 20_000
 
-    def _expired(signum: int, frame: object) -> None:
-        raise _TimeUp
 
-    previous = signal.signal(signal.SIGPROF, _expired)
-    signal.setitimer(signal.ITIMER_PROF, seconds)
+def run_deep(fn: Callable[[], T], seconds: float) -> T:
+    """`fn()` in a thread with a large stack and recursion limit (LibCST's native parser and
+    its visitors recurse once per nesting level; `pydoc_data/topics.py`'s concatenated strings
+    alone go past Python's default limit). After `seconds` of CPU time `_TimeUp` is raised in
+    that thread."""
+    box: dict[str, Any] = {}
+
+    def body() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # handed to the caller
+            box["error"] = exc
+
+    worker = threading.Thread(target=body, name="commlint-parse", daemon=True)
+    old_limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old_limit, PARSE_RECURSION))
+    old_stack = threading.stack_size(PARSE_STACK)
     try:
-        yield
+        worker.start()
     finally:
-        signal.setitimer(signal.ITIMER_PROF, 0)
-        signal.signal(signal.SIGPROF, previous)
+        threading.stack_size(old_stack)
+    start = time.process_time()
+    try:
+        stopped_at: float | None = None
+        while worker.is_alive():
+            if stopped_at is not None:
+                worker.join(max(0.1, 10.0 - (time.monotonic() - stopped_at)))
+                if worker.is_alive() and time.monotonic() - stopped_at >= 10.0:
+                    raise _TimeUp  # stuck in native code: the thread is abandoned
+                continue
+            spent = time.process_time() - start
+            if seconds <= 0:
+                worker.join()
+            elif spent < seconds:
+                worker.join(seconds - spent)
+            else:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                    ctypes.c_ulong(worker.ident or 0), ctypes.py_object(_TimeUp)
+                )
+                stopped_at = time.monotonic()
+    finally:
+        sys.setrecursionlimit(old_limit)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def tree_depth(tree: ast.AST) -> tuple[int, int]:
@@ -353,18 +387,18 @@ def analyse(path: str, module: str, checked: _Checked, extra_key: str, limits: L
         return FileFacts(path=path, module=module, functions={}, not_analysed=(line, col, msg))
 
     try:
-        with _cpu_limit(limits.time_limit):
-            return Extractor(path, module, checked.source, _table(extra_key)).run()
+        extractor = Extractor(path, module, checked.source, _table(extra_key))
+        return run_deep(extractor.run, limits.time_limit)
     except _TimeUp:
         return not_analysed(
             1, 1, f"too slow to analyse (stopped after {limits.time_limit:g} s of CPU time)"
         )
     except cst.ParserSyntaxError as exc:
         msg = str(exc.message if hasattr(exc, "message") else exc).splitlines()[0]
+        at = re.search(r"error at (\d+):(\d+)", msg)  # where it failed, not the next token
+        line, col = (int(at[1]), int(at[2]) + 1) if at else (exc.raw_line, exc.raw_column + 1)
         return not_analysed(
-            exc.raw_line,
-            exc.raw_column + 1,
-            f"LibCST cannot parse this file, which CPython accepts: {msg}",
+            line, col, f"LibCST cannot parse this file, which CPython accepts: {msg}"
         )
     except RecursionError:
         return not_analysed(
@@ -657,7 +691,7 @@ def lint_paths(paths: list[str], config: LintConfig, opts: LintOptions) -> Repor
                 ff.syntax_error,
                 "Fix the file so that it parses (`python -m py_compile FILE` shows the error).",
             ),
-            ("CL114", ff.not_analysed, rules["CL114"].fix),
+            ("CL114", ff.not_analysed, _not_analysed_fix(ff.not_analysed, rules["CL114"].fix)),
         ):
             if problem is not None and code in enabled:
                 line, col, msg = problem
@@ -706,6 +740,23 @@ def lint_paths(paths: list[str], config: LintConfig, opts: LintOptions) -> Repor
             ]
     report.findings.extend(findings)
     return report
+
+
+def _not_analysed_fix(problem: tuple[int, int, str] | None, default: str) -> str:
+    why = problem[2] if problem else ""
+    if why.startswith("LibCST cannot parse"):
+        return (
+            "Write this statement in a more common form that LibCST also parses (it is valid "
+            "Python: only the linter cannot read it), or exclude the file."
+        )
+    if why.startswith("not analysed: the parser"):
+        return (
+            "Please report the crash with this file; meanwhile exclude it, or split its "
+            "deepest expressions."
+        )
+    if why.startswith("too slow"):
+        return "Split the file or its largest expressions, or exclude the file."
+    return default
 
 
 def _relative(f: Path, root: Path) -> str:
