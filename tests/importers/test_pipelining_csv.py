@@ -13,13 +13,13 @@ from commlint import check
 from commlint.cli import main
 from commlint.findings import CommlintInputError
 from commlint.plans.importers import detect_format, load_pipelining_csv
-from commlint.plans.io import semantic_errors
 from commlint.plans.importers.pipelining_csv import (
     loads_pipelining_csv,
     lower_compute_only,
     parse_action,
     read_csv,
 )
+from commlint.plans.io import semantic_errors
 
 schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
 
