@@ -328,17 +328,16 @@ def _sizes(value: Any, key: str, walk: _Walk) -> list[list[int]]:
     if type(value) is not list and type(value) is not tuple:
         raise _Bad(f"'{key}' is {_kind(value)}, not a list of shapes")
     n = len(value)
-    limited = walk.left >= 0
     for shape in value:
         if type(shape) is not list and type(shape) is not tuple:
             raise _Bad(f"'{key}' holds {_kind(shape)}, not a shape (list of integers)")
         n += len(shape)
-        if limited and n > walk.left:
+        if n > walk.left >= 0:
             walk.spend(n)  # raises: the budget is spent
         for d in shape:
             if type(d) is not int or d < 0:
                 raise _Bad(f"'{key}' holds a dimension that is not a non-negative integer")
-    if limited:
+    if walk.left >= 0:
         walk.left -= n
     return value  # type: ignore[return-value]
 
@@ -350,10 +349,11 @@ def _dtypes(value: Any, key: str, walk: _Walk) -> list[str]:
         return [value] if value else []  # torch's own tests write one dtype as a string
     if type(value) is not list and type(value) is not tuple:
         raise _Bad(f"'{key}' is {_kind(value)}, not a list of dtype names")
-    walk.spend(len(value))
     for d in value:
         if type(d) is not str:
             raise _Bad(f"'{key}' holds {_kind(d)}, not a dtype name")
+    if walk.left >= 0:
+        walk.spend(len(value))
     return value  # type: ignore[return-value]
 
 
@@ -400,15 +400,19 @@ def _check_entry(index: int, e: Any, walk: _Walk) -> _Entry:
     profiling = e["profiling_name"]
     if type(profiling) is not str:
         raise _Bad(f"'profiling_name' is {_kind(profiling)}, not a string")
+    # plain integers and one-dtype lists inline: this runs once per entry of every dump
     x = _Entry()
     x.index = index
     rid = e.get("record_id")
-    x.record_id = index if rid is None else _seq(rid, "record_id")
+    x.record_id = rid if type(rid) is int else index if rid is None else _seq(rid, "record_id")
     x.pg, x.desc = _pg_field(e["process_group"])
     x.backend, x.raw, x.detail = _split_profiling_name(profiling)
-    x.seq = _seq(e["collective_seq_id"], "collective_seq_id")
+    seq = e["collective_seq_id"]
+    x.seq = seq if type(seq) is int else _seq(seq, "collective_seq_id")
     p2p_seq = e.get("p2p_seq_id")
-    x.p2p_seq = 0 if p2p_seq is None else _seq(p2p_seq, "p2p_seq_id")
+    x.p2p_seq = (
+        p2p_seq if type(p2p_seq) is int else 0 if p2p_seq is None else _seq(p2p_seq, "p2p_seq_id")
+    )
     state = e.get("state")
     if state is not None and type(state) is not str:
         raise _Bad(f"'state' is {_kind(state)}, not a string")
@@ -419,8 +423,12 @@ def _check_entry(index: int, e: Any, walk: _Walk) -> _Entry:
     x.p2p = bool(is_p2p) or x.raw in ("send", "recv")
     x.in_sizes = _sizes(e.get("input_sizes"), "input_sizes", walk)
     x.out_sizes = _sizes(e.get("output_sizes"), "output_sizes", walk)
-    x.in_dtypes = _dtypes(e.get("input_dtypes"), "input_dtypes", walk)
-    x.out_dtypes = _dtypes(e.get("output_dtypes"), "output_dtypes", walk)
+    dt = e.get("input_dtypes")
+    one = type(dt) is list and len(dt) == 1 and type(dt[0]) is str
+    x.in_dtypes = dt if one else _dtypes(dt, "input_dtypes", walk)
+    dt = e.get("output_dtypes")
+    one = type(dt) is list and len(dt) == 1 and type(dt[0]) is str
+    x.out_dtypes = dt if one else _dtypes(dt, "output_dtypes", walk)
     x.frames = e.get("frames")  # checked when a site is needed (`_site`): most never are
     x.walk = walk
     return x
