@@ -51,14 +51,23 @@ def _codes(spec: str | None) -> list[str] | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from commlint.lint.config import load_config
+    from commlint.lint.config import check_selectors, load_config
     from commlint.lint.engine import LintOptions, lint_paths
 
     try:
         config = load_config(args.paths, args.config)
+        for flag, spec in (
+            ("--select", args.select),
+            ("--ignore", args.ignore),
+            ("--extend-select", args.extend_select),
+        ):
+            check_selectors(_codes(spec) or [], flag)
     except CommlintInputError as exc:
-        print(f"commlint: error: {exc}", file=sys.stderr)
+        where = exc.error.one_line() if exc.error.path else exc.error.message
+        print(f"commlint: error: {where}", file=sys.stderr)
         return 2
+    for warning in config.warnings:
+        print(f"commlint: warning: {warning}", file=sys.stderr)
     if args.jobs < 0:
         print("commlint: error: -j/--jobs must be >= 0", file=sys.stderr)
         return 2

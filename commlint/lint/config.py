@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,9 @@ LIST_KEYS = (
     "rank-zero-decorators",
 )
 TABLE_KEYS = ("calls", "group-getters", "rank-sources")
+OTHER_KEYS = ("explicit-group-required", "world-sizes")
+KNOWN_KEYS = (*LIST_KEYS, *TABLE_KEYS, *OTHER_KEYS)
+SELECTOR_KEYS = ("select", "ignore", "extend-select")
 
 
 @dataclass
@@ -36,31 +41,84 @@ class LintConfig:
     extend_select: list[str] = field(default_factory=list)
     exclude: list[str] = field(default_factory=list)
     explicit_group_required: bool = False
+    world_sizes: list[int] | None = None  # per-rank evaluation (CL115-CL118); None: default
     table_extra: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # one located line each (unknown keys)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    """The parsed file, or a one-line error naming the file and the line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CommlintInputError(f"cannot read: {exc.strerror}", str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise CommlintInputError(f"not valid UTF-8 ({exc.reason})", str(path)) from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        at = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
+        msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
+        if at:
+            msg += f" (column {at[2]})"
+        raise CommlintInputError(
+            f"invalid TOML: {msg}", str(path), int(at[1]) if at else None
+        ) from None
 
 
 def find_pyproject(paths: list[str]) -> Path | None:
-    start = Path(paths[0]).resolve() if paths else Path.cwd()
+    """The nearest pyproject.toml with a [tool.commlint] table, walking up from the first path.
+    A pyproject.toml met on the way that is not valid TOML is an error (it might hold the
+    settings), as in ruff."""
+    try:
+        start = Path(paths[0]).resolve() if paths else Path.cwd()
+    except (OSError, RuntimeError):  # a symlink loop: reported by discovery
+        start = Path.cwd()
     for folder in [start, *start.parents]:
         if folder.is_file():
             continue
         candidate = folder / "pyproject.toml"
         if candidate.is_file():
-            try:
-                data = tomllib.loads(candidate.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-                continue
+            data = _read_toml(candidate)
             if "commlint" in data.get("tool", {}):
                 return candidate
     return None
 
 
-def _strings(value: Any, key: str, path: Path) -> list[str]:
+def key_line(text: str, key: str) -> int | None:
+    """The line of `key = ...` in the [tool.commlint] table (for located messages)."""
+    table = ""
+    pattern = re.compile(rf"""^\s*["']?{re.escape(key)}["']?\s*=""")
+    for n, line in enumerate(text.splitlines(), 1):
+        head = re.match(r"^\s*\[\s*([^\]]+?)\s*\]", line)
+        if head:
+            table = head[1].replace('"', "").replace(" ", "")
+        elif table == "tool.commlint" and pattern.match(line):
+            return n
+    return None
+
+
+def check_selectors(
+    codes: list[str], what: str, path: str | None = None, line: int | None = None
+) -> None:
+    """Every selector must be ALL or a prefix of a known rule code (as ruff)."""
+    from commlint.rules import all_rules
+
+    known = list(all_rules())
+    for code in codes:
+        c = code.strip().upper()
+        if c != "ALL" and not any(k.startswith(c) for k in known):
+            hint = difflib.get_close_matches(c, known, n=1)
+            extra = f" (did you mean '{hint[0]}'?)" if hint else ""
+            raise CommlintInputError(f"unknown rule selector '{code}' in {what}{extra}", path, line)
+
+
+def _strings(value: Any, key: str, path: Path, line: int | None = None) -> list[str]:
     if isinstance(value, str):
         return [value]
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return list(value)
-    raise CommlintInputError(f"[tool.commlint] {key} must be a list of strings", str(path))
+    raise CommlintInputError(f"[tool.commlint] {key} must be a list of strings", str(path), line)
 
 
 def load_config(paths: list[str], explicit: str | None = None) -> LintConfig:
@@ -73,13 +131,26 @@ def load_config(paths: list[str], explicit: str | None = None) -> LintConfig:
         pyproject = find_pyproject(paths)
     if pyproject is None:
         return LintConfig(root=Path.cwd())
-    try:
-        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise CommlintInputError(f"invalid TOML: {exc}", str(pyproject)) from None
+    data = _read_toml(pyproject)
+    text = pyproject.read_text(encoding="utf-8")
     section = data.get("tool", {}).get("commlint", {})
+    if not isinstance(section, dict):
+        raise CommlintInputError("[tool.commlint] must be a table", str(pyproject))
     cfg = LintConfig(root=pyproject.parent.resolve(), path=pyproject)
-    lists = {k: _strings(section[k], k, pyproject) for k in LIST_KEYS if k in section}
+    for key in section:
+        if key not in KNOWN_KEYS:
+            hint = difflib.get_close_matches(key, KNOWN_KEYS, n=1)
+            where = f"{pyproject}:{key_line(text, key) or 1}"
+            cfg.warnings.append(
+                f"{where}: unknown key '{key}' in [tool.commlint], ignored"
+                + (f" (did you mean '{hint[0]}'?)" if hint else "")
+            )
+    lists = {
+        k: _strings(section[k], k, pyproject, key_line(text, k)) for k in LIST_KEYS if k in section
+    }
+    for k in SELECTOR_KEYS:
+        if k in lists:
+            check_selectors(lists[k], f"[tool.commlint] {k}", str(pyproject), key_line(text, k))
     cfg.select = lists.get("select")
     cfg.ignore = lists.get("ignore", [])
     cfg.extend_select = lists.get("extend-select", [])
@@ -90,6 +161,18 @@ def load_config(paths: list[str], explicit: str | None = None) -> LintConfig:
             "[tool.commlint] explicit-group-required must be true or false", str(pyproject)
         )
     cfg.explicit_group_required = egr
+    sizes = section.get("world-sizes")
+    if sizes is not None:
+        if not (
+            isinstance(sizes, list)
+            and sizes
+            and all(isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 64 for n in sizes)
+        ):
+            raise CommlintInputError(
+                "[tool.commlint] world-sizes must be a list of integers from 1 to 64",
+                str(pyproject),
+            )
+        cfg.world_sizes = sorted(set(sizes))
     extra: dict[str, Any] = {}
     for k in ("rank-helpers", "rank-attributes", "rank-env", "rank-zero-decorators"):
         if k in lists:

@@ -17,7 +17,7 @@ import threading
 import time
 import tokenize
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -75,26 +75,37 @@ class LintOptions:
 
 
 # ------------------------------------------------------------------ selection
-def _matches(code: str, specs: Iterable[str]) -> bool:
-    return any(s == "ALL" or code.startswith(s) for s in specs)
+def _matches(code: str, spec: str) -> bool:
+    return spec == "ALL" or code.startswith(spec)
+
+
+def _specificity(spec: str) -> int:
+    return 0 if spec == "ALL" else len(spec)
 
 
 def enabled_codes(config: LintConfig, opts: LintOptions) -> set[str]:
-    """ruff semantics, layer by layer (config, then flags): a layer's `select` resets the
-    selection, its `extend-select` adds to it, its `ignore` removes from it."""
+    """ruff's semantics, layer by layer (the configuration, then the command line): a layer's
+    `select` replaces the selection, its `extend-select` adds to it, its `ignore` removes from
+    it; within a layer the more specific selector wins (`--select CL1 --ignore CL10
+    --extend-select CL101` enables CL101 and CL11x), and on a tie `ignore` wins."""
     from commlint.rules import all_rules
 
     codes = [r.code for r in all_rules().values() if r.kind == "source"]
-    chosen = {c for c in codes if _matches(c, ["CL1"])}
+    chosen = {c for c in codes if _matches(c, "CL1")}
     layers = (
         (config.select, config.extend_select, config.ignore),
         (opts.select, opts.extend_select, opts.ignore),
     )
     for select, extend, ignore in layers:
-        if select is not None:
-            chosen = {c for c in codes if _matches(c, [s.upper() for s in select])}
-        chosen |= {c for c in codes if _matches(c, [s.upper() for s in extend])}
-        chosen -= {c for c in codes if _matches(c, [s.upper() for s in ignore])}
+        adds = [s.upper() for s in [*(select or []), *extend]]
+        removes = [s.upper() for s in ignore]
+        updates: dict[str, bool] = {}
+        for level in sorted({_specificity(s) for s in adds + removes}):
+            for spec, on in [(s, True) for s in adds] + [(s, False) for s in removes]:
+                if _specificity(spec) == level:
+                    updates.update((c, on) for c in codes if _matches(c, spec))
+        base = set() if select is not None else chosen
+        chosen = {c for c in codes if updates.get(c, c in base)}
     return chosen
 
 
@@ -681,7 +692,14 @@ def lint_paths(paths: list[str], config: LintConfig, opts: LintOptions) -> Repor
     report.checked = sum(f.path not in excluded for f in facts)
 
     enabled = enabled_codes(config, opts)
-    program = Program(facts, table, {"explicit_group_required": config.explicit_group_required})
+    program = Program(
+        facts,
+        table,
+        {
+            "explicit_group_required": config.explicit_group_required,
+            "world_sizes": getattr(config, "world_sizes", None),
+        },
+    )
     raw: list[RawFinding] = []
     rules = all_rules()
     for ff in facts:
