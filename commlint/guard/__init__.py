@@ -98,6 +98,16 @@ def _patch(guard: Guard) -> None:
     c10d.init_process_group = init_process_group
     dist.init_process_group = init_process_group
 
+    destroy = c10d.destroy_process_group
+
+    def destroy_process_group(group: Any = None) -> Any:
+        if group is None or group is c10d.GroupMember.WORLD:
+            guard.publish_end("finished")  # no communication after this: stop the watchdog
+        return destroy(group)
+
+    c10d.destroy_process_group = destroy_process_group
+    dist.destroy_process_group = destroy_process_group
+
     work = c10d.Work
     wait = work.wait
 

@@ -499,6 +499,16 @@ class Guard:
             self.store().set(f"end/{self.rank}", json.dumps(snap, default=str))
         except Exception:  # the store's host may already be gone at shutdown
             pass
+        self.stop_watchdog()
+
+    def stop_watchdog(self) -> None:
+        """Let the watchdog finish its tick and end before the process tears torch down: a
+        thread still inside a store call during interpreter shutdown can abort the process."""
+        self.ended = True
+        w = self.watchdog
+        if w is not None and w.is_alive() and w is not threading.current_thread():
+            w.wake.set()
+            w.join(timeout=2.0)
 
 
 def _peer_gone(exc: BaseException) -> bool:

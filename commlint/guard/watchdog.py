@@ -37,17 +37,19 @@ class Watchdog(threading.Thread):
         self.requested_at = -1e9
         self.published: int | None = None
         self.want_seen: dict[int, float] = {}
+        self.wake = threading.Event()  # set to end the wait between beats at once
 
     def run(self) -> None:
         try:
             import commlint.graph.check  # noqa: F401  (ready before the first stall)
 
             store = self.guard.new_store()
-            while True:
-                time.sleep(self.tick)
+            while not self.guard.ended:
+                self.wake.wait(self.tick)
                 if self.guard.ended:
-                    return
+                    break
                 self.step(store)
+            del store  # close the client here, not during interpreter shutdown
         except Exception as exc:  # the guard must never take the job down by itself
             if not self.guard.ended:
                 print(f"commlint guard: watchdog stopped: {exc!r}", file=sys.stderr, flush=True)
