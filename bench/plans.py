@@ -2,7 +2,8 @@
 
 1. The issue's plan: 1F1B, pp=8, tp=8, dp=16 (1,024 ranks), 64 microbatches, Megatron p2p —
    generated from its `generate:` block and checked under the trace's model (nccl).
-   Goal: <= 1 s for generate + check.
+   Goal: <= 0.25 s for generate + check (issue 12; issue 5 asked for 1 s). Ranks are built
+   on first access (commlint.plans.lazy): a clean symmetric plan builds its representatives.
 2. Plans per second for a 64-rank plan (tp=2, pp=4, dp=8, 1F1B, 16 microbatches), the unit a
    plan search loop calls: a fresh generate + check each time. Goal: >= 50 plans/s.
 
@@ -38,7 +39,7 @@ SMALL = (
     "generate: {world_size: 64, degrees: {tp: 2, pp: 4, dp: 8}, schedule: 1f1b, "
     "microbatches: 16}\n"
 )
-BIG_GOAL_S = 1.0
+BIG_GOAL_S = 0.25
 SMALL_GOAL_PER_S = 50.0
 
 
@@ -72,7 +73,7 @@ def big(runs: int = 2) -> None:
     print(f"  generate     {gen:.3f} s   ({actions / gen:,.0f} actions/s)")
     print(f"  check        {chk:.3f} s   (one rank per orbit: 8 of 1,024)")
     ratio = total / BIG_GOAL_S
-    print(f"  total        {total:.3f} s   goal <= {BIG_GOAL_S:.1f} s   ratio {ratio:.2f}x")
+    print(f"  total        {total:.3f} s   goal <= {BIG_GOAL_S:.2f} s   ratio {ratio:.2f}x")
     print(f"  (CPU seconds of this process; wall clock of the best run {wall:.3f} s)")
     _, peer, _, peer_findings = timed(BIG, symmetry=False)
     assert peer_findings == findings

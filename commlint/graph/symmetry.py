@@ -58,7 +58,9 @@ class Symmetry:
     reps: list[int]  # one representative per orbit, ascending
     rep_of: list[int]  # rank -> its representative
     world_size: int
-    saved: dict[int, tuple]  # every rank's actions as generated (kept alive: ids stay valid)
+    # every rank's actions as generated (kept alive: ids stay valid); None for a rank the
+    # generator builds on first access (commlint.plans.lazy) that was never built
+    saved: dict[int, tuple | None]
     groups: dict[str, list[int]]  # the groups as generated
 
     def holds_for(self, trace: Trace) -> bool:
@@ -68,8 +70,13 @@ class Symmetry:
         ranks = trace.ranks
         if ranks.keys() != self.saved.keys():
             return False
+        # A rank never built is as generated, but only the generator's own mapping (whose
+        # `generated` is `saved`) can vouch for that; any other mapping is compared in full.
+        own = getattr(ranks, "generated", None) is self.saved
         # tuples compare item by identity first: an unchanged trace costs one C-level pass
-        return all(tuple(ranks[r]) == acts for r, acts in self.saved.items())
+        return all(
+            own if acts is None else tuple(ranks[r]) == acts for r, acts in self.saved.items()
+        )
 
 
 def attach(trace: Trace, symmetry: Symmetry | None) -> None:

@@ -40,6 +40,7 @@ from commlint.findings import CommlintInputError
 from commlint.graph.symmetry import Symmetry, attach
 from commlint.plans import schedules as sch
 from commlint.plans.io import GENERATORS
+from commlint.plans.lazy import GeneratedTrace, LazyRanks
 from commlint.trace import Action, SharedAction, Trace
 
 _YamlLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -1269,7 +1270,7 @@ def certify(
     lay: Layout,
     keys: list[tuple[int, int]],
     skeletons: dict[tuple[int, int], _Prepared],
-    ranks: dict[int, list[Action]],
+    saved: dict[int, tuple | None],
 ) -> Symmetry | None:
     """Prove which layout axes the generated trace is symmetric along (see
     `commlint.graph.symmetry` for what is proved and why it makes checking one rank per orbit
@@ -1321,7 +1322,7 @@ def certify(
         reps=sorted(set(rep_of)),
         rep_of=rep_of,
         world_size=world,
-        saved={r: tuple(acts) for r, acts in ranks.items()},
+        saved=saved,
         groups={name: list(members) for name, members in lay.groups.items()},
     )
 
@@ -1386,7 +1387,6 @@ def _generate(spec: GenerateSpec) -> Trace:
         raise _fail("mutation last_microbatch needs a built-in schedule, not a CSV", at="mutations")
     fuse_all = opts.style == "deepspeed"
     skeletons: dict[tuple[int, int], _Prepared] = {}
-    ranks: dict[int, list[Action]] = {}
     keys: list[tuple[int, int]] = []
     for r in range(lay.world_size):
         pos = _pp_position(lay, r)
@@ -1404,8 +1404,10 @@ def _generate(spec: GenerateSpec) -> Trace:
             "commlint generates; check a smaller world size or fewer microbatches",
             at="world_size" if spec.world_size is not None else "degrees",
         )
-    for r, key in enumerate(keys):
-        ranks[r] = _instantiate(skeletons[key], lay.place[r])
+    place = lay.place
+    # each rank's actions are built when first read: the checker reads one rank per orbit
+    # of a clean symmetric plan (commlint.plans.lazy)
+    ranks = LazyRanks(range(lay.world_size), lambda r: _instantiate(skeletons[keys[r]], place[r]))
     schedule_name = spec.schedule if isinstance(spec.schedule, str) else "csv"
     meta = {
         "generator": "commlint.plans.generate",
@@ -1428,7 +1430,7 @@ def _generate(spec: GenerateSpec) -> Trace:
             m if isinstance(m, str) else m.model_dump(exclude_none=True) for m in spec.mutations
         ],
     }
-    trace = Trace.model_construct(
+    trace = GeneratedTrace.model_construct(
         version=1,
         world_size=lay.world_size,
         groups=lay.groups,
@@ -1438,7 +1440,7 @@ def _generate(spec: GenerateSpec) -> Trace:
         source="generate",
         meta=meta,
     )
-    attach(trace, certify(lay, keys, skeletons, ranks))
+    attach(trace, certify(lay, keys, skeletons, ranks.generated))
     return trace
 
 
