@@ -248,9 +248,10 @@ def load_flight_recorder(
     collecting = gc.isenabled()
     gc.disable()  # millions of small dicts: the cyclic collector would rescan them repeatedly
     try:
-        dumps = {rank: read_dump(f) for rank, f in files.items()}
-        return dumps_to_trace(
-            dumps,
+        # one raw dump at a time: only what the checked entries keep stays in memory
+        checked = {rank: _checked_dump(read_dump(f), str(f)) for rank, f in files.items()}
+        return _to_trace(
+            checked,
             groups=groups,
             world_size=world_size,
             keep_completed=keep_completed,
@@ -1163,11 +1164,29 @@ def dumps_to_trace(
     files: Mapping[int, str] | None = None,
 ) -> Trace:
     """Parsed dumps (rank → dump dict) → `Trace`. See the module docstring for the rules."""
+    checked = {rank: _checked_dump(d, (files or {}).get(rank, path)) for rank, d in dumps.items()}
+    return _to_trace(
+        checked,
+        groups=groups,
+        world_size=world_size,
+        keep_completed=keep_completed,
+        path=path,
+        files=files,
+    )
 
+
+def _to_trace(
+    checked: dict[int, tuple[list[_Entry], dict[str, tuple[str, Any]], Any]],
+    *,
+    groups: Mapping[str, Iterable[int]] | None,
+    world_size: int | None,
+    keep_completed: bool,
+    path: str | None,
+    files: Mapping[int, str] | None,
+) -> Trace:
     def where(rank: int) -> str | None:
         return (files or {}).get(rank, path)
 
-    checked = {rank: _checked_dump(d, where(rank)) for rank, d in dumps.items()}
     pgs = _Groups(checked, groups, world_size, where)
     per_rank: dict[int, list[_Entry]] = {}
     for rank, (entries, _, _) in checked.items():
@@ -1208,7 +1227,7 @@ def dumps_to_trace(
         stuck = {}
     ends: dict[int, RankEnd] = {}
     for rank in range(pgs.world_size):
-        if rank not in dumps:
+        if rank not in checked:
             ends[rank] = RankEnd(kind="timeout", message="no Flight Recorder dump for this rank")
         else:
             at = stuck.get(rank)
@@ -1223,8 +1242,8 @@ def dumps_to_trace(
     meta: dict[str, object] = {
         "flight_recorder": {
             "path": path,
-            "files": {r: where(r) for r in sorted(dumps)},
-            "ranks_with_dumps": sorted(dumps),
+            "files": {r: where(r) for r in sorted(checked)},
+            "ranks_with_dumps": sorted(checked),
             "dropped_entries": {r: n for r, n in dropped.items() if n},
             "stuck_at": stuck,
             "states_recorded": states_known,
