@@ -33,7 +33,12 @@ def _ranks(world: int, sample: int) -> list[int]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worlds", default="8,64")
-    parser.add_argument("--configs", default="ddp,tp-dp")
+    parser.add_argument(
+        "--configs",
+        default="ddp,tp-dp",
+        help="comma-separated; `+print-loss` adds a rank-0 print of loss.item() every step "
+        "(e.g. ddp,ddp+print-loss: the second is compared to the first, its peer)",
+    )
     parser.add_argument("-j", "--jobs", type=int, default=None, help="default: every CPU")
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument(
@@ -62,10 +67,12 @@ def main() -> int:
     print(header)
     print("-" * len(header))
     for world in [int(w) for w in args.worlds.split(",")]:
+        peer: tuple[str, float, float] | None = None
         for config in args.configs.split(","):
+            parallel, _, extra = config.partition("+")
             options = DryRunOptions(
                 program=str(PROGRAM),
-                args=["--parallel", config],
+                args=["--parallel", parallel, "--steps", "2"] + (["--" + extra] if extra else []),
                 world_size=world,
                 nproc_per_node=8,
                 ranks=_ranks(world, args.sample),
@@ -97,13 +104,23 @@ def main() -> int:
                     f"on idle cores {projected:.0f} s"
                 )
             ended = sum(1 for r in runs if r.end)
+            stopped = result.incomplete()
             print(
                 f"{config:8} {world:>4} {total:>8.1f} {wall:>10.2f} {cpu_mean:>9.2f} "
                 f"{max(cpu or [0]):>8.2f} {result.passes:>6} {trace.num_actions():>8} "
                 f"{peak:>8.0f} {'-' if sampled else len(findings):>8} "
                 f"{os.getloadavg()[0]:>5.1f}  {goal}"
                 + (f"  [{ended} ranks ended early, tensors={result.mode}]" if ended else "")
+                + (f"  [incomplete: {len(stopped)} ranks]" if stopped else "")
             )
+            if peer is None:
+                peer = (config, cpu_mean, peak)
+            else:
+                print(
+                    f"  {config} vs {peer[0]} (peer, same process): cpu/rank ×"
+                    f"{cpu_mean / peer[1]:.2f}, peak RSS ×{peak / peer[2]:.2f}, "
+                    f"tensors={result.mode}"
+                )
             sys.stdout.flush()
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"parent peak RSS: {own:.0f} MB")
