@@ -108,7 +108,9 @@ def check_selectors(
     for code in codes:
         c = code.strip().upper()
         if c != "ALL" and not any(k.startswith(c) for k in known):
-            hint = difflib.get_close_matches(c, known, n=1)
+            digits = c[:2] + c[2:].translate(str.maketrans("OIL", "011"))  # O for 0, l for 1
+            valid = digits != c and any(k.startswith(digits) for k in known)
+            hint = [digits] if valid else difflib.get_close_matches(c, known, n=1)
             extra = f" (did you mean '{hint[0]}'?)" if hint else ""
             raise CommlintInputError(f"unknown rule selector '{code}' in {what}{extra}", path, line)
 

@@ -363,12 +363,13 @@ def precheck(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             tree = compile(source, path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
-    except SyntaxError as exc:
-        line = exc.lineno or 1
-        return facts(syntax_error=(line, max(exc.offset or 1, 1), f"syntax error: {exc.msg}"))
-    except ValueError as exc:  # null bytes
-        line = source.count("\n", 0, max(source.find("\0"), 0)) + 1
-        return facts(syntax_error=(line, 1, f"syntax error: {exc}"))
+    except (SyntaxError, ValueError) as exc:  # ValueError: null bytes (before 3.12)
+        msg = exc.msg if isinstance(exc, SyntaxError) else str(exc)
+        line, col = getattr(exc, "lineno", None), getattr(exc, "offset", None) or 1
+        if line is None and "\0" in source:  # CPython does not say where the null byte is
+            nul = source.find("\0")
+            line, col = source.count("\n", 0, nul) + 1, nul - source.rfind("\n", 0, nul)
+        return facts(syntax_error=(line or 1, max(col, 1), f"syntax error: {msg}"))
     except (RecursionError, MemoryError):
         return facts(
             not_analysed=(
