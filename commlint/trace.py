@@ -9,7 +9,7 @@ contract documented in docs/trace-format.md.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
@@ -252,6 +252,24 @@ class Trace(BaseModel):
     )
     # A symmetry certificate from the generator (`commlint.graph.symmetry`); never serialised.
     _symmetry: object | None = PrivateAttr(default=None)
+
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> Trace:
+        """A deep copy is the caller's to edit: every action in it is its own mutable
+        `Action`, even where the original shares one immutable `SharedAction` between ranks
+        (generated plans, and loaded plans whose ranks repeat an action)."""
+        copy = super().__deepcopy__(memo)
+        construct = Action.model_construct
+        for rank, actions in copy.ranks.items():
+            copy.ranks[rank] = [
+                construct(
+                    _fields_set=set(a.model_fields_set),
+                    **{k: v.copy() if v.__class__ is list else v for k, v in a.__dict__.items()},
+                )
+                if a.__class__ is not Action
+                else a
+                for a in actions
+            ]
+        return copy
 
     def group_ranks(self, name: str) -> list[int]:
         """Members of a group, WORLD included."""
