@@ -764,15 +764,9 @@ def _unknown_members(
 
 def _aligned_entries(
     per_rank: Mapping[int, list[_Entry]], pgs: _Groups, keep_completed: bool
-) -> tuple[
-    dict[int, list[_Entry]],
-    dict[int, int],
-    dict[tuple[str, int], dict[int, list[_Entry]]],
-    set[tuple[str, int]],
-]:
+) -> tuple[dict[int, list[_Entry]], dict[int, int], _Collectives]:
     """Per rank, the entries to check (evicted-on-some-rank and done-everywhere ones dropped);
-    and every aligned collective (group, seq) → rank → its entries, dropped ones included, with
-    the set of those done everywhere."""
+    and every aligned collective, dropped ones included (`_Collectives`)."""
     start: dict[str, int] = {}  # first collective seq every dumped member still holds
     done: dict[str, int] = {}  # last seq completed on every dumped member
     for rows in per_rank.values():
@@ -797,11 +791,12 @@ def _aligned_entries(
         _drop_completed_p2p(per_rank, pgs, dropped_ids)
     out: dict[int, list[_Entry]] = {}
     dropped: dict[int, int] = {}
-    colls: dict[tuple[str, int], dict[int, list[_Entry]]] = {}
-    finished: set[tuple[str, int]] = set()
+    colls = _Collectives(per_rank, start)
+    first_of, differ, finished = colls.first_of, colls.differ, colls.finished
     for r, rows in per_rank.items():
         kept = []
         n = 0
+        previous = None
         for e in rows:
             if not e.raw:
                 n += 1
@@ -814,16 +809,53 @@ def _aligned_entries(
                 if e.seq < start.get(e.group, 0):
                     n += 1
                     continue
+                key = (e.group, e.seq)
                 if e.raw not in MARKERS:
-                    colls.setdefault((e.group, e.seq), {}).setdefault(r, []).append(e)
+                    f = first_of.get(key)
+                    if f is None:
+                        first_of[key] = e
+                    elif (
+                        previous == key  # coalesced: several entries of one rank
+                        or e.raw != f.raw
+                        or e.in_sizes != f.in_sizes
+                        or e.out_sizes != f.out_sizes
+                        or e.in_dtypes != f.in_dtypes
+                        or e.out_dtypes != f.out_dtypes
+                    ):
+                        differ.add(key)
+                    previous = key
                 if not keep_completed and e.seq <= done.get(e.group, -1):
-                    finished.add((e.group, e.seq))
+                    finished.add(key)
                     n += 1
                     continue
             kept.append(e)
         dropped[r] = n
         out[r] = kept
-    return out, dropped, colls, finished
+    return out, dropped, colls
+
+
+class _Collectives:
+    """Every aligned collective (group, seq): its first entry, and whether any rank's entry
+    differs from it (compared while aligning: most never do, and then no per-rank table of
+    entries is built)."""
+
+    def __init__(self, per_rank: Mapping[int, list[_Entry]], start: dict[str, int]) -> None:
+        self.per_rank, self.start = per_rank, start
+        self.first_of: dict[tuple[str, int], _Entry] = {}
+        self.differ: set[tuple[str, int]] = set()
+        self.finished: set[tuple[str, int]] = set()
+
+    def by_rank(self, keys: set[tuple[str, int]]) -> dict[tuple[str, int], dict[int, list]]:
+        """(group, seq) → rank → its entries, for `keys` only."""
+        out: dict[tuple[str, int], dict[int, list[_Entry]]] = {}
+        for r, rows in self.per_rank.items():
+            for e in rows:
+                if e.p2p or not e.raw or e.raw in MARKERS:
+                    continue
+                key = (e.group, e.seq)
+                if key in keys and e.seq >= self.start.get(e.group, 0):
+                    out.setdefault(key, {}).setdefault(r, []).append(e)
+        return out
 
 
 def _drop_completed_p2p(
@@ -897,30 +929,13 @@ def _by_value(values: dict[int, Any], sites: dict[int, str | None]) -> str:
     return ", ".join(parts)
 
 
-def _all_agree(op: str, per: dict[int, list[_Entry]], k: int) -> bool:
-    """The common case, cheaply: one entry per rank, all alike, and each one consistent."""
-    entries = iter(per.values())
-    first = next(entries)
-    if len(first) != 1:
-        return False
-    f = first[0]
-    for es in entries:
-        if len(es) != 1:
-            return False
-        e = es[0]
-        if (
-            e.raw != f.raw
-            or e.in_sizes != f.in_sizes
-            or e.out_sizes != f.out_sizes
-            or e.in_dtypes != f.in_dtypes
-            or e.out_dtypes != f.out_dtypes
-        ):
-            return False
-    if not f.in_sizes or not f.out_sizes:
-        return op != "all_to_all"
-    n_in, n_out = _total(f.in_sizes), _total(f.out_sizes)
+def _consistent(op: str, e: _Entry, k: int) -> bool:
+    """One rank's entry adds up on its own (output from input and the group size)."""
+    if not e.in_sizes or not e.out_sizes:
+        return op != "all_to_all" or not (e.in_sizes or e.out_sizes)
+    n_in, n_out = _total(e.in_sizes), _total(e.out_sizes)
     if op == "all_reduce":
-        return f.in_sizes == f.out_sizes
+        return e.in_sizes == e.out_sizes
     if op == "all_gather":
         return n_out == n_in * k
     if op == "reduce_scatter":
@@ -1003,15 +1018,22 @@ class _Located:
 
 
 def _payload_findings(
-    colls: dict[tuple[str, int], dict[int, list[_Entry]]],
-    finished: set[tuple[str, int]],
-    members_of: dict[str, tuple[int, ...]],
-    located: _Located,
+    colls: _Collectives, members_of: dict[str, tuple[int, ...]], located: _Located
 ) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    for (group, seq), per in colls.items():
+    suspect = set(colls.differ)
+    for key, f in colls.first_of.items():
+        if key in suspect:
+            continue
+        op = OP_NAMES.get(f.raw)
+        if op is not None and not _consistent(op, f, len(members_of.get(key[0], ()))):
+            suspect.add(key)  # every rank agrees with this entry, which does not add up
+    if not suspect:
+        return out
+    finished = colls.finished
+    for (group, seq), per in sorted(colls.by_rank(suspect).items()):
         op = OP_NAMES.get(next(iter(per.values()))[0].raw)
-        if op is None or op == "barrier" or _all_agree(op, per, len(members_of.get(group, ()))):
+        if op is None or op == "barrier":
             continue
         if len({OP_NAMES.get(es[0].raw) for es in per.values()}) != 1:
             continue  # different collectives: the checker's CL203
@@ -1198,7 +1220,7 @@ def _to_trace(
         for e in entries:
             e.group = pgs.of[(rank, e.pg)].trace_name
         per_rank[rank] = entries
-    kept, dropped, colls, finished = _aligned_entries(per_rank, pgs, keep_completed)
+    kept, dropped, colls = _aligned_entries(per_rank, pgs, keep_completed)
     located = _Located(where)
     backends: set[str] = set()
     ranks: dict[int, list[Action]] = {}
@@ -1218,7 +1240,7 @@ def _to_trace(
         if builder.stuck:
             stuck[rank] = builder.stuck
     members_of = {i.trace_name: i.members for i in pgs.instances.values()}
-    findings = _payload_findings(colls, finished, members_of, located)
+    findings = _payload_findings(colls, members_of, located)
     # gloo keeps every entry `scheduled`: the states then say nothing about where ranks stop
     states_known = any(
         e.state not in ("", "scheduled") for entries in per_rank.values() for e in entries
