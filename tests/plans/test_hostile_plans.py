@@ -6,6 +6,7 @@ segfault shows up as a negative return code instead of killing the test run.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -207,3 +208,43 @@ def test_a_bug_on_one_input_names_it_and_the_others_are_checked(
     captured = capsys.readouterr()
     assert f"{boom}: internal error: KeyError: 'x'" in captured.err
     assert "CL202" in captured.out
+
+
+def test_json_lines_are_found_when_a_finding_asks(tmp_path: Path) -> None:
+    """No second parse for line numbers: the lazy map places findings and errors on the same
+    lines the YAML composer gave before."""
+    plan = tmp_path / "p.json"
+    plan.write_text(
+        '{"version": 1, "world_size": 2,\n "meta": {"x": "]}\\"[{"},\n "ranks": {\n'
+        '  "0": [\n   {"op": "barrier"},\n   {"op": "all_reduce", "label": "a,b]"}\n  ],\n'
+        '  "1": [{"op": "barrier"}]\n }\n}\n'
+    )
+    result = main(["plan", str(plan), "--format", "json", "-o", str(tmp_path / "r.json")])
+    assert result == 1
+    report = json.loads((tmp_path / "r.json").read_text())
+    [finding] = report["findings"]
+    assert (finding["code"], finding["line"]) == ("CL202", 6)
+    plan.write_text(plan.read_text().replace('"label": "a,b]"', '"peer": 1'))
+    with pytest.raises(CommlintInputError) as info:
+        load_trace(plan)
+    assert info.value.error.line == 6
+    assert "rank 0, action 1: 'peer' is only for send/recv/isend/irecv" in info.value.error.message
+
+
+def test_equal_actions_are_stored_once_and_a_deep_copy_is_editable() -> None:
+    text = json.dumps(
+        {
+            "version": 1,
+            "world_size": 4,
+            "ranks": {str(r): [{"op": "all_reduce", "shape": [4]}] * 3 for r in range(4)},
+        }
+    )
+    trace = loads_trace(text, is_json=True)
+    first = trace.ranks[0][0]
+    assert all(a is first for acts in trace.ranks.values() for a in acts)
+    with pytest.raises(ValueError, match="frozen"):
+        first.tag = 3
+    mine = trace.model_copy(deep=True)
+    mine.ranks[2][1].tag = 3
+    assert [a.tag for acts in mine.ranks.values() for a in acts].count(3) == 1
+    assert first.tag == 0
