@@ -39,10 +39,10 @@ def _worker(rank: int, out: str, port: int) -> None:
     dist.all_reduce(x)  # completes on both ranks
     a = dist.new_group([0, 1], timeout=TIMEOUT)
     b = dist.new_group([0, 1], timeout=TIMEOUT)
-    try:
+    try:  # noqa: SIM105 (a timeout is expected: dump, as a dump-on-timeout handler would)
         opposite_orders(rank, x, a, b)
     except RuntimeError:
-        pass  # the timeout: dump, as a job's dump-on-timeout handler would
+        pass
     with open(os.path.join(out, "pickle", f"rank_{rank}"), "wb") as fh:
         fh.write(torch._C._distributed_c10d._dump_fr_trace())
     raw = torch._C._distributed_c10d._dump_fr_trace_json()
