@@ -202,6 +202,7 @@ def _add_fsdp_steps(cells: list[PipeAction | None], n_microbatches: int) -> list
     actions = [a for a in cells if a is not None]
     n = len(actions)
     windows: list[list[int]] = [[]] * n
+    overlaps = any(a.parts is not None for a in actions)
     order: list[int] = []  # stages by next use from position i on
     first: dict[int, tuple[int, bool]] = {}  # stage -> (action index of next use, overlap?)
     for i in range(n - 1, -1, -1):
@@ -212,6 +213,9 @@ def _add_fsdp_steps(cells: list[PipeAction | None], n_microbatches: int) -> list
                 order.remove(part.stage)
             order.insert(0, part.stage)
             first[part.stage] = (i, overlap)
+        if not overlaps:  # the common row: the window is the three stages used next
+            windows[i] = order[:3]
+            continue
         # torch's next_stage_indices(3, actions[i:]): a regular action stops the scan when the
         # third stage appears; an overlap action adds all its stages, then stops at >= 3
         window: list[int] = []
@@ -233,6 +237,9 @@ def _add_fsdp_steps(cells: list[PipeAction | None], n_microbatches: int) -> list
     out: list[PipeAction] = []
     active: list[int] = []
     for a, upcoming in zip(actions, windows, strict=True):
+        if len(upcoming) == len(active) and all(st in active for st in upcoming):
+            out.append(a)  # the window did not move: nothing to fetch or evict
+            continue
         evict = sorted(s for s in active if s not in upcoming)
         for st in evict:
             active.remove(st)
