@@ -290,8 +290,7 @@ class _Entry:
         "walk",
     )
 
-    def __init__(self) -> None:
-        self.group = WORLD  # the trace group, once membership is known
+    # `group` (the trace group) is set once membership is known, in `_to_trace`.
 
 
 class _Bad(Exception):
@@ -406,7 +405,11 @@ def _check_entry(index: int, e: Any, walk: _Walk) -> _Entry:
     x.index = index
     rid = e.get("record_id")
     x.record_id = rid if type(rid) is int else index if rid is None else _seq(rid, "record_id")
-    x.pg, x.desc = _pg_field(e["process_group"])
+    pg = e["process_group"]
+    if type(pg) is tuple and len(pg) == 2 and type(pg[0]) is str and type(pg[1]) is str:
+        x.pg, x.desc = pg
+    else:
+        x.pg, x.desc = _pg_field(pg)
     x.backend, x.raw, x.detail = _split_profiling_name(profiling)
     seq = e["collective_seq_id"]
     x.seq = seq if type(seq) is int else _seq(seq, "collective_seq_id")
@@ -630,6 +633,7 @@ class _Groups:
                     by_name.setdefault(name, set()).add(ranks)
         self.instances: dict[tuple[str, tuple[int, ...]], _Instance] = {}
         self.of: dict[tuple[int, str], _Instance] = {}
+        self.by_rank: dict[int, dict[str, _Instance]] = {}
         missing: dict[str, tuple[str, int, int]] = {}  # pg name → (desc, first rank, entry)
         for rank in sorted(checked):
             entries, cfg, _ = checked[rank]
@@ -666,6 +670,7 @@ class _Groups:
                 if inst is None:
                     inst = self.instances[key] = _Instance(name, desc, members, default)
                 self.of[(rank, name)] = inst
+                self.by_rank.setdefault(rank, {})[name] = inst
         if missing:
             raise _unknown_members(missing, where, bool(given_ranks))
         top = max(
@@ -1217,8 +1222,9 @@ def _to_trace(
                 f"dump for rank {rank}, but the default group has {pgs.world_size} ranks",
                 where(rank),
             )
+        names = {pg: inst.trace_name for pg, inst in pgs.by_rank.get(rank, {}).items()}
         for e in entries:
-            e.group = pgs.of[(rank, e.pg)].trace_name
+            e.group = names[e.pg]
         per_rank[rank] = entries
     kept, dropped, colls = _aligned_entries(per_rank, pgs, keep_completed)
     located = _Located(where)
