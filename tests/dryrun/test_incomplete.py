@@ -21,7 +21,7 @@ PROGRAMS = HERE / "programs"
 
 
 @cache
-def record(program: str, world: int = 2, timeout: float = 20.0):
+def record(program: str, world: int = 2, timeout: float = 20.0, max_passes: int = 12):
     from commlint.plans.dryrun.driver import DryRunOptions, dry_run
 
     options = DryRunOptions(
@@ -32,6 +32,7 @@ def record(program: str, world: int = 2, timeout: float = 20.0):
         ranks=list(range(world)),
         timeout=timeout,
         jobs=2,
+        max_passes=max_passes,
     )
     result = dry_run(options)
     return result, result.trace(options)
@@ -270,3 +271,21 @@ def test_follow_on_mismatches_are_folded_under_their_root_cause(tmp_path: Path):
     assert "4 follow-on mismatches (#2–#5) caused by this one are folded here" in root.message
     assert [r.line for r in root.related] == [7, 7, 7, 7]
     assert len(folded) == len(raw) - 4
+
+
+def test_values_that_did_not_settle_make_the_run_incomplete():
+    # Rank 0 broadcasts a plan the others follow: it takes a second pass to deliver it.
+    result, trace = record(str(PROGRAMS / "ok_object_plan.py"), max_passes=1)
+    assert not result.converged
+    stopped = result.incomplete()
+    assert stopped and all("still changed after 1 pass (--max-passes)" in i.why for i in stopped)
+    assert set(trace.meta["incomplete"]) == {str(i.rank) for i in stopped}
+
+
+def test_data_loader_workers_and_samplers_stay_on_fake_tensors():
+    # Rank processes may have children; workers and samplers compute real (cheap) data.
+    result, trace = record(str(PROGRAMS / "ok_dataloader_workers.py"))
+    assert result.mode == "fake" and not result.notes and not trace.ends
+    buckets = [a for a in trace.ranks[0] if a.label == "DDP gradient bucket"]
+    assert len(buckets) == 2  # 16 samples, 2 ranks, batches of 4
+    assert check_trace(trace, None).findings == []

@@ -314,6 +314,7 @@ def _install(spec: RankSpec, recorder: Recorder) -> None:
     if spec.mode == "fake":
         _install_fake_helpers(c10d)
         _unread_values(recorder)
+        _real_data_loader_workers()
 
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -399,6 +400,52 @@ def _track_writes(recorder: Recorder, scratch: str) -> None:
 
     builtins.open = io.open = tracked_open
     os.rename, os.replace = rename, replace
+
+
+def _real_data_loader_workers() -> None:
+    """DataLoader workers are forked from the rank, inside its fake tensor mode: they load
+    and collate real data (as in a real run) and hand it over through shared memory, which
+    fake tensors cannot do. The rank's model still sees it as non-fake input."""
+    from torch.utils.data._utils import worker
+
+    from commlint.plans.dryrun.unread import UnreadFloat
+
+    loop = real_tensors(worker._worker_loop)
+
+    def worker_loop(*a: Any, **k: Any) -> Any:
+        # The loader's base seed was drawn from a fake tensor: an unread number.
+        a = tuple(int(float(x)) if isinstance(x, UnreadFloat) else x for x in a)
+        k = {n: int(float(x)) if isinstance(x, UnreadFloat) else x for n, x in k.items()}
+        return loop(*a, **k)
+
+    worker._worker_loop = worker_loop
+    from torch.utils.data import dataloader
+
+    it_cls = dataloader._MultiProcessingDataLoaderIter
+    it_cls._try_get_data = real_tensors(it_cls._try_get_data)  # unpickles shared memory
+    # Samplers draw their order from torch's generator: real numbers, cheap to compute, and
+    # the indices must be real to index a dataset.
+    from torch.utils.data import distributed, sampler
+
+    for cls in (sampler.RandomSampler, sampler.SubsetRandomSampler, distributed.DistributedSampler):
+        cls.__iter__ = _real_iterator(cls.__iter__)
+
+
+def _real_iterator(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """A generator method, each step of which runs outside the fake tensor mode."""
+
+    def __iter__(self: Any) -> Any:
+        with unset_fake_temporarily():
+            it = iter(orig(self))
+        while True:
+            with unset_fake_temporarily():
+                try:
+                    item = next(it)
+                except StopIteration:
+                    return
+            yield item
+
+    return __iter__
 
 
 def _unread_values(recorder: Recorder) -> None:

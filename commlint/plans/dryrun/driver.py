@@ -24,7 +24,7 @@ from typing import Any
 
 from commlint.plans.dryrun.child import RankSpec, real_tensors, run_rank
 from commlint.plans.dryrun.merge import rank_spec
-from commlint.plans.dryrun.recorder import is_user_file, short_path
+from commlint.plans.dryrun.recorder import USER_PROGRAMS, is_user_file, short_path
 from commlint.plans.dryrun.values import Key, ValueTable
 from commlint.trace import Action, RankEnd, Trace
 
@@ -101,8 +101,8 @@ class DryRunResult:
                         rank,
                         site,
                         f"the values it receives from other ranks still changed after "
-                        f"{self.passes} passes (--max-passes): its last run may not be the "
-                        "one a real run makes",
+                        f"{self.passes} pass{'es' if self.passes != 1 else ''} "
+                        "(--max-passes): its last run may not be the one a real run makes",
                     )
                 )
         return out
@@ -197,7 +197,9 @@ def _run_pass(
                     output=os.path.join(scratch, f"rank-{rank}.out"),
                     fault=os.path.join(scratch, f"rank-{rank}.fault"),
                 )
-                proc = ctx.Process(target=run_rank, args=(spec, table, send_end), daemon=True)
+                # Not a daemon: a rank may start processes of its own (DataLoader workers); it and
+                # they are killed as one session when it ends or overruns.
+                proc = ctx.Process(target=run_rank, args=(spec, table, send_end), daemon=False)
                 proc.start()
                 send_end.close()
                 running[recv_end] = (rank, proc, time.monotonic())
@@ -316,6 +318,7 @@ def dry_run(
     """Record every requested rank; rerun ranks until what they receive stops changing."""
     start = time.monotonic()
     mode = options.mode
+    USER_PROGRAMS.update({options.program, os.path.abspath(options.program)})
     warm_up(mode)
     with _frozen_heap(), tempfile.TemporaryDirectory(prefix="commlint-dryrun-") as scratch:
         return _dry_run(options, mode, start, on_start_pass, on_done, scratch)

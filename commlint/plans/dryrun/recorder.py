@@ -62,9 +62,18 @@ class StopRank(BaseException):
         self.message = message
 
 
-@functools.lru_cache(maxsize=4096)
+# The dry-run program itself is the user's even when it lives among installed packages
+# (a framework's own example or test script).
+USER_PROGRAMS: set[str] = set()
+
+
 def is_user_file(filename: str) -> bool:
     """A frame of the user's program: not torch, not commlint, not the standard library."""
+    return filename in USER_PROGRAMS or _is_user_file(filename)
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_user_file(filename: str) -> bool:
     if filename.startswith("<") or filename.startswith(_TORCH_DIR):
         return False
     if filename.startswith(_COMMLINT_DIR) and os.sep + "plans" + os.sep + "dryrun" in filename:
