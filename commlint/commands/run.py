@@ -310,11 +310,11 @@ def _record(options):
         console=console,
         transient=True,
     ) as progress:
-        task = progress.add_task(f"pass 1 of ≤{options.max_passes}", total=0)
+        task = progress.add_task(f"pass 1 of ≤{options.max_passes}", total=len(options.ranks))
 
         def on_pass(n: int, count: int) -> None:
             # Rank runs of every pass so far: the clock and the ETA never start over.
-            total = (progress.tasks[0].total or 0) + count
+            total = progress.tasks[0].total if n == 1 else progress.tasks[0].total + count
             progress.update(task, total=total, description=f"pass {n} of ≤{options.max_passes}")
 
         def on_done(rank: int) -> None:
