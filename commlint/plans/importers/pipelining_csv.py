@@ -237,7 +237,7 @@ def _add_fsdp_steps(cells: list[PipeAction | None], n_microbatches: int) -> list
     out: list[PipeAction] = []
     active: list[int] = []
     for a, upcoming in zip(actions, windows, strict=True):
-        if len(upcoming) == len(active) and all(st in active for st in upcoming):
+        if upcoming == active or (len(upcoming) == len(active) and set(upcoming).issubset(active)):
             out.append(a)  # the window did not move: nothing to fetch or evict
             continue
         evict = sorted(s for s in active if s not in upcoming)
@@ -267,23 +267,32 @@ def lower_compute_only(
     rows: dict[int, list[PipeAction | None]],
     path: str | None = None,
     n_microbatches: int | None = None,
+    owner: dict[int, int] | None = None,
 ) -> dict[int, list[PipeAction]]:
     """Lower a compute-only schedule the way torch's `_prepare_schedule_with_comms` does:
-    FSDP steps first, then SEND/RECV in the order of `_add_send_recv`."""
-    owner = stage_ranks(rows, path)
-    if n_microbatches is None:
-        mbs = (a.mb for cells in rows.values() for c in cells if c for a in _flat(c))
-        n_microbatches = 1 + max((m for m in mbs if m is not None), default=-1)
-    num_stages = max(owner) + 1
+    FSDP steps first, then SEND/RECV in the order of `_add_send_recv`. `owner` is
+    `stage_ranks(rows)` when the caller has it."""
+    if owner is None:
+        owner = stage_ranks(rows, path)
+    top = -1
     for rank, cells in rows.items():
         for col, cell in enumerate(cells):
-            if cell is not None and any(a.kind in COMMS for a in _flat(cell)):
-                raise CommlintInputError(
-                    f"rank {rank}, column {col + 1}: {cell} in a compute_only schedule "
-                    "(use --input-format pipelining-csv with a compute_comms CSV as written)",
-                    path,
-                    rank + 1,
-                )
+            if cell is None:
+                continue
+            for a in cell.parts if cell.parts is not None else (cell,):
+                if a.kind in COMMS:
+                    raise CommlintInputError(
+                        f"rank {rank}, column {col + 1}: {cell} in a compute_only schedule "
+                        "(use --input-format pipelining-csv with a compute_comms CSV as "
+                        "written)",
+                        path,
+                        rank + 1,
+                    )
+                if a.mb is not None and a.mb > top:
+                    top = a.mb
+    if n_microbatches is None:
+        n_microbatches = top + 1
+    num_stages = max(owner) + 1
     last = num_stages - 1
 
     def ready(a: PipeAction, seen: set) -> bool:
@@ -582,7 +591,7 @@ def _loads(text: str, fmt: str, path: str | None) -> Trace:
         raise CommlintInputError(f"unknown CSV format {fmt!r}", path)
     owner = stage_ranks(rows, path)
     # compute_comms is taken as written; its idle cells keep the columns of the file
-    schedule = lower_compute_only(rows, path) if fmt == "compute_only" else rows
+    schedule = lower_compute_only(rows, path, owner=owner) if fmt == "compute_only" else rows
     # No `validated()` pass: every action is well-formed by construction (peers are other
     # ranks inside the world, waits name handles posted before them); tests assert it.
     return to_trace(schedule, owner, path, fmt)
