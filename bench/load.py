@@ -5,7 +5,8 @@ The plan: RANKS ranks × PER_RANK all-reduces alternating between TP groups of 8
 groups of RANKS/8. Each run is a child process; its peak RSS is its own `os.wait4` rusage.
 Peers: `previous` is the loader before the compact store (json.loads, then yaml.compose of the
 whole file for line numbers, then one pydantic object per action), taken from git history;
-`json.loads` is the floor of any loader built on the standard parser.
+`json.loads` is the floor of any loader built on the standard parser; `check only` is the
+checker on the trace already in memory (its peak includes the load).
 
     python bench/load.py                     # 256 ranks × 1,024 = 262,144 actions
     python bench/load.py --ranks 1024        # the 1,048,576 actions (previous: minutes)
@@ -52,6 +53,15 @@ def child(mode: str, path: str) -> None:
     if mode == "json.loads":
         start, cpu = time.perf_counter(), time.process_time()
         json.loads(Path(path).read_text())
+        print(time.perf_counter() - start, time.process_time() - cpu)
+        return
+    if mode == "check only":  # the checker on the trace in memory: what loading adds to
+        from commlint.graph.check import check_trace
+        from commlint.plans.io import load_trace
+
+        loaded = load_trace(path)
+        start, cpu = time.perf_counter(), time.process_time()
+        check_trace(loaded.trace, None, path, loaded.lines)
         print(time.perf_counter() - start, time.process_time() - cpu)
         return
     from commlint.cli import main
@@ -105,10 +115,11 @@ def main() -> None:
         print(
             f"plan: {args.ranks} ranks × {args.per_rank} all-reduces = {n:,} actions, {size:.0f} MB"
         )
-        modes = ["json.loads", "current"] + ([] if args.no_previous else ["previous"])
+        modes = ["json.loads", "check only", "current"]
+        modes += [] if args.no_previous else ["previous"]
         results = {m: measure(m, path) for m in modes}
         _, cur_cpu, cur_m = results["current"]
-        print(f"{'':11} {'wall s':>8} {'CPU s':>8} {'actions/CPU s':>14} {'peak MB':>8}")
+        print(f"{'':12} {'wall s':>8} {'CPU s':>8} {'actions/CPU s':>14} {'peak MB':>8}")
         for m, (wall, cpu, rss) in results.items():
             rate = f"{n / cpu:>14,.0f}" if m != "json.loads" else " " * 14
             versus = (
@@ -116,7 +127,7 @@ def main() -> None:
                 if m != "current"
                 else ""
             )
-            print(f"{m:11} {wall:8.2f} {cpu:8.2f} {rate} {rss:8.0f}{versus}")
+            print(f"{m:12} {wall:8.2f} {cpu:8.2f} {rate} {rss:8.0f}{versus}")
 
 
 if __name__ == "__main__":
