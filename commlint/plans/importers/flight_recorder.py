@@ -40,6 +40,7 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -450,13 +451,17 @@ def _checked_dump(
     entries = data.get("entries", [])
     if not isinstance(entries, (list, tuple)):
         raise CommlintInputError(f"'entries' is {_kind(entries)}, not a list of entries", where)
-    out: list[_Entry] = []
-    for i, e in enumerate(entries):
-        try:
-            out.append(_check_entry(i, e, walk))
-        except _Bad as exc:
-            raise CommlintInputError(f"entry {i}: {exc}", where) from None
-    out.sort(key=lambda x: x.record_id)
+    try:
+        out = [_check_entry(i, e, walk) for i, e in enumerate(entries)]
+    except _Bad:
+        walk = _Walk(data.get("_budget") if isinstance(data.get("_budget"), int) else None)
+        for i, e in enumerate(entries):  # again, to say which entry (error path only)
+            try:
+                _check_entry(i, e, walk)
+            except _Bad as exc:
+                raise CommlintInputError(f"entry {i}: {exc}", where) from None
+        raise
+    out.sort(key=attrgetter("record_id"))
     try:
         config = _pg_config(data.get("pg_config"), walk)
     except _Bad as exc:
