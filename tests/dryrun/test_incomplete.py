@@ -151,6 +151,7 @@ def test_deep_copies_never_touch_the_ranks_plumbing():
     program = PROGRAMS / "bad_deepcopy_then_rank0_barrier.py"
     result, trace = record(str(program))
     assert not result.incomplete() and not trace.ends
+    assert result.mode == "fake" and not result.notes
     findings = check_trace(trace, None).findings
     assert [f.code for f in findings] == ["CL202"]
     assert findings[0].actions[0].site.endswith(f":{line_of(program, 'dist.barrier()')}")

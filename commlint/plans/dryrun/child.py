@@ -315,6 +315,7 @@ def _install(spec: RankSpec, recorder: Recorder) -> None:
         _install_fake_helpers(c10d)
         _unread_values(recorder)
         _real_data_loader_workers()
+        _deep_copies_keep_constants()
 
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -400,6 +401,30 @@ def _track_writes(recorder: Recorder, scratch: str) -> None:
 
     builtins.open = io.open = tracked_open
     os.rename, os.replace = rename, replace
+
+
+def _deep_copies_keep_constants() -> None:
+    """A fake tensor that knows its value (a parameter made from `torch.tensor(2.0)`) fails to
+    deep-copy inside the fake mode (its real constant would be copied there too): copy the
+    fake tensor without it, then give the copy a real copy of the constant."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    orig = torch.Tensor.__deepcopy__
+
+    def __deepcopy__(self: torch.Tensor, memo: dict[int, Any]) -> torch.Tensor:
+        constant = getattr(self, "constant", None)
+        if constant is None or not isinstance(self, FakeTensor):
+            return orig(self, memo)
+        self.constant = None
+        try:
+            new = orig(self, memo)
+        finally:
+            self.constant = constant
+        with unset_fake_temporarily():
+            new.constant = constant.clone()
+        return new
+
+    torch.Tensor.__deepcopy__ = __deepcopy__
 
 
 def _real_data_loader_workers() -> None:

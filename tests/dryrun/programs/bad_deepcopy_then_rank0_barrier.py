@@ -14,8 +14,9 @@ dist.init_process_group("gloo")
 model = DDP(nn.Linear(8, 8))
 model(torch.randn(4, 8)).sum().backward()
 ema = copy.deepcopy(model)
-mesh_copy = copy.deepcopy(torch.randn(3))
-del ema, mesh_copy
+scale = copy.deepcopy(nn.Parameter(torch.tensor(2.0)))  # a fake tensor that knows its value
+tensor_copy = copy.deepcopy(torch.randn(3))
+del ema, scale, tensor_copy
 gc.collect()
 if dist.get_rank() == 0:
     dist.barrier()
