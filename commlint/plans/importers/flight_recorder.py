@@ -803,6 +803,7 @@ def _aligned_entries(
     dropped: dict[int, int] = {}
     colls = _Collectives(per_rank, start)
     first_of, differ, finished = colls.first_of, colls.differ, colls.finished
+    start_of, done_of, first_get = start.get, done.get, first_of.get
     for r, rows in per_rank.items():
         kept = []
         n = 0
@@ -816,14 +817,18 @@ def _aligned_entries(
                     n += 1
                     continue
             else:
-                if e.seq < start.get(e.group, 0):
+                g, seq = e.group, e.seq
+                if seq < start_of(g, 0):
                     n += 1
                     continue
-                key = (e.group, e.seq)
+                key = (g, seq)
+                is_done = not keep_completed and seq <= done_of(g, -1)
                 if e.raw not in MARKERS:
-                    f = first_of.get(key)
+                    f = first_get(key)
                     if f is None:
                         first_of[key] = e
+                        if is_done:
+                            finished.add(key)
                     elif (
                         previous == key  # coalesced: several entries of one rank
                         or e.raw != f.raw
@@ -834,8 +839,7 @@ def _aligned_entries(
                     ):
                         differ.add(key)
                     previous = key
-                if not keep_completed and e.seq <= done.get(e.group, -1):
-                    finished.add(key)
+                if is_done:
                     n += 1
                     continue
             kept.append(e)
