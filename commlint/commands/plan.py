@@ -63,15 +63,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _inputs(args: argparse.Namespace):
     """(path, problem, format) for every input; plan folders expand to their files."""
-    from pathlib import Path
-
     from commlint.plans.importers.detect import detect_format
-    from commlint.plans.io import iter_plan_files
+    from commlint.plans.io import input_problem, iter_plan_files
 
     fmt = getattr(args, "input_format", "auto")
     for given in args.paths:
-        if not Path(given).exists():
-            yield given, "no such file or directory", fmt
+        problem = input_problem(given)  # before anything opens it (a FIFO blocks)
+        if problem:
+            yield given, problem, fmt
             continue
         kind = detect_format(given) if fmt == "auto" else fmt
         if kind == "trace":

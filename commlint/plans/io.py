@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -673,20 +674,35 @@ def loads_trace(text: str, is_json: bool = False, path: str | None = None) -> Tr
     return trace_from_data(data, path, lines)
 
 
+def input_problem(path: str | Path) -> str | None:
+    """Why a path given as input cannot be read as a file or folder, else None. Checked
+    before anything opens it: reading a FIFO named `plan.json` would block forever."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except OSError:
+        if p.is_symlink():
+            return "broken symbolic link or symbolic link loop"
+        return "no such file or directory"
+    if stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode):
+        return None
+    return "not a regular file (a FIFO, socket or device): not read"
+
+
 def iter_plan_files(paths: Iterable[str]) -> Iterable[tuple[str, str | None]]:
     """Expand folders to their plan files; yields (path, error) pairs."""
     for p in paths:
         path = Path(p)
         if path.is_dir():
-            found = sorted(f for f in path.rglob("*") if f.is_file() and f.suffix in PLAN_SUFFIXES)
+            found = sorted(
+                f for f in path.rglob("*") if f.suffix in PLAN_SUFFIXES and not f.is_dir()
+            )
             if not found:
                 yield str(path), "no *.yaml, *.yml or *.json plan files in this folder"
             for f in found:
-                yield str(f), None
-        elif path.exists():
-            yield str(path), None
+                yield str(f), input_problem(f)
         else:
-            yield str(path), "no such file or directory"
+            yield str(path), input_problem(path)
 
 
 def dump_trace(trace: Trace, path: str | Path | None = None) -> str:

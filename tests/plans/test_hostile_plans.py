@@ -7,6 +7,7 @@ segfault shows up as a negative return code instead of killing the test run.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -248,3 +249,21 @@ def test_equal_actions_are_stored_once_and_a_deep_copy_is_editable() -> None:
     mine.ranks[2][1].tag = 3
     assert [a.tag for acts in mine.ranks.values() for a in acts].count(3) == 1
     assert first.tag == 0
+
+
+def test_fifos_and_symlink_loops_are_named_not_read(tmp_path: Path) -> None:
+    """A FIFO named like a plan would block a reader forever: never opened, one error each."""
+    folder = tmp_path / "plans"
+    folder.mkdir()
+    (folder / "good.yaml").write_text(HANG)
+    os.mkfifo(folder / "pipe.json")
+    (folder / "loop.yaml").symlink_to(folder / "loop2.yaml")
+    (folder / "loop2.yaml").symlink_to(folder / "loop.yaml")
+    fifo = tmp_path / "direct.yaml"
+    os.mkfifo(fifo)
+    proc = _cli("plan", str(fifo), str(folder), timeout=60)
+    assert proc.returncode == 2
+    assert f"{fifo}: not a regular file (a FIFO, socket or device): not read" in proc.stderr
+    assert f"{folder / 'pipe.json'}: not a regular file" in proc.stderr
+    assert f"{folder / 'loop.yaml'}: broken symbolic link or symbolic link loop" in proc.stderr
+    assert "CL202" in proc.stdout  # good.yaml was checked
