@@ -235,7 +235,7 @@ class _Unreadable(Exception):
 # Measured by bench/lint_limits.py (LibCST 1.x, CPython 3.11, 8 MB main-thread stack):
 # LibCST's native parser and our visitors handle a syntax tree MAX_DEPTH deep; CPython itself
 # refuses more than 200 nested brackets and ~3,000 levels of any expression.
-MAX_DEPTH = 400
+MAX_DEPTH = 1000
 RISKY_DEPTH = 200  # deeper files are parsed in a child process on the serial path
 MAX_BYTES = 2_000_000  # LibCST needs ~0.9 GB of memory per MB of source
 TIME_LIMIT = 120.0  # CPU seconds per file
