@@ -22,12 +22,6 @@ from typing import Any
 from commlint.guard.calls import Call, describe
 from commlint.guard.ring import DONE, FAILED, PENDING, Ring
 
-# How long a rank waits, before a checked blocking collective, for the other members'
-# fingerprints. Waiting costs nothing a correct program would not wait anyway (the collective
-# waits for the slowest member too); a member that has not published by then is left to the
-# watchdog (it may be slow, or stuck elsewhere: that is a stall, not a mismatch).
-FP_WAIT_FRACTION = 0.5
-FP_WAIT_MAX = 2.0
 # A rank deletes its own fingerprint key this many calls later, so the store stays small.
 FP_KEEP = 64
 
@@ -421,9 +415,11 @@ class Guard:
         others = [f"fp/{group}/{seq}/{r}" for r in members if r != self.rank]
         if not others:
             return
-        present = self.await_keys(store, others, 0.0 if call.is_async else self.fp_wait())
-        if not present:
+        # No waiting: the member that publishes last sees every fingerprint and compares;
+        # the members already inside the collective are ended by their watchdog (`fperr`).
+        if not store.check(others):
             return
+        present = others
         values = store.multi_get(present)
         seen = {self.rank: fp}
         for k, v in zip(present, values, strict=True):
@@ -439,52 +435,33 @@ class Guard:
         raise CommlintGuardError(text)
 
     def p2p_fingerprint(self, e: dict[str, Any], call: Call, key: str) -> None:
-        """The sender publishes shape and dtype per channel message; the receiver compares
-        (a receive smaller than the send aborts the receiver under gloo, a larger one reads
-        garbage). The sender never waits; a receiver waits as before a collective."""
+        """Sender and receiver of message k on a channel each publish shape and dtype; the
+        one that comes second compares (a receive smaller than the send aborts the receiver
+        under gloo, a larger one reads garbage). Nobody waits."""
         store = self.store()
         seq = e["seq"]
-        fp = {k: e[k] for k in ("op", "shape", "dtype", "site") if k in e}
-        if call.p2p == "send":
-            store.set(f"fp/{key}/{seq}", json.dumps(fp))
-            if seq >= FP_KEEP:
-                with contextlib.suppress(Exception):
-                    store.delete_key(f"fp/{key}/{seq - FP_KEEP}")
+        fp = {k: e[k] for k in ("op", "group", "shape", "dtype", "site") if k in e}
+        me, other = ("send", "recv") if call.p2p == "send" else ("recv", "send")
+        store.set(f"fp/{key}/{seq}/{me}", json.dumps(fp))
+        if seq >= FP_KEEP:
+            with contextlib.suppress(Exception):
+                store.delete_key(f"fp/{key}/{seq - FP_KEEP}/{me}")
+        theirs = f"fp/{key}/{seq}/{other}"
+        if not store.check([theirs]):
             return
-        theirs = f"fp/{key}/{seq}"
-        wait = 0.0 if call.is_async else self.fp_wait()
-        if not self.await_keys(store, [theirs], wait):
-            return
-        sent = json.loads(store.get(theirs))
-        if sent.get("shape") == fp.get("shape") and sent.get("dtype") == fp.get("dtype"):
+        peer_fp = json.loads(store.get(theirs))
+        if peer_fp.get("shape") == fp.get("shape") and peer_fp.get("dtype") == fp.get("dtype"):
             return
         from commlint.guard.diagnose import p2p_mismatch_text
 
-        text = p2p_mismatch_text(e, sent, call.root, self.rank, self.world_size)
+        if call.p2p == "send":
+            text = p2p_mismatch_text(peer_fp, fp, self.rank, call.root, self.world_size)
+        else:
+            text = p2p_mismatch_text(e, peer_fp, call.root, self.rank, self.world_size)
         self.ring.finish(e, FAILED)  # type: ignore[union-attr]
         with contextlib.suppress(Exception):
             store.set("fperr", json.dumps({"rank": self.rank, "text": text}))
         raise CommlintGuardError(text)
-
-    def fp_wait(self) -> float:
-        return min(self.options.timeout * FP_WAIT_FRACTION, FP_WAIT_MAX)
-
-    @staticmethod
-    def await_keys(store: Any, keys: list[str], wait: float) -> list[str]:
-        """The keys present now, or once all are present, or when `wait` has passed.
-
-        Polls with `check` (one round trip, no server-side wait): `TCPStore.wait` with a
-        timeout logs a warning on every expiry, which a slow-but-correct rank would hit."""
-        if store.check(keys):
-            return keys
-        deadline = time.monotonic() + wait
-        pause = 0.0002
-        while time.monotonic() < deadline:
-            time.sleep(pause)
-            pause = min(pause * 2, 0.01)
-            if store.check(keys):
-                return keys
-        return [k for k in keys if store.check([k])]
 
     # -- end of the program -------------------------------------------------------------------
 
