@@ -108,6 +108,8 @@ class Program:
         self._may_exit: dict[str, tuple[Exit, Cond, Function, tuple[str, ...]] | None] = {}
         self._membership: dict[tuple[str, str], tuple | None] = {}  # membership()'s memo
         self._branch_findings: list[RawFinding] | None = None  # branches.branch_findings()'s
+        self._perrank: dict | None = None  # perrank_check.verdicts()'s, per file
+        self._taint_lines: set[tuple[str, int]] | None = None  # perrank_check's dedup memo
         self.siblings: dict[int, tuple[list[Node], int]] = {}
         self.group_dims: dict[str, frozenset[str]] = {}
         for g in table.group_getters.values():

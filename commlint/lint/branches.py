@@ -43,6 +43,11 @@ def branch_findings(program: Program) -> list[RawFinding]:
                 cond = program.effective(node.cond)
                 if cond is not None and cond.divergent:
                     out.extend(_divergent_loop(program, fn, node, cond))
+    if out:
+        from commlint.lint.perrank_check import proved_false
+
+        # the per-rank evaluation decides what the taint rules could only suspect
+        out = [f for f in out if not proved_false(program, f)]
     program._branch_findings = out
     return out
 

@@ -1,0 +1,244 @@
+"""The per-rank traces of every file (`perrank.py`), judged by the graph checker, as source
+findings: CL115 (a hang), CL116 (a mismatch), CL117 (group members that differ between ranks),
+CL118 (collectives issued while iterating a set). Also what the evaluation proves: the taint
+rules drop a finding on code that every rank of every world size ran to its end cleanly."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from commlint.lint.analyze import Program, RawFinding
+from commlint.lint.ir import CallSite, Pos, iter_nodes
+from commlint.lint.perrank import DEFAULT_WORLD_SIZES, FileEval, WorldRun, evaluate_file, iter_sites
+
+HANG = frozenset({"CL201", "CL202", "CL203", "CL207", "CL209", "CL210"})
+MISMATCH = frozenset({"CL204", "CL205", "CL208"})
+TAINT_CODES = frozenset({"CL101", "CL102", "CL103", "CL107", "CL108", "CL109", "CL110"})
+
+
+@dataclass
+class FileVerdict:
+    fe: FileEval
+    runs: list[WorldRun]
+    findings: list[RawFinding] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        """Every entry point ran to its end on every rank of every world size evaluated, and
+        the sizes are those the file itself declares (`--nproc-per-node 4`)."""
+        return bool(self.runs) and bool(self.fe.declared) and all(r.complete for r in self.runs)
+
+    def decided_uniformly(self, line: int) -> bool:
+        """The condition at `line` took one value on every rank of every complete run."""
+        seen: set[bool] = set()
+        hit = False
+        for r in self.runs:
+            if not r.complete:
+                continue
+            vals = r.decided.get(line)
+            if vals:
+                hit = True
+                seen |= vals
+        return hit and len(seen) == 1 and all(r.complete for r in self.runs)
+
+
+def verdicts(program: Program) -> dict[str, FileVerdict]:
+    memo = program._perrank
+    if memo is not None:
+        return memo
+    sizes = tuple(program.options.get("world_sizes") or DEFAULT_WORLD_SIZES)
+    out: dict[str, FileVerdict] = {}
+    called: dict[str, set[str]] = {}  # simple name -> files that call it
+    for ff in program.files:
+        for fn in ff.functions.values():
+            for n in iter_nodes(fn.body):
+                if isinstance(n, CallSite) and n.names:
+                    called.setdefault(n.names[0].rsplit(".", 1)[-1], set()).add(ff.path)
+    for ff in program.files:
+        elsewhere = frozenset(k for k, paths in called.items() if paths - {ff.path})
+        got = evaluate_file(
+            ff,
+            program.table,
+            sizes,
+            lambda site: _communicates(program, site),
+            elsewhere,
+        )
+        if got is None:
+            continue
+        fe, runs = got
+        v = FileVerdict(fe, runs)
+        v.findings = _judge(fe, runs)
+        out[ff.path] = v
+    program._perrank = out
+    return out
+
+
+def _communicates(program: Program, site) -> bool:
+    callee = program.resolve(site)
+    return callee is not None and bool(program.summary(callee))
+
+
+def _pos(fe: FileEval, line: int) -> Pos:
+    lines = fe.source.splitlines()
+    text = lines[line - 1] if 0 < line <= len(lines) else ""
+    col = len(text) - len(text.lstrip()) + 1
+    return Pos(line, col, line, max(col + 1, len(text.rstrip()) + 1), line)
+
+
+def _judge(fe: FileEval, runs: list[WorldRun]) -> list[RawFinding]:
+    from commlint.graph import check_trace
+
+    out: list[RawFinding] = []
+    seen: set[tuple[str, int]] = set()
+    reported: set[tuple[str, str]] = set()
+    for line in sorted(fe.set_loops):
+        out.append(
+            RawFinding(
+                "CL118",
+                f"the loop at line {line} iterates a set of strings and issues collectives in "
+                "its body: string hashing is randomised per process (PYTHONHASHSEED), so each "
+                "rank visits the items in its own order and the ranks' collectives pair "
+                "different items (wrong results, or a hang when their sizes differ)",
+                fe.path,
+                _pos(fe, line),
+                "Iterate in one order on every rank: `for name in sorted(names):`.",
+            )
+        )
+        seen.add(("CL118", line))
+    for run in runs:
+        if not run.complete:
+            continue
+        if run.creation_mismatch is not None:
+            line, views = run.creation_mismatch
+            if ("CL117", line) not in seen:
+                seen.add(("CL117", line))
+                shown = ", ".join(
+                    f"rank {r} passes {list(m)}" for r, m in sorted(views.items())[:4]
+                )
+                out.append(
+                    RawFinding(
+                        "CL117",
+                        f"with {run.world} ranks, `new_group` at line {line} is called with a "
+                        f"list that depends on the rank ({shown}): every rank must pass the "
+                        "same members to the same `new_group` call, or the creation hangs or "
+                        "builds groups whose members disagree",
+                        fe.path,
+                        _pos(fe, line),
+                        "Create every group on every rank with the same list, in a loop over "
+                        "all groups, and keep the one this rank belongs to "
+                        "(`for ranks in all_groups: g = dist.new_group(ranks); "
+                        "if rank in ranks: mine = g`).",
+                    )
+                )
+            continue
+        if run.trace is None:
+            continue
+        result = check_trace(run.trace, "gloo", path=None, reorder=False, symmetry=False)
+        run.issues = sum(1 for f in result.findings if f.code != "CL206")
+        codes_here: set[str] = set()
+        if any(f.code in MISMATCH for f in result.findings):
+            codes_here.add("CL115")  # the hang follows from the mismatch: one root cause
+        for f in result.findings:
+            if f.code in HANG:
+                code = "CL115"
+            elif f.code in MISMATCH:
+                code = "CL116"
+            else:
+                continue
+            lines = [ln for name, ln in iter_sites(f) if name == fe.short]
+            if not lines or code in codes_here or (code, run.entry) in reported:
+                continue  # one root cause per kind and entry: the smallest world size shows it
+            codes_here.add(code)
+            line = lines[0]
+            if (code, line) in seen or ("CL115", line) in seen or ("CL116", line) in seen:
+                continue
+            seen.add((code, line))
+            reported.add((code, run.entry))
+            related = [
+                (fe.path, _pos(fe, ln), "another rank's side of this communication")
+                for ln in dict.fromkeys(lines[1:])
+                if ln != line
+            ][:3]
+            out.append(
+                RawFinding(
+                    code,
+                    f"with {run.world} ranks (evaluated rank by rank from `{run.entry}`): "
+                    f"{f.message}",
+                    fe.path,
+                    _pos(fe, line),
+                    f.fix or "Make every rank issue the same communication in the same order.",
+                    related,
+                )
+            )
+    return out
+
+
+def perrank_findings(program: Program, code: str) -> list[RawFinding]:
+    """This rule's per-rank findings, less those a taint rule already reports (one finding
+    per root cause: the taint rules' messages name the condition)."""
+    mine = [f for v in verdicts(program).values() for f in v.findings if f.code == code]
+    if not mine:
+        return mine
+    taken = _taint_lines(program)
+    out = []
+    for f in mine:
+        lines = {f.pos.line, *(p.line for _path, p, _m in f.related)}
+        spans = _spans(program, f.path, lines)
+        if any(lo <= ln <= hi for path, ln in taken if path == f.path for lo, hi in spans):
+            continue  # a taint finding in the same function names the condition: one cause
+        out.append(f)
+    return out
+
+
+def _spans(program: Program, path: str, lines: set[int]) -> list[tuple[int, int]]:
+    """The line spans of the innermost functions holding `lines` (the line itself, if none)."""
+    v = (program._perrank or {}).get(path)
+    spans: list[tuple[int, int]] = []
+    for ln in lines:
+        best = (ln, ln)
+        if v is not None:
+            for lo, hi in v.fe.function_spans:
+                if lo <= ln <= hi and (best == (ln, ln) or hi - lo < best[1] - best[0]):
+                    best = (lo, hi)
+        spans.append(best)
+    return spans
+
+
+def _taint_lines(program: Program) -> set[tuple[str, int]]:
+    memo = program._taint_lines
+    if memo is not None:
+        return memo
+    from commlint.lint.branches import branch_findings
+    from commlint.rules import all_rules
+
+    found = list(branch_findings(program))
+    rules = all_rules()
+    for code in ("CL109", "CL110"):
+        rule = rules.get(code)
+        if rule is not None and rule.check is not None:
+            found.extend(rule.check(program))
+    taken = {
+        (f.path, line)
+        for f in found
+        if f.code in TAINT_CODES
+        for line in (f.pos.line, *(p.line for _path, p, _m in f.related))
+    }
+    program._taint_lines = taken
+    return taken
+
+
+def proved_false(program: Program, f: RawFinding) -> bool:
+    """A taint finding that the per-rank evaluation refutes: its file was evaluated rank by
+    rank at the world sizes it declares, every rank ran to its end, the checker found nothing
+    and the flagged line ran; or its condition took one value on every rank."""
+    v = verdicts(program).get(f.path)
+    if v is None:
+        return False
+    if f.code == "CL102" and f.related:
+        cond_line = f.related[0][1].line
+        if v.decided_uniformly(cond_line):
+            return True
+    if not v.complete or v.findings or any(r.issues for r in v.runs):
+        return False
+    executed = set().union(*(r.executed for r in v.runs))
+    return f.pos.line in executed
