@@ -290,3 +290,12 @@ def test_data_loader_workers_and_samplers_stay_on_fake_tensors():
     buckets = [a for a in trace.ranks[0] if a.label == "DDP gradient bucket"]
     assert len(buckets) == 2  # 16 samples, 2 ranks, batches of 4
     assert check_trace(trace, None).findings == []
+
+
+def test_gradient_buckets_are_delivered_when_the_program_checks_them():
+    # Under real tensors DDP's bucket all-reduce delivers the peers' gradients: the program's
+    # own check that every rank holds the same averaged gradient passes.
+    result, trace = record(str(PROGRAMS / "ok_grad_sync_check.py"))
+    assert not trace.ends and result.converged, trace.ends
+    assert result.mode == "real"
+    assert check_trace(trace, None).findings == []

@@ -509,9 +509,16 @@ class RecordingProcessGroup(_Shared, dist.ProcessGroup):
         work = self._work(handle, result)
         if self._rec.from_cpp:
             # Gradient buckets and parameter broadcasts of DDP/functional collectives carry
-            # model data, not decisions: exchanging them would only make passes churn. Their
+            # model data: with real tensors they are exchanged (programs check gradient sync,
+            # comm hooks read them) under a key whose signature is who contributed, not what
+            # — a rank runs again once its peers' buckets exist, never because their values
+            # moved (unseeded data would make the passes churn). Fake ones carry nothing: their
             # outputs are filled as if every rank had sent what this one sent.
-            return work, {}
+            if not any(_is_real(t) for t in result) or contribution is None:
+                return work, {}
+            model_key = ("m", *key[1:])
+            self._rec.contribute(model_key, contribution)
+            return work, self._rec.receive(model_key)
         self._rec.contribute(key, contribution)
         wants = any(_is_real(t) for t in result)
         got = self._rec.receive(key) if wants else None

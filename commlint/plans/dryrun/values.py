@@ -8,7 +8,8 @@ programs whose control flow never depends on received values take exactly one pa
 Keys: `("c", group, seq)` for the seq-th collective a rank issues on a group (every member
 contributes under its global rank); `("p", group, src, dst, tag, n)` for the n-th message on a
 point-to-point channel, and `("s", group, src, dst, tag, n)` for that message's existence
-(whatever its value: a receive from any source pairs with it).
+(whatever its value: a receive from any source pairs with it); `("m", group, seq)` for
+model data issued from C++ (DDP's gradient buckets), whose signature is only who sent it.
 """
 
 from __future__ import annotations
@@ -48,8 +49,11 @@ class ValueTable:
         return self.values.get(key, {})
 
     def signature(self, key: Key, reader: int) -> tuple:
-        """What `reader` can receive for `key`: the digests of the other ranks' values."""
+        """What `reader` can receive for `key`: the digests of the other ranks' values
+        (for model data, key `("m", …)`: only which ranks sent it)."""
         found = self.values.get(key, {})
+        if key[0] == "m":
+            return tuple(sorted(r for r in found if r != reader))
         return tuple(
             sorted(
                 (r, v.digest if isinstance(v, Value) else repr(v))
