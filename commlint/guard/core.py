@@ -22,7 +22,7 @@ from typing import Any
 from commlint.guard.calls import Call, describe
 from commlint.guard.ring import DONE, FAILED, PENDING, Ring
 
-# A rank deletes its own fingerprint key this many calls later, so the store stays small.
+# Fingerprint slots per group / p2p channel (overwritten in turn: the store stays small).
 FP_KEEP = 64
 
 
@@ -405,25 +405,25 @@ class Guard:
         if e["op"] == "all_to_all":
             fp.pop("shape", None)
         group, seq = e["group"], e["seq"]
+        fp["seq"] = seq
         _, members = self.group_of(call.group)
         store = self.store()
-        mine = f"fp/{group}/{seq}/{self.rank}"
-        store.set(mine, json.dumps(fp))
-        if seq >= FP_KEEP:
-            with contextlib.suppress(Exception):
-                store.delete_key(f"fp/{group}/{seq - FP_KEEP}/{self.rank}")
-        others = [f"fp/{group}/{seq}/{r}" for r in members if r != self.rank]
+        slot, first_round = self.slot(seq)
+        store.set(f"fp/{group}/{slot}/{self.rank}", json.dumps(fp))
+        others = [r for r in members if r != self.rank]
         if not others:
             return
         # No waiting: the member that publishes last sees every fingerprint and compares;
         # the members already inside the collective are ended by their watchdog (`fperr`).
-        if not store.check(others):
+        values = self.read_slots(store, [f"fp/{group}/{slot}/{r}" for r in others], first_round)
+        if values is None:
             return
-        present = others
-        values = store.multi_get(present)
         seen = {self.rank: fp}
-        for k, v in zip(present, values, strict=True):
-            seen[int(k.rsplit("/", 1)[1])] = json.loads(v)
+        for r, v in zip(others, values, strict=True):
+            theirs = json.loads(v)
+            if theirs.get("seq") != seq:
+                return  # that member has not published this call yet (or is past it)
+            seen[r] = theirs
         if all(_same(fp, other) for other in seen.values()):
             return
         from commlint.guard.diagnose import mismatch_text
@@ -434,6 +434,19 @@ class Guard:
             store.set("fperr", json.dumps({"rank": self.rank, "text": text}))
         raise CommlintGuardError(text)
 
+    def slot(self, seq: int) -> tuple[int, bool]:
+        """Fingerprints live in FP_KEEP slots per stream, overwritten in turn (no deletes, a
+        bounded store); the value carries its sequence number. Until every slot has been
+        written once, a read must first check that the key exists (a get would block)."""
+        n = seq // self.every
+        return n % FP_KEEP, n < FP_KEEP
+
+    @staticmethod
+    def read_slots(store: Any, keys: list[str], first_round: bool) -> list[bytes] | None:
+        if first_round and not store.check(keys):
+            return None
+        return store.multi_get(keys)
+
     def p2p_fingerprint(self, e: dict[str, Any], call: Call, key: str) -> None:
         """Sender and receiver of message k on a channel each publish shape and dtype; the
         one that comes second compares (a receive smaller than the send aborts the receiver
@@ -442,14 +455,15 @@ class Guard:
         seq = e["seq"]
         fp = {k: e[k] for k in ("op", "group", "shape", "dtype", "site") if k in e}
         me, other = ("send", "recv") if call.p2p == "send" else ("recv", "send")
-        store.set(f"fp/{key}/{seq}/{me}", json.dumps(fp))
-        if seq >= FP_KEEP:
-            with contextlib.suppress(Exception):
-                store.delete_key(f"fp/{key}/{seq - FP_KEEP}/{me}")
-        theirs = f"fp/{key}/{seq}/{other}"
-        if not store.check([theirs]):
+        fp["seq"] = seq
+        slot, first_round = self.slot(seq)
+        store.set(f"fp/{key}/{slot}/{me}", json.dumps(fp))
+        values = self.read_slots(store, [f"fp/{key}/{slot}/{other}"], first_round)
+        if values is None:
             return
-        peer_fp = json.loads(store.get(theirs))
+        peer_fp = json.loads(values[0])
+        if peer_fp.get("seq") != seq:
+            return
         if peer_fp.get("shape") == fp.get("shape") and peer_fp.get("dtype") == fp.get("dtype"):
             return
         from commlint.guard.diagnose import p2p_mismatch_text

@@ -224,6 +224,10 @@ def _describe(e: dict[str, Any]) -> str:
     return text + (f" @{e['site']}" if e.get("site") else "")
 
 
+def _fields(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if k in ACTION_FIELDS and v is not None}
+
+
 def mismatch_text(
     group: str, members: list[int], seq: int, seen: dict[int, dict[str, Any]], world_size: int
 ) -> str:
@@ -233,7 +237,9 @@ def mismatch_text(
     trace = Trace(world_size=world_size, groups={} if group == WORLD else {group: members})
     for r in range(world_size):
         fp = seen.get(r)
-        trace.ranks[r] = [Action.model_validate({**fp, "group": group})] if fp is not None else []
+        trace.ranks[r] = (
+            [Action.model_validate({**_fields(fp), "group": group})] if fp is not None else []
+        )
     result = check_trace(trace, "gloo", reorder=False, symmetry=False)
     found = [f for f in result.findings if f.code in ("CL203", "CL204")]
     if not found:  # the checker tolerates it (e.g. a reduce op spelled two ways): say what differs
