@@ -70,6 +70,12 @@ def test_a_rank_killed_by_a_signal_is_incomplete_at_its_crash_line(tmp_path: Pat
     # What was recorded is saved, and says that rank 1 was not seen to its end.
     saved = yaml.safe_load((tmp_path / "rank-00001.yaml").read_text())
     assert saved["meta"]["incomplete"]["1"]["site"] == f"{rel}:{crash}"
+    # Checked later from the saved parts: the same finding, the same error, never a pass.
+    out = cli(str(tmp_path), command="plan")
+    assert out.returncode == 2 and "CL210" in out.stdout
+    assert [e.split(": rank 1 did not reach")[0] for e in errors(out)] == [
+        f"commlint: error: {rel}:{crash}"
+    ]
 
 
 def test_a_run_stopped_at_the_time_limit_never_passes(tmp_path: Path):
