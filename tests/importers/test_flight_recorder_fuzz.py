@@ -90,10 +90,18 @@ mutation = st.tuples(
 def mutate(dumps: dict[int, dict], muts) -> None:
     for kind, rank, index, key, value in muts:
         d = dumps[rank]
-        if kind == "entry" and key in ENTRY_KEYS:
-            d["entries"][index][key] = value
-        elif kind == "drop" and key in ENTRY_KEYS:
-            d["entries"][index].pop(key, None)
+        entries = d["entries"]
+        target = (
+            entries[index]
+            if isinstance(entries, list)
+            and index < len(entries)
+            and isinstance(entries[index], dict)
+            else None
+        )
+        if kind == "entry" and key in ENTRY_KEYS and target is not None:
+            target[key] = value
+        elif kind == "drop" and key in ENTRY_KEYS and target is not None:
+            target.pop(key, None)
         elif kind == "top" and key in ("version", "pg_config", "entries"):
             d[key] = value
         elif kind == "config" and key in ("ranks", "desc") and isinstance(d["pg_config"], dict):

@@ -200,3 +200,18 @@ def test_a_reduce_payload_is_refused_and_never_runs(tmp_path):
     # the same bytes through pickle.load do run it: the danger is real
     pickle.loads(evil.read_bytes())
     assert marker.exists()
+
+
+def test_a_malformed_size_on_a_later_rank_is_located_there(tmp_path):
+    """Sizes are checked where used; an entry unlike its collective's first one is checked."""
+    folder = tmp_path / "dumps"
+    folder.mkdir()
+    (folder / "rank_0.json").write_text(json.dumps(dump([good_entry()])))
+    bad = dump([good_entry(output_sizes=[["8"]])])
+    (folder / "rank_1.json").write_text(json.dumps(bad))
+    with pytest.raises(CommlintInputError) as exc:
+        load_flight_recorder(folder)
+    assert exc.value.error.path == str(folder / "rank_1.json")
+    assert exc.value.error.message == (
+        "entry 0: 'output_sizes' holds a dimension that is not a non-negative integer"
+    )

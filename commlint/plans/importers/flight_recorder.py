@@ -268,10 +268,11 @@ def load_flight_recorder(
 
 
 class _Entry:
-    """One checked entry: only the fields the reader uses, with their types guaranteed."""
+    """One checked entry: the fields the reader uses (sizes and dtypes: see `_check_payload`)."""
 
     __slots__ = (
         "backend",
+        "checked",
         "desc",
         "detail",
         "frames",
@@ -390,6 +391,13 @@ def _pg_field(value: Any) -> tuple[str, str]:
     return str(value[0]), str(value[1]) if len(value) > 1 else ""
 
 
+def _located(check: Any, e: _Entry, rank: int, where: Any) -> None:
+    try:
+        check(e)
+    except _Bad as exc:
+        raise CommlintInputError(f"entry {e.index}: {exc}", where(rank)) from None
+
+
 def _check_entry(index: int, e: Any, walk: _Walk) -> _Entry:
     if type(e) is not dict:
         raise _Bad(f"is {_kind(e)}, not a dict")
@@ -426,17 +434,27 @@ def _check_entry(index: int, e: Any, walk: _Walk) -> _Entry:
     if is_p2p is not None and not isinstance(is_p2p, (bool, int)):
         raise _Bad(f"'is_p2p' is {_kind(is_p2p)}, not a boolean")
     x.p2p = bool(is_p2p) or x.raw in ("send", "recv")
-    x.in_sizes = _sizes(e.get("input_sizes"), "input_sizes", walk)
-    x.out_sizes = _sizes(e.get("output_sizes"), "output_sizes", walk)
-    dt = e.get("input_dtypes")
-    one = type(dt) is list and len(dt) == 1 and type(dt[0]) is str
-    x.in_dtypes = dt if one else _dtypes(dt, "input_dtypes", walk)
-    dt = e.get("output_dtypes")
-    one = type(dt) is list and len(dt) == 1 and type(dt[0]) is str
-    x.out_dtypes = dt if one else _dtypes(dt, "output_dtypes", walk)
+    # sizes and dtypes are checked by `_check_payload` when first used: an entry that equals
+    # the checked first entry of its collective (most of them) is never walked itself
+    x.in_sizes = e.get("input_sizes")
+    x.out_sizes = e.get("output_sizes")
+    x.in_dtypes = e.get("input_dtypes")
+    x.out_dtypes = e.get("output_dtypes")
+    x.checked = False
     x.frames = e.get("frames")  # checked when a site is needed (`_site`): most never are
     x.walk = walk
     return x
+
+
+def _check_payload(e: _Entry) -> None:
+    """Check (once) an entry's sizes and dtypes; raises `_Bad`."""
+    if e.checked:
+        return
+    e.in_sizes = _sizes(e.in_sizes, "input_sizes", e.walk)
+    e.out_sizes = _sizes(e.out_sizes, "output_sizes", e.walk)
+    e.in_dtypes = _dtypes(e.in_dtypes, "input_dtypes", e.walk)
+    e.out_dtypes = _dtypes(e.out_dtypes, "output_dtypes", e.walk)
+    e.checked = True
 
 
 def _checked_dump(
@@ -773,7 +791,7 @@ def _unknown_members(
 
 
 def _aligned_entries(
-    per_rank: Mapping[int, list[_Entry]], pgs: _Groups, keep_completed: bool
+    per_rank: Mapping[int, list[_Entry]], pgs: _Groups, keep_completed: bool, where: Any
 ) -> tuple[dict[int, list[_Entry]], dict[int, int], _Collectives]:
     """Per rank, the entries to check (evicted-on-some-rank and done-everywhere ones dropped);
     and every aligned collective, dropped ones included (`_Collectives`)."""
@@ -801,7 +819,7 @@ def _aligned_entries(
         _drop_completed_p2p(per_rank, pgs, dropped_ids)
     out: dict[int, list[_Entry]] = {}
     dropped: dict[int, int] = {}
-    colls = _Collectives(per_rank, start)
+    colls = _Collectives(per_rank, start, where)
     first_of, differ, finished = colls.first_of, colls.differ, colls.finished
     start_of, done_of, first_get = start.get, done.get, first_of.get
     for r, rows in per_rank.items():
@@ -826,6 +844,7 @@ def _aligned_entries(
                 if e.raw not in MARKERS:
                     f = first_get(key)
                     if f is None:
+                        _located(_check_payload, e, r, where)
                         first_of[key] = e
                         if is_done:
                             finished.add(key)
@@ -853,8 +872,10 @@ class _Collectives:
     differs from it (compared while aligning: most never do, and then no per-rank table of
     entries is built)."""
 
-    def __init__(self, per_rank: Mapping[int, list[_Entry]], start: dict[str, int]) -> None:
-        self.per_rank, self.start = per_rank, start
+    def __init__(
+        self, per_rank: Mapping[int, list[_Entry]], start: dict[str, int], where: Any
+    ) -> None:
+        self.per_rank, self.start, self.where = per_rank, start, where
         self.first_of: dict[tuple[str, int], _Entry] = {}
         self.differ: set[tuple[str, int]] = set()
         self.finished: set[tuple[str, int]] = set()
@@ -868,6 +889,7 @@ class _Collectives:
                     continue
                 key = (e.group, e.seq)
                 if key in keys and e.seq >= self.start.get(e.group, 0):
+                    _located(_check_payload, e, r, self.where)
                     out.setdefault(key, {}).setdefault(r, []).append(e)
         return out
 
@@ -1138,6 +1160,7 @@ class _RankBuilder:
             return
         group = e.group
         site, stack = self.located.site(self.rank, e)
+        _located(_check_payload, e, self.rank, self.located.where)
         shape, dtype = _payload(e)
         common = {"shape": shape, "dtype": dtype, "site": site, "stack": stack or None}
         state = e.state
@@ -1235,7 +1258,7 @@ def _to_trace(
         for e in entries:
             e.group = names[e.pg]
         per_rank[rank] = entries
-    kept, dropped, colls = _aligned_entries(per_rank, pgs, keep_completed)
+    kept, dropped, colls = _aligned_entries(per_rank, pgs, keep_completed, where)
     located = _Located(where)
     backends: set[str] = set()
     ranks: dict[int, list[Action]] = {}
@@ -1313,6 +1336,7 @@ def _trace(pgs: _Groups, ranks: dict, ends: dict, backend: str | None, meta: dic
 
 
 def _payload(e: _Entry) -> tuple[list[int] | None, str | None]:
+    _check_payload(e)
     dtype = _dtype(e.in_dtypes[0]) if e.in_dtypes else None
     if not e.in_sizes:
         return None, dtype
