@@ -72,7 +72,14 @@ def worker(steps: int, width: int, layers: int, batch: int, workload: str) -> No
         times.append(time.perf_counter() - t0)
     if rank == 0:
         print(
-            json.dumps({"times": times[5:], "guarded": flags[5:], "loss": float(flat)}),
+            json.dumps(
+                {
+                    "times": times[5:],
+                    "guarded": flags[5:],
+                    "loss": float(flat),
+                    "fp": [guard.fp_seconds, guard.fp_calls] if guard is not None else None,
+                }
+            ),
             flush=True,
         )
     dist.destroy_process_group()
@@ -144,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     losses: dict[tuple[str, str], float] = {}
     crashed: set[tuple[str, str]] = set()
     ab_on: dict[str, list[float]] = {w: [] for w in loads}
+    fp_cost: dict[str, list] = {w: [] for w in loads}
     ab_off: dict[str, list[float]] = {w: [] for w in loads}
     for rnd in range(args.rounds):
         for w in loads:
@@ -156,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"round {rnd + 1} {w:6} {mode:12} crashed (torch)", flush=True)
                     continue
                 if mode == "ab":
+                    fp_cost[w].append(out["fp"])
                     pairs = list(zip(out["times"], out["guarded"], strict=True))
                     ab_on[w] += [t for t, g in pairs if g]
                     ab_off[w] += [t for t, g in pairs if not g]
@@ -177,6 +186,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"{w:6} same job, guard on/off every other step: on {on * 1e3:7.2f} ms, "
                 f"off {off * 1e3:7.2f} ms  x{on / off:.3f}  ({(on - off) * 1e3:+.2f} ms/step)"
             )
+            secs = sum(c[0] for c in fp_cost[w] if c)
+            calls = sum(c[1] for c in fp_cost[w] if c)
+            if calls:
+                print(
+                    f"{w:6} fingerprint check (store round trips): {secs / calls * 1e3:.3f} ms "
+                    f"per checked call over {calls} calls on rank 0"
+                )
         for mode in modes:
             if mode == "ab":
                 continue

@@ -104,6 +104,8 @@ class Guard:
         self.leaving = False
         # False: calls pass straight through (the overhead bench compares both in one job)
         self.enabled = True
+        self.fp_seconds = 0.0  # time spent on the side channel's fingerprints (bench figure)
+        self.fp_calls = 0
         self.watchdog: Any = None
         self.originals: dict[str, Any] = {}
         self._start_lock = threading.Lock()
@@ -293,11 +295,16 @@ class Guard:
             e["handle"] = ring.new_handle()
         ring.add(e, key)
         if self.every and not e.get("nonmember") and e["seq"] % self.every == 0:
-            if call.p2p:
-                if call.root is not None and not call.obj:
-                    self.p2p_fingerprint(e, call, key)
-            else:
-                self.fingerprint(e, call)
+            t0 = time.perf_counter()
+            try:
+                if call.p2p:
+                    if call.root is not None and not call.obj:
+                        self.p2p_fingerprint(e, call, key)
+                else:
+                    self.fingerprint(e, call)
+            finally:
+                self.fp_seconds += time.perf_counter() - t0
+                self.fp_calls += 1
         if not call.is_async:
             ring.block(e)
         try:
