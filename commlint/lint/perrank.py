@@ -283,6 +283,7 @@ class Rank:
         self.decided: dict[int, set[bool]] = {}  # condition line -> values it took
         self.end: tuple[str, int, str] | None = None
         self.env: dict = {}  # the environment of the call being evaluated
+        self.fn_nodes: list[ast.AST] = []  # the functions being evaluated, innermost last
 
     # ------------------------------------------------------------------ helpers
     def tick(self, line: int) -> None:
@@ -390,6 +391,8 @@ class Rank:
                 if isinstance(base, Obj):
                     base.attrs[n.attr] = UNK
             elif isinstance(n, ast.Return | ast.Break | ast.Continue | ast.Raise):
+                if self.fn_nodes and not self.ev.communicates(self.fn_nodes[-1]):
+                    raise _Return(UNK)  # whatever it returns, the function communicates nothing
                 raise Abort("an exit whose condition this rank cannot know", n.lineno)
 
     def try_stmt(self, s: ast.Try, env: dict) -> None:
@@ -432,6 +435,7 @@ class Rank:
             # an iterable of unknown length (a data loader): every rank takes the body once,
             # the taint rules judge whether the count can differ between ranks
             items = [UNK]
+            self.ev.approx = True
         elif isinstance(it, set | frozenset) and any(isinstance(x, str) for x in it):
             before = len(self.actions)
             self._loop(s, env, items)
@@ -822,6 +826,7 @@ class Rank:
             else:
                 kwargs[kw.arg] = self.expr(kw.value, env)
         outer, self.env = self.env, env
+        self.ev.recorded_lines.add(e.lineno)
         try:
             return self.call(func, args, kwargs, e)
         finally:
@@ -971,6 +976,7 @@ class Rank:
             return self.expr(node.body, env)
         self.depth += 1
         self.stack.append((fn.qualname, getattr(e, "lineno", 0)))
+        self.fn_nodes.append(node)
         try:
             self.run_block(node.body, env)
         except _Return as r:
@@ -980,6 +986,7 @@ class Rank:
         finally:
             self.depth -= 1
             self.stack.pop()
+            self.fn_nodes.pop()
         return None
 
     def group_method(self, m: GroupMethod, args: list) -> object:
@@ -1001,12 +1008,12 @@ class Rank:
                 g = _arg(args, kwargs, 0, "group")
                 if isinstance(g, Group):
                     return g.members.index(self.rank) if self.rank in g.members else -1
-                return self.rank if g in (None,) else UNK
+                return self.rank if g is None or (g is UNK and self.ev.symbolic) else UNK
             if last == "get_world_size":
                 g = _arg(args, kwargs, 0, "group")
                 if isinstance(g, Group):
                     return len(g.members)
-                return self.world if g is None else UNK
+                return self.world if g is None or (g is UNK and self.ev.symbolic) else UNK
             if last in ("is_initialized", "is_available", "is_torchelastic_launched"):
                 return True
             if last in ("init_process_group", "destroy_process_group"):
@@ -1019,6 +1026,8 @@ class Rank:
                 g, r = _arg(args, kwargs, 0, "group"), _arg(args, kwargs, 1, "group_rank")
                 if isinstance(g, Group) and isinstance(r, int) and 0 <= r < len(g.members):
                     return g.members[r]
+                if g is UNK and self.ev.symbolic and isinstance(r, int):
+                    return r
                 return UNK
             if last == "P2POp":
                 op = args[0] if args else kwargs.get("op")
@@ -1094,11 +1103,19 @@ class Rank:
     def site(self, line: int) -> str:
         return f"{self.ev.short}:{line}"
 
-    def group_of(self, g: object, line: int) -> Group:
+    def group_of(self, g: object, line: int, text: str | None = None) -> Group:
         if g is None:
             return Group("WORLD", tuple(range(self.world)))
         if isinstance(g, Group):
             return g
+        if g is UNK and text and self.ev.symbolic:
+            # a method's own group (`self.process_group`), seen from inside: its ranks are
+            # 0 … world-1 and `get_rank(group)` is this rank; one such group per method
+            name = f"<{text}>"
+            if self.ev.symbolic_name not in (None, name):
+                raise Abort("two process groups this rank cannot tell apart", line)
+            self.ev.symbolic_name = name
+            return Group(name, tuple(range(self.world)))
         raise Abort("a process group this rank cannot know", line)
 
     def record(self, action: dict, line: int) -> None:
@@ -1116,7 +1133,7 @@ class Rank:
             op = "all_reduce"
         if op not in TRACE_OPS:
             raise Abort(f"`{fact.op}` is not modelled", line)
-        group = self.group_of(_argspec(args, kwargs, fact.group), line)
+        group = self.group_of(_argspec(args, kwargs, fact.group), line, _arg_text(e, fact.group))
         action: dict = {"op": op}
         if group.name != "WORLD":
             action["group"] = group.name
@@ -1319,6 +1336,19 @@ def _argspec(args: list, kwargs: dict, spec) -> object:
     if spec is None:
         return None
     return _arg(args, kwargs, spec[0], spec[1])
+
+
+def _arg_text(e: ast.Call, spec) -> str | None:
+    """The source text of the argument `spec` names in a call, if it was passed."""
+    if spec is None:
+        return None
+    pos, kw = spec
+    if pos is not None and pos < len(e.args) and not isinstance(e.args[pos], ast.Starred):
+        return ast.unparse(e.args[pos])
+    for k in e.keywords:
+        if k.arg == kw:
+            return ast.unparse(k.value)
+    return None
 
 
 def _int_list(v: object) -> bool:
@@ -1669,6 +1699,7 @@ class WorldRun:
     creation_mismatch: tuple[int, dict[int, tuple[int, ...]]] | None = None
     executed: set[int] = field(default_factory=set)
     issues: int = 0  # checker findings on its trace (set by the judge)
+    exact: bool = True  # no loop of unknown length was approximated
 
 
 class FileEval:
@@ -1721,6 +1752,9 @@ class FileEval:
         self.globals: dict = {}
         self.recorded_lines: set[int] = set()
         self.rank_read = False  # the entry asked for the rank (else callers decide who calls it)
+        self.symbolic = False  # a method entry: its own unknown group stands for the world
+        self.symbolic_name: str | None = None
+        self.approx = False  # a loop of unknown length was taken once: proves no absence
         self._creations: dict[int, list[tuple[int, int, tuple[int, ...]]]] = {}
 
     # what the extractor saw communicate, to refuse what the interpreter cannot follow
@@ -1759,10 +1793,22 @@ class FileEval:
         for s in self.tree.body:
             if isinstance(s, ast.FunctionDef) and s.name not in called and self._fn_communicates(s):
                 out.append((s.name, s))
+            elif isinstance(s, ast.ClassDef):
+                # a method nobody in the project calls by name: every rank of its groups runs it
+                for m in s.body:
+                    if (
+                        isinstance(m, ast.FunctionDef)
+                        and m.name not in called
+                        and not m.name.startswith("__")
+                        and m.args.args
+                        and m.args.args[0].arg == "self"
+                        and self._fn_communicates(m, f"{s.name}.")
+                    ):
+                        out.append((f"{s.name}.{m.name}", m))
         return out
 
-    def _fn_communicates(self, s: ast.FunctionDef) -> bool:
-        fn = self.facts.functions.get(f"{self.facts.module}.{s.name}")
+    def _fn_communicates(self, s: ast.FunctionDef, owner: str = "") -> bool:
+        fn = self.facts.functions.get(f"{self.facts.module}.{owner}{s.name}")
         if fn is None:
             return self.communicates(s)
         return any(
@@ -1784,6 +1830,8 @@ class FileEval:
         ranks: dict[int, Rank] = {}
         self._creations = {}
         self.rank_read = False
+        self.symbolic_name = None
+        self.approx = False
         decided: dict[int, set[bool]] = {}
         executed: set[int] = set()
         for r in range(world):
@@ -1802,12 +1850,23 @@ class FileEval:
                         rk.run_block(
                             [s for s in self.tree.body if not _is_main_block(s)], self.globals
                         )
-                        fn = self.globals.get(entry.name)
+                        owner, _, _ = name.rpartition(".")
+                        params = {}
+                        if owner:
+                            cls = self.globals.get(owner)
+                            fn = _class_attr(cls, entry.name) if isinstance(cls, Cls) else None
+                            if isinstance(fn, Fn):
+                                fn = Fn(fn.node, fn.globals, fn.defaults, fn.qualname, Obj(cls))
+                            self.symbolic = True
+                        else:
+                            fn = self.globals.get(entry.name)
+                            self.symbolic = False
                         if not isinstance(fn, Fn):
                             return WorldRun(name, world, False, "entry not found")
-                        params = {}
-                        for p in entry.args.args:
-                            params[p.arg] = _param_value(p.arg, r, world)
+                        for p in entry.args.args[1 if owner else 0 :]:
+                            value = _param_value(p.arg, r, world)
+                            if value is not UNK:
+                                params[p.arg] = value  # the others keep their defaults
                         rk.call_fn(fn, [], params, entry)
                 except (_Return, _Break, _Continue):
                     pass
@@ -1842,6 +1901,8 @@ class FileEval:
                     groups[g.name] = sorted(set(prev) | set(g.members))
                 else:
                     groups[g.name] = list(g.members)
+        if self.symbolic_name is not None:
+            groups[self.symbolic_name] = list(range(world))
         trace = Trace(
             world_size=world,
             groups=groups,
@@ -1864,6 +1925,7 @@ class FileEval:
             decided=decided,
             creation_mismatch=mismatch,
             executed=executed,
+            exact=not self.approx,
         )
 
 

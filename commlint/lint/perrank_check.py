@@ -24,9 +24,9 @@ class FileVerdict:
 
     @property
     def complete(self) -> bool:
-        """Every entry point ran to its end on every rank of every world size evaluated, and
-        the sizes are those the file itself declares (`--nproc-per-node 4`)."""
-        return bool(self.runs) and bool(self.fe.declared) and all(r.complete for r in self.runs)
+        """Every entry point ran to its end on every rank of every world size evaluated (the
+        sizes the file declares, `--nproc-per-node 4`, else the configured ones)."""
+        return bool(self.runs) and all(r.complete for r in self.runs)
 
     def decided_uniformly(self, line: int) -> bool:
         """The condition at `line` took one value on every rank of every complete run."""
@@ -39,7 +39,7 @@ class FileVerdict:
             if vals:
                 hit = True
                 seen |= vals
-        return hit and len(seen) == 1 and all(r.complete for r in self.runs)
+        return hit and len(seen) == 1 and all(r.complete and r.exact for r in self.runs)
 
 
 def verdicts(program: Program) -> dict[str, FileVerdict]:
@@ -133,7 +133,11 @@ def _judge(fe: FileEval, runs: list[WorldRun]) -> list[RawFinding]:
             continue
         if run.trace is None:
             continue
-        result = check_trace(run.trace, "gloo", path=None, reorder=False, symmetry=False)
+        try:
+            result = check_trace(run.trace, "gloo", path=None, reorder=False, symmetry=False)
+        except Exception:  # a trace we built wrong must not stop the other rules: not judged
+            run.complete = False
+            continue
         run.issues = sum(1 for f in result.findings if f.code != "CL206")
         codes_here: set[str] = set()
         if any(f.code in MISMATCH for f in result.findings):
@@ -238,7 +242,14 @@ def proved_false(program: Program, f: RawFinding) -> bool:
         cond_line = f.related[0][1].line
         if v.decided_uniformly(cond_line):
             return True
-    if not v.complete or v.findings or any(r.issues for r in v.runs):
+    if any(g.code not in ("CL118",) for g in v.findings):
         return False
-    executed = set().union(*(r.executed for r in v.runs))
-    return f.pos.line in executed
+    by_entry: dict[str, list[WorldRun]] = {}
+    for r in v.runs:
+        by_entry.setdefault(r.entry, []).append(r)
+    for runs in by_entry.values():
+        if all(r.complete and r.exact and not r.issues for r in runs) and any(
+            f.pos.line in r.executed for r in runs
+        ):
+            return True
+    return False
