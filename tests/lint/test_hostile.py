@@ -199,6 +199,17 @@ def test_time_limit_stops_a_slow_file_with_a_located_note(tmp_path, monkeypatch)
     assert threading.active_count() < 5
 
 
+def test_nested_calls_that_blow_up_the_extractor_are_stopped_by_the_time_limit(tmp_path):
+    """30 nested calls: the extractor's work doubles per level; the CPU limit stops it."""
+    write(tmp_path, "calls.py", HEADER + "x = " + "f(" * 30 + "rank" + ")" * 30 + "\n")
+    write(tmp_path, "bad.py", BAD)
+    report = lint(tmp_path, jobs=1, limits=Limits(time_limit=1.0))
+    hits = by_name(report)
+    assert [(f.code, f.line) for f in hits["calls.py"]] == [("CL114", 1)]
+    assert "too slow to analyse (stopped after 1 s of CPU time)" in hits["calls.py"][0].message
+    assert [f.code for f in hits["bad.py"]] == ["CL101"]
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
 def test_fifo_named_py_is_skipped_without_blocking(tmp_path):
     os.mkfifo(tmp_path / "x.py")
