@@ -21,9 +21,11 @@ import json
 import math
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -70,6 +72,7 @@ def run_program(pid: str, timeout: float, extra: list[str] | None = None) -> dic
     path = ACC / prog["path"]
     env = dict(os.environ, ACC_TIMEOUT=str(PG_TIMEOUT), OMP_NUM_THREADS="1")
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    logs = tempfile.mkdtemp(prefix="guard-acc-")
     cmd = [
         sys.executable,
         "-m",
@@ -77,6 +80,10 @@ def run_program(pid: str, timeout: float, extra: list[str] | None = None) -> dic
         "--standalone",
         "--nproc-per-node",
         str(prog["world_size"]),
+        "--log-dir",
+        logs,
+        "--redirects",
+        "1",  # each rank's stdout to its own file: two ranks printing at once interleave
         "-m",
         "commlint.guard",
         "--timeout",
@@ -98,6 +105,8 @@ def run_program(pid: str, timeout: float, extra: list[str] | None = None) -> dic
     except subprocess.TimeoutExpired as exc:
         rc, out, err = None, str(exc.stdout or ""), str(exc.stderr or "")
     wall = time.monotonic() - started
+    out += "".join(p.read_text() for p in sorted(Path(logs).rglob("stdout.log")))
+    shutil.rmtree(logs, ignore_errors=True)
     label = labels[pid]
     return {
         "id": pid,
