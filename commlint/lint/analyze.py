@@ -50,6 +50,7 @@ class Tok:
     peer_dims: frozenset[str] = frozenset()
     root: str | None = None  # `src=0`: the root as written (a literal: its value), if known
     payload: tuple[tuple[str, str], ...] = ()  # what each buffer argument was made from
+    no_group: bool = False  # a torch.distributed call that was given no `group=`
 
     def key(self) -> tuple:
         if self.cat in ("alt", "loop"):
@@ -257,6 +258,7 @@ class Program:
             blocking=c.blocking,
             root=root_of(c),
             payload=c.payload,
+            no_group=c.default_group and c.torch_api,
         )
 
     def _group_mapping(self, site: CallSite, callee: Function) -> dict[str, str]:

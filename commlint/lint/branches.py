@@ -83,8 +83,15 @@ def _data_note(cond: Cond) -> str:
     return "" if cond.dims else " (it depends on each rank's own data)"
 
 
-def _fix(tok: Tok, group: str, cond: Cond) -> str:
+def _fix(tok: Tok, group: str, cond: Cond, subgroups: bool = False) -> str:
     t = leaf_tok(tok)
+    if t.cat == "coll" and t.no_group and subgroups and cond.dims:
+        # the call runs on WORLD only because `group=` was forgotten (CL105's fix)
+        return (
+            f"Pass the group explicitly: `{t.op}(..., group=<subgroup>)` with the subgroup the "
+            f"ranks of the branch at line {cond.pos.line} share, or `group=dist.group.WORLD` "
+            "and move the call out of the branch if every rank is meant to take part."
+        )
     if t.cat == "create":
         return (
             f"Create the group on every rank, in the same order: move `{t.op}` out of the "
@@ -102,6 +109,10 @@ def _fix(tok: Tok, group: str, cond: Cond) -> str:
         f"first (e.g. `flag = torch.tensor(cond); dist.all_reduce(flag, op=ReduceOp.MAX)`), "
         f"then call {t.op} on all ranks or none."
     )
+
+
+def _creates_subgroups(program: Program, fn: Function) -> bool:
+    return any(f.creates_subgroups for f in program.files if f.path == fn.path)
 
 
 def _subject_of(expr: cst.BaseExpression) -> str | None:
@@ -298,7 +309,7 @@ def _compare_arms(program: Program, fn: Function, node: Branch, cond: Cond) -> l
                 code=_code(cond, real),
                 message=msg,
                 pos=tok.pos,
-                fix=_fix(real, gname, cond),
+                fix=_fix(real, gname, cond, _creates_subgroups(program, fn)),
             )
         )
     if cond.data:

@@ -133,6 +133,11 @@ def _judge(fe: FileEval, runs: list[WorldRun]) -> list[RawFinding]:
             continue
         if run.trace is None:
             continue
+        if run.entry != "__main__" and _one_way(run):
+            # a helper that only sends (or only receives), like `send_forward`: its peer's
+            # side lives in another helper, which its callers pair with it
+            run.complete = False
+            continue
         try:
             result = check_trace(run.trace, "gloo", path=None, reorder=False, symmetry=False)
         except Exception:  # a trace we built wrong must not stop the other rules: not judged
@@ -175,6 +180,12 @@ def _judge(fe: FileEval, runs: list[WorldRun]) -> list[RawFinding]:
                 )
             )
     return out
+
+
+def _one_way(run: WorldRun) -> bool:
+    ops = {a.op for actions in run.trace.ranks.values() for a in actions}
+    sends, recvs = ops & {"send", "isend"}, ops & {"recv", "irecv"}
+    return bool(sends) != bool(recvs)
 
 
 def perrank_findings(program: Program, code: str) -> list[RawFinding]:
