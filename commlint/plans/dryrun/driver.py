@@ -29,6 +29,7 @@ from commlint.plans.dryrun.values import Key, ValueTable
 from commlint.trace import Action, RankEnd, Trace
 
 GRACE_SECONDS = 3.0
+_STABLE_PASSES = 2  # reruns in a row with unchanged traces that count as settled
 
 
 @dataclass
@@ -352,11 +353,19 @@ def _dry_run(
     passes = 0
     converged = False
     confirm: tuple[int, str] | None = None
+    stable = 0  # passes in a row whose reruns recorded the same communication as before
+    fallback_note = ""
+    settled_at: int | None = None  # the pass after which only values, not traces, changed
     while todo and passes < options.max_passes:
         passes += 1
         if on_start_pass:
             on_start_pass(passes, len(todo))
         new = _run_pass(options, todo, table, mode, on_done, scratch)
+        same = all(
+            r in runs and (runs[r].actions, runs[r].end) == (run.actions, run.end)
+            for r, run in new.items()
+        )
+        stable = stable + 1 if same else 0
         runs.update(new)
         for r, run in new.items():
             table.replace_rank(r, run.sent)
@@ -366,6 +375,11 @@ def _dry_run(
             if any(table.signature(key, r) != sig for key, sig in run.reads.items())
         ]
         converged = not todo
+        if todo and stable >= _STABLE_PASSES:
+            # Data that only flows (a mismatched program's activations feeding each other)
+            # may never settle; what matters is the communication, and it stopped changing.
+            settled_at = passes
+            todo, converged = [], True
         # Fake tensors cannot answer everything (a value read, a data-dependent shape), and
         # an exception under them may be theirs rather than the program's: record every rank
         # again with real CPU tensors — at once for a known limit, after settling otherwise.
@@ -374,10 +388,11 @@ def _dry_run(
         if mode == "fake" and (hard or (limited and converged)) and passes < options.max_passes:
             rank, (message, site, _) = min((hard or limited).items())
             where = f" at {site}" if site else ""
-            notes.append(
+            fallback_note = (
                 f"rank {rank} stopped under fake tensors{where} ({message}); every rank was "
                 "recorded again with small real CPU tensors"
             )
+            notes.append(fallback_note)
             if not hard:
                 confirm = (rank, message)
             mode = "real"
@@ -385,11 +400,19 @@ def _dry_run(
             runs = {}
             todo = list(options.ranks)
             converged = False
+            stable = 0
+            settled_at = None
+    if settled_at is not None:
+        notes.append(
+            "values exchanged between ranks kept changing, but the communication they steer "
+            f"did not change for {_STABLE_PASSES} passes: the traces are those of pass "
+            f"{settled_at}"
+        )
     if confirm is not None:
         rank, message = confirm
         end = runs[rank].end if rank in runs else None
         if end and end.get("message") == message:
-            notes.pop(0)  # the program's own exception, not a limit of fake tensors
+            notes.remove(fallback_note)  # the program's own exception, not a fake-tensor limit
     if mode == "fake":
         for run in runs.values():
             if run.fake_limit and run.fake_limit[2] and not run.stopped:

@@ -488,10 +488,13 @@ class RecordingProcessGroup(_Shared, dist.ProcessGroup):
         return False
 
     # helpers
-    def _next(self) -> Key:
+    def _next(self, op: str) -> Key:
+        # The op is part of the key: a backend never pairs two different collectives (both
+        # sides hang), so their values never meet either — and a mismatched program's passes
+        # settle instead of feeding an all_reduce's tuple to a broadcast.
         n = self._rec.seq.get(self._name, 0)
         self._rec.seq[self._name] = n + 1
-        return ("c", self._name, n)
+        return ("c", self._name, n, op)
 
     def _work(self, handle: str | None, result: list[torch.Tensor]) -> RecordedWork:
         return RecordedWork(self._rec, handle, result)
@@ -504,7 +507,7 @@ class RecordingProcessGroup(_Shared, dist.ProcessGroup):
         result: list[torch.Tensor],
         **kw: Any,
     ) -> tuple[RecordedWork, dict[int, Any] | None]:
-        key = self._next()
+        key = self._next(op)
         handle = self._rec.record(op, self._name, tensors, frames=_frames(3), **kw)
         work = self._work(handle, result)
         if self._rec.from_cpp:
@@ -741,7 +744,7 @@ class RecordingProcessGroup(_Shared, dist.ProcessGroup):
     reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
 
     def barrier(self, opts: Any = None) -> RecordedWork:
-        key = self._next()
+        key = self._next("barrier")
         handle = self._rec.record("barrier", self._name, [], frames=_frames(2))
         self._side_effects(key)
         return self._work(handle, [])
@@ -765,7 +768,7 @@ class RecordingProcessGroup(_Shared, dist.ProcessGroup):
         (all of them with `wait_all_ranks`) — a barrier on the group that fails instead of
         hanging. It is recorded as a barrier: a member that never arrives strands the others
         (CL2xx), as it makes them raise in a real run."""
-        key = self._next()
+        key = self._next("barrier")
         self._rec.emit(
             {"op": "barrier", "group": self._name, "label": "monitored_barrier"}, _frames(2)
         )

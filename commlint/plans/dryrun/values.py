@@ -5,11 +5,12 @@ every rank *sent* (keyed by the communication it belongs to), and the next pass 
 values to the receivers. A rank is run again only when what it would receive has changed, so
 programs whose control flow never depends on received values take exactly one pass.
 
-Keys: `("c", group, seq)` for the seq-th collective a rank issues on a group (every member
-contributes under its global rank); `("p", group, src, dst, tag, n)` for the n-th message on a
-point-to-point channel, and `("s", group, src, dst, tag, n)` for that message's existence
-(whatever its value: a receive from any source pairs with it); `("m", group, seq)` for
-model data issued from C++ (DDP's gradient buckets), whose signature is only who sent it.
+Keys: `("c", group, seq, op)` for the seq-th collective a rank issues on a group (every
+member contributes under its global rank; a different op at the same place never pairs with
+it); `("p", group, src, dst, tag, n)` for the n-th message on a point-to-point channel, and
+`("s", group, src, dst, tag, n)` for that message's existence (whatever its value: a receive
+from any source pairs with it); `("m", group, seq, op)` for model data issued from C++
+(DDP's gradient buckets), whose signature is only who sent it.
 """
 
 from __future__ import annotations
