@@ -56,6 +56,18 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2)
     from commlint.guard import install, record_exception
 
+    if "timeout" in opts:
+        try:
+            if float(opts["timeout"]) <= 0:
+                raise ValueError
+        except ValueError:
+            print(
+                f"commlint guard: --timeout must be a positive number of seconds, not "
+                f"{opts['timeout']!r}",
+                file=sys.stderr,
+            )
+            raise SystemExit(2) from None
+
     try:
         install(
             timeout=float(opts["timeout"]) if "timeout" in opts else None,

@@ -4,6 +4,8 @@ No processes: snapshots are written the way `Ring.snapshot` and the watchdog wri
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -182,3 +184,26 @@ def test_options() -> None:
     assert opts == {"timeout": "2", "check": "sample:3"} and rest == ["train.py", "--lr", "1"]
     with pytest.raises(SystemExit):
         parse(["--bogus", "train.py"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--bogus", "x.py"], "unknown option '--bogus'"),
+        (["--timeout", "abc", "x.py"], "--timeout must be a positive number"),
+        (["--check", "sample:0", "x.py"], "--check must be all, sample:N"),
+        (["missing.py"], "missing.py: no such file"),
+    ],
+)
+def test_bad_invocation_is_one_line_and_exit_2(tmp_path: Path, argv: list[str], says: str) -> None:
+    (tmp_path / "x.py").write_text("print('never runs')\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "commlint.guard", *argv],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert says in proc.stderr and "Traceback" not in proc.stderr
+    assert "never runs" not in proc.stdout
