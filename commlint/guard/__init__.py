@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+import threading
 import traceback
 from typing import Any
 
@@ -107,6 +108,27 @@ def _patch(guard: Guard) -> None:
 
     c10d.destroy_process_group = destroy_process_group
     dist.destroy_process_group = destroy_process_group
+
+    import torch.autograd
+
+    backward = torch.autograd.backward
+
+    def guarded_backward(*args: Any, **kwargs: Any) -> Any:
+        ring = guard.ring
+        if (
+            ring is None
+            or not guard.enabled
+            or threading.current_thread() is not threading.main_thread()
+        ):
+            return backward(*args, **kwargs)
+        site, _ = guard.site()
+        ring.enter_backward(site)
+        try:
+            return backward(*args, **kwargs)
+        finally:
+            ring.leave_backward()
+
+    torch.autograd.backward = guarded_backward
 
     work = c10d.Work
     wait = work.wait

@@ -206,6 +206,8 @@ class Guard:
             key = f"coll:{name}"
         if call.is_async:
             e["async"] = True
+            if self.ring is not None and self.ring.backward_since is not None:
+                e["bwd"] = self.ring.backward_id
         if threading.current_thread() is not threading.main_thread():
             e["thread"] = threading.current_thread().name
         return e, key

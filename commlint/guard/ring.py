@@ -33,6 +33,10 @@ class Ring:
         self.inflight: dict[str, Any] | None = None
         self.inflight_since = 0.0
         self.progress = 0
+        # The main thread is inside autograd's backward() since (monotonic), and which one.
+        self.backward_since: float | None = None
+        self.backward_id = 0
+        self.backward_site: str | None = None
 
     def add(self, entry: dict[str, Any], key: str | None) -> dict[str, Any]:
         with self.lock:
@@ -71,9 +75,30 @@ class Ring:
     def stalled_for(self) -> float:
         """Seconds the main thread has been blocked in its current call (0 if none)."""
         with self.lock:
-            if self.inflight is None:
-                return 0.0
-            return time.monotonic() - self.inflight_since
+            if self.inflight is not None:
+                return time.monotonic() - self.inflight_since
+            if self.backward_since is not None and self.backward_handles():
+                return time.monotonic() - self.backward_since
+            return 0.0
+
+    def backward_handles(self) -> list[str]:
+        """Async ops issued during the running `backward()` (DDP's buckets) that are not known
+        complete: DDP waits for them in C++ at the end of backward. Call under the lock."""
+        return [
+            e["handle"]
+            for e in self.entries
+            if e.get("bwd") == self.backward_id and e.get("handle") and e["state"] == PENDING
+        ]
+
+    def enter_backward(self, site: str | None) -> None:
+        with self.lock:
+            self.backward_id += 1
+            self.backward_since = time.monotonic()
+            self.backward_site = site
+
+    def leave_backward(self) -> None:
+        with self.lock:
+            self.backward_since = None
 
     def snapshot(self) -> dict[str, Any]:
         """A copy of the ring as JSON-ready data, async ops' completion refreshed."""

@@ -95,8 +95,19 @@ class Watchdog(threading.Thread):
 
     def state(self, stalled: float) -> dict[str, Any]:
         snap = self.ring.snapshot()
-        with self.ring.lock:
-            inflight = dict(self.ring.inflight) if self.ring.inflight else None
+        ring = self.ring
+        with ring.lock:
+            inflight = dict(ring.inflight) if ring.inflight else None
+            if inflight is None and ring.backward_since is not None:
+                done = {e.get("handle") for e in snap["entries"] if e.get("state") == "done"}
+                handles = [h for h in ring.backward_handles() if h not in done]
+                if handles:
+                    # inside backward(), DDP waits (in C++) for its bucket all-reduces
+                    inflight = {"op": "wait", "handles": handles, "state": "pending"}
+                    if ring.backward_site:
+                        inflight["site"] = ring.backward_site
+                    inflight["label"] = "backward() waits for its gradient all-reduces"
+                    snap["entries"].append(inflight)
         snap["status"] = "blocked" if inflight else "running"
         snap["inflight"] = inflight
         snap["blocked_for"] = stalled
