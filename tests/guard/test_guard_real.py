@@ -51,7 +51,15 @@ def test_accuracy_programs_batch() -> None:
     guard: the correct one exits 0 with the unguarded run's results; the hang, the failure
     and the silent corruption end non-zero, naming the line the unguarded run hung or failed
     at, within 2× the guard timeout beyond start-up."""
-    ids = ["gpt_w2_0151", "encdec_w2_0296", "mlp_w2_0546", "encdec_w2_0116", "convnet_w2_0003"]
+    ids = [
+        "gpt_w2_0151",
+        "ddp_w2_0005",
+        "encdec_w2_0296",
+        "mlp_w2_0546",
+        "ddp_w2_0185",
+        "encdec_w2_0116",
+        "convnet_w2_0003",
+    ]
     scored = verdicts([run_program(i, 3.0) for i in ids], 3.0)
     failed = [(r["id"], r["label"], r["stderr_tail"][-800:]) for r in scored["results"]]
     failed = [f for f, r in zip(failed, scored["results"], strict=True) if not r["pass"]]
@@ -59,6 +67,7 @@ def test_accuracy_programs_batch() -> None:
     codes = {r["id"]: r["codes"] for r in scored["results"]}
     assert "CL201" in codes["encdec_w2_0296"]  # cross-rank send/recv order: a cycle
     assert "CL203" in codes["mlp_w2_0546"]  # a collective skipped on one rank
+    assert "CL201" in codes["ddp_w2_0185"]  # DDP step on one rank: backward waits vs all_reduce
     assert "CL204" in codes["encdec_w2_0116"]  # p2p size: gloo would abort the receiver
     assert "CL204" in codes["convnet_w2_0003"]  # collective size mismatch, caught before
 
