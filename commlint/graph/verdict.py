@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import islice
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from commlint.findings import CycleEdge, Finding, Location
 from commlint.graph.compile import BLOCK, SYNC, WAIT, Graph
 from commlint.graph.simulate import State
 from commlint.rules import all_rules
 from commlint.trace import SEND_OPS, Action, Trace
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 @dataclass
@@ -230,6 +232,8 @@ def _upstream(wfg: nx.DiGraph, nodes: list[int]) -> set[int]:
 
 def _cycles(wfg: nx.DiGraph, limit: int) -> tuple[list[list[int]], bool]:
     """Elementary cycles, smallest first, at most `limit`; and whether more exist."""
+    import networkx as nx  # only a trace where some rank blocks pays for it
+
     found: list[list[int]] = []
     for scc in nx.strongly_connected_components(wfg):
         if len(scc) < 2:
@@ -262,6 +266,14 @@ def verdict(
     findings: list[Finding] = []
     outs = outcomes(g, st)
     blocked = {b.rank: b for b in blocked_ranks(g, st)}
+    if not blocked:  # every rank finished: no wait-for graph to search
+        findings.extend(
+            ctx.finding(p.code, p.severity, p.message, p.refs, p.fix) for p in g.problems
+        )
+        findings.extend(_leftovers(ctx, st, outs))
+        return Verdict(findings, outs)
+    import networkx as nx
+
     wfg = nx.DiGraph()
     wfg.add_nodes_from(blocked)
     stranded: dict[tuple, list[Blocked]] = {}
