@@ -33,7 +33,8 @@ MAX_WORLD = 16  # revealed sizes above this are not evaluated (ranks × steps ca
 MAX_STEPS = 20_000  # statements + loop iterations per rank and entry
 MAX_ACTIONS = 2_000  # communication actions per rank and entry
 MAX_DEPTH = 24  # interpreted call depth
-MAX_WORK = 400_000  # statements over every rank, world size and entry of one file
+MAX_WORK = 30_000  # statements over every rank, world size and entry of one file
+MAX_ENTRIES = 12  # entry points evaluated per file
 
 
 class Unknown:
@@ -1712,9 +1713,10 @@ class FileEval:
         table: ApiTable,
         sizes: tuple[int, ...],
         communicating=None,
-        called_elsewhere: frozenset[str] = frozenset(),
+        called_elsewhere=None,
     ):
-        self.called_elsewhere = called_elsewhere  # names the rest of the project calls
+        # whether the rest of the project calls a function of this name
+        self.called_elsewhere = called_elsewhere or (lambda name: False)
         self.facts = facts
         self.path = facts.path
         self.short = PurePath(facts.path).name
@@ -1731,21 +1733,20 @@ class FileEval:
             if isinstance(n, Comm)
         }
         self.declared = _declared_sizes(source)
-        fixed = _literal_peers(self.tree)
+        self.nodes = list(ast.walk(self.tree))  # one walk, shared by what follows
+        fixed = _literal_peers(self.nodes)
         if not self.declared and fixed:
             # code written for a fixed topology (`dist.send(x, dst=1)`): the smallest world in
             # which its literal peers exist is the one it is written for
             sizes = (max(2, max(fixed) + 1),)
         self.sizes = tuple(sorted(set(self.declared or sizes)))
         self.defined = {
-            n.name
-            for n in ast.walk(self.tree)
-            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+            n.name for n in self.nodes if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
         }
         self._comm_cache: dict[int, bool] = {}
         self.function_spans = [
             (n.lineno, n.end_lineno or n.lineno)
-            for n in ast.walk(self.tree)
+            for n in self.nodes
             if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
         ]
         self.set_loops: dict[int, ast.AST] = {}
@@ -1784,12 +1785,12 @@ class FileEval:
         if main:
             return [("__main__", main)]
         called: set[str] = set()
-        for n in ast.walk(self.tree):
+        for n in self.nodes:
             if isinstance(n, ast.Call):
                 f = n.func
                 called.add(f.id if isinstance(f, ast.Name) else getattr(f, "attr", ""))
         out: list = []
-        called |= self.called_elsewhere
+        called |= {k for k in self.defined if self.called_elsewhere(k)}
         for s in self.tree.body:
             if isinstance(s, ast.FunctionDef) and s.name not in called and self._fn_communicates(s):
                 out.append((s.name, s))
@@ -1817,11 +1818,16 @@ class FileEval:
 
     def run(self) -> list[WorldRun]:
         out: list[WorldRun] = []
-        for name, entry in self.entries():
-            for w in self.sizes:
-                out.append(self.run_world(name, entry, w))
+        for name, entry in self.entries()[:MAX_ENTRIES]:
+            # a method's own group is seen from inside: one world size tells what the others do
+            sizes = self.sizes[:1] if "." in name else self.sizes
+            for w in sizes:
+                run = self.run_world(name, entry, w)
+                out.append(run)
                 if self.work > MAX_WORK:
                     return out
+                if not run.complete:
+                    break  # what stops one world size (data, an opaque call) stops the others
         return out
 
     def run_world(self, name: str, entry, world: int) -> WorldRun:
@@ -1963,10 +1969,10 @@ def _comm_sites(facts: FileFacts, communicating=None) -> set[tuple[int, int]]:
 P2P_CALLS = frozenset({"send", "recv", "isend", "irecv", "P2POp"})
 
 
-def _literal_peers(tree: ast.AST) -> set[int]:
+def _literal_peers(nodes: list[ast.AST]) -> set[int]:
     """Literal peer ranks of point-to-point calls (`dist.send(x, 1)`, `src=0`)."""
     out: set[int] = set()
-    for n in ast.walk(tree):
+    for n in nodes:
         if not isinstance(n, ast.Call):
             continue
         name = n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
@@ -2000,7 +2006,7 @@ def evaluate_file(
     table: ApiTable,
     sizes: tuple[int, ...] = DEFAULT_WORLD_SIZES,
     communicating=None,
-    called_elsewhere: frozenset[str] = frozenset(),
+    called_elsewhere=None,
 ) -> tuple[FileEval, list[WorldRun]] | None:
     """Every entry point of one file at every world size; None when the file cannot be read
     or has nothing to evaluate."""

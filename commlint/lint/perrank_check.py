@@ -55,7 +55,10 @@ def verdicts(program: Program) -> dict[str, FileVerdict]:
                 if isinstance(n, CallSite) and n.names:
                     called.setdefault(n.names[0].rsplit(".", 1)[-1], set()).add(ff.path)
     for ff in program.files:
-        elsewhere = frozenset(k for k, paths in called.items() if paths - {ff.path})
+
+        def elsewhere(name: str, here: str = ff.path) -> bool:
+            return bool(called.get(name, set()) - {here})
+
         got = evaluate_file(
             ff,
             program.table,
