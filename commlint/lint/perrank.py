@@ -354,6 +354,11 @@ class Rank:
             self.try_stmt(s, env)
         elif isinstance(s, ast.With | ast.AsyncWith):
             for item in s.items:
+                ctx = item.context_expr
+                f = ctx.func if isinstance(ctx, ast.Call) else ctx
+                if (getattr(f, "attr", None) or getattr(f, "id", None)) in ("join", "Join"):
+                    # DDP's join shadows the collectives of ranks that ran out of inputs
+                    raise Abort("uneven inputs under a join context", s.lineno)
                 v = self.expr(item.context_expr, env)
                 if item.optional_vars is not None:
                     self.assign(item.optional_vars, UNK if not isinstance(v, Obj) else v, env)
