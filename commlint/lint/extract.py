@@ -239,6 +239,7 @@ class Extractor:
         self.module_env: dict[str, Val] = {}
         self.class_envs: dict[str, dict[str, Val]] = {}
         self.lightning_classes: set[str] = set()
+        self._last: dict[int, tuple[cst.CSTNode, Val]] = {}  # id(node) -> (node, last value)
 
     # ---------------------------------------------------------------- entry
     def run(self) -> FileFacts:
@@ -830,6 +831,11 @@ class Extractor:
 
     def _peek(self, node) -> Val:
         """The value of an expression already evaluated (no new communication recorded)."""
+        seen = self._last.get(id(node))
+        if seen is not None and seen[0] is node:
+            # Its value from the evaluation that just ran: evaluating again would double the
+            # work per level of nested calls (each call peeks at its arguments).
+            return seen[1]
         saved = self.out
         self.out = []
         try:
@@ -847,9 +853,12 @@ class Extractor:
             return CLEAN
         meth = getattr(self, f"ex_{type(node).__name__}", None)
         if meth is not None:
-            return meth(node)
-        vals = [self.expr(c) for c in node.children if isinstance(c, cst.BaseExpression)]
-        return join(*vals) if vals else CLEAN
+            v = meth(node)
+        else:
+            vals = [self.expr(c) for c in node.children if isinstance(c, cst.BaseExpression)]
+            v = join(*vals) if vals else CLEAN
+        self._last[id(node)] = (node, v)
+        return v
 
     def ex_Integer(self, node: cst.Integer) -> Val:
         k = _int(node)

@@ -199,9 +199,19 @@ def test_time_limit_stops_a_slow_file_with_a_located_note(tmp_path, monkeypatch)
     assert threading.active_count() < 5
 
 
-def test_nested_calls_that_blow_up_the_extractor_are_stopped_by_the_time_limit(tmp_path):
-    """30 nested calls: the extractor's work doubles per level; the CPU limit stops it."""
-    write(tmp_path, "calls.py", HEADER + "x = " + "f(" * 30 + "rank" + ")" * 30 + "\n")
+def test_nested_calls_are_analysed_in_linear_time(tmp_path):
+    """Each call used to evaluate its arguments twice: 20 nested calls took over 60 s."""
+    write(tmp_path, "calls.py", HEADER + "x = " + "f(" * 40 + "rank" + ")" * 40 + "\n")
+    write(tmp_path, "bad.py", BAD)
+    report = lint(tmp_path, jobs=1, limits=Limits(time_limit=20.0))
+    hits = by_name(report)
+    assert hits.get("calls.py", []) == []
+    assert [f.code for f in hits["bad.py"]] == ["CL101"]
+
+
+def test_a_file_too_slow_to_analyse_is_stopped_by_the_time_limit(tmp_path):
+    """A long file past the CPU limit ends as a located CL114; the other files are checked."""
+    write(tmp_path, "calls.py", HEADER + "x = f(g(rank), h(rank + 1))\n" * 3000)
     write(tmp_path, "bad.py", BAD)
     report = lint(tmp_path, jobs=1, limits=Limits(time_limit=1.0))
     hits = by_name(report)
