@@ -70,6 +70,11 @@ def _rank_main(program: str, rank: int, world: int, port: int, timeout: float, c
 
     c10d.new_group = new_group_with_timeout
     sys.argv = [program]
+    # pytest's faulthandler, inherited through fork, would print a crashing program's stack
+    # (bad_crash_signal segfaults on purpose) into the test log; the exit code says enough.
+    import faulthandler
+
+    faulthandler.disable()
     status = "finished"
     try:
         runpy.run_path(program, run_name="__main__")
