@@ -289,27 +289,9 @@ def _record(options):
 
     if not sys.stderr.isatty():
         return dry_run(options)
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+    from commlint.report.progress import progress_bar
 
-    console = Console(file=sys.stderr)
-    with Progress(
-        TextColumn("[bold]dry-run[/] {task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
+    with progress_bar("[bold]dry-run[/] {task.description}") as progress:
         task = progress.add_task(f"pass 1 of ≤{options.max_passes}", total=len(options.ranks))
 
         def on_pass(n: int, count: int) -> None:

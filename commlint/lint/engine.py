@@ -592,28 +592,9 @@ class _Progress:
         if self.bar is None:
             if time.monotonic() - self.start < self.after or self.done >= self.total:
                 return
-            from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
+            from commlint.report.progress import progress_bar
 
-            console = self.console or Console(stderr=True)
-            self.bar = Progress(
-                TextColumn("commlint check"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("files"),
-                TimeElapsedColumn(),
-                TextColumn("ETA"),
-                TimeRemainingColumn(),
-                console=console,  # type: ignore[arg-type]
-                transient=True,
-            )
+            self.bar = progress_bar("commlint check", "files", self.console)
             self.bar.start()  # type: ignore[attr-defined]
             self.task = self.bar.add_task("lint", total=self.total, completed=self.done)  # type: ignore[attr-defined]
             return
