@@ -75,7 +75,15 @@ def check(
     checks every rank."""
     from commlint.graph.check import check_trace
 
-    return check_trace(trace, model, max_cycles=max_cycles, symmetry=symmetry)
+    result = check_trace(trace, model, max_cycles=max_cycles, symmetry=symmetry)
+    if isinstance(trace.meta.get("flight_recorder"), dict):
+        # What the dump reader found itself (buffers that completed but disagree, outputs,
+        # all_to_all totals), and every finding at the source line the dumps name: as
+        # `commlint plan` reports them, so the API never passes what the command flags.
+        from commlint.plans.importers.flight_recorder import finish_findings
+
+        finish_findings(trace, result.findings)
+    return result
 
 
 __all__ = [
