@@ -118,6 +118,10 @@ def check_trace(
         if len(models) > 1 and len(f.models) < len(models):
             f.message += f" [only under: {', '.join(f.models)}]"
         result.findings.append(f)
+    if "group_creations" in trace.meta:
+        from commlint.graph.group_names import group_name_findings
+
+        result.findings.extend(group_name_findings(trace))
     if reorder:
         from commlint.graph.reorder import potential_deadlocks
 

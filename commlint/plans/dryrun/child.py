@@ -262,6 +262,12 @@ def _install(spec: RankSpec, recorder: Recorder) -> None:
             recorder.group_backends[str(group_name)] = (
                 recorder.requested_backend or "nccl" if asked in (BACKEND, "undefined") else asked
             )
+            if global_ranks:
+                # torch's name for the group (a count of new_group calls, or a hash of its
+                # members): members must agree on it (CL212, `graph/group_names.py`).
+                site, _ = user_site(rec_mod._frames(2))
+                created = (str(group_name), [int(r) for r in global_ranks], site)
+                recorder.send(("gc", *created))
             k.pop("backend_options", None)
             k.pop("device_id", None)
             if a:

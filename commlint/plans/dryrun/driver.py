@@ -51,6 +51,8 @@ class RankRun:
     output: str = ""  # what the program printed (stdout and stderr) in this run
     stopped: str | None = None  # why the rank did not reach its program's end, if it did not
     leftover: int = 0  # processes the rank started that were still running at its end
+    # torch's name of each group the rank created, in call order (CL212)
+    creations: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -133,6 +135,9 @@ class DryRunResult:
             meta["assumes"] = "; ".join(assumed)
         if self.notes:
             meta["notes"] = self.notes
+        creations = {str(r): self.runs[r].creations for r in ranks if self.runs[r].creations}
+        if creations:
+            meta["group_creations"] = creations
         stopped = [i for i in self.incomplete() if i.rank in ranks]
         if stopped:
             # Saved with the trace: `commlint plan DIR` must not pass what was not seen either.
@@ -291,6 +296,8 @@ def _handle(run: RankRun, msg: tuple) -> None:
         run.actions.append(msg[1])
     elif kind == "g":
         run.groups[msg[1]] = msg[2]
+    elif kind == "gc":
+        run.creations.append({"name": msg[1], "ranks": msg[2], "site": msg[3]})
     elif kind == "v":
         run.sent[msg[1]] = msg[2]
     elif kind == "r":

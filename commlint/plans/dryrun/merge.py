@@ -58,7 +58,11 @@ def merge_partial(traces: list[tuple[str, Trace]]) -> Trace:
         world_size=first.world_size,
         backend=first.backend,
         source=first.source,
-        meta={k: v for k, v in first.meta.items() if k not in ("partial", "recorded_ranks")},
+        meta={
+            k: v
+            for k, v in first.meta.items()
+            if k not in ("partial", "recorded_ranks", "group_creations")
+        },
     )
     owner: dict[int, str] = {}
     for path, t in traces:
@@ -77,6 +81,9 @@ def merge_partial(traces: list[tuple[str, Trace]]) -> Trace:
             owner[rank] = path
         merged.ranks.update(t.ranks)
         merged.ends.update(t.ends)
+        creations = t.meta.get("group_creations")
+        if isinstance(creations, dict):
+            merged.meta.setdefault("group_creations", {}).update(creations)  # type: ignore[union-attr]
     missing = [r for r in range(merged.world_size) if r not in owner]
     if missing:
         merged.meta["missing_ranks"] = missing
