@@ -104,8 +104,9 @@ def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
     op_fails.extend([False] * capacity)
     to_check = g.to_check
     nccl_like = model != "gloo"
-    gloo = model == "gloo"
-    single = model == "single-queue"
+    # what an action means under this model, worked out once per distinct action object:
+    # plans share one frozen object between the ranks and steps that repeat an action
+    info_of: dict[int, tuple] = {}
     for rank in sorted(trace.ranks):
         actions = trace.ranks[rank]
         steps: list[int] = []
@@ -114,8 +115,13 @@ def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
         last_on_queue: dict[object, int] = {}
         batch: tuple | None = None  # (name, queue key, op before the batch)
         for i, a in enumerate(actions):
-            op = a.op
-            if op == "wait":
+            info = info_of.get(id(a))
+            if info is None:
+                info = _action_info(a, model)
+                if a.__class__ is not Action:  # shared and frozen (a mutable one is single)
+                    info_of[id(a)] = info
+            what, op, group, sig, is_async, handle, batch_name, qkey = info
+            if what == _WAIT:
                 # a handle of a call that was skipped (non-member) or raised is absent: torch
                 # gave that rank no work to wait for, and the call has its own finding
                 ops = tuple(handles[h] for h in a.handles if h in handles)
@@ -124,29 +130,28 @@ def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
                 steps.append(len(g.waits) << 3 | WAIT)
                 g.waits.append(ops)
                 continue
-            if op == "sync":
+            if what == _SYNC:
                 steps.append(SYNC if nccl_like else SKIP)
                 continue
-            group = a.group
             mem = members[group]
-            if op in COLLECTIVE_OPS:
+            if what == _COLL:
                 if rank not in mem:
                     pending.setdefault(("CL205", a.describe(), a.site), []).append((rank, i))
                     steps.append(SKIP)
-                    _forget(handles, a.handle)
+                    _forget(handles, handle)
                     continue
                 if a.root is not None and a.root not in mem:
                     pending.setdefault(("CL208", a.describe(), a.site), []).append((rank, i))
                     steps.append(FAIL)
-                    _forget(handles, a.handle)
+                    _forget(handles, handle)
                     continue
                 seq = seqs.get(group, 0)
                 seqs[group] = seq + 1
                 ginst = group_insts[group]
-                sig = (op, a.root, a.reduce_op, a.dtype, a.shape, a.bytes)
                 if seq < len(ginst):
                     inst = ginst[seq]
-                    if sig != inst_sig[inst] or op == "all_to_all":
+                    first = inst_sig[inst]
+                    if op == "all_to_all" or (sig is not first and sig != first):
                         to_check.add(inst)
                 else:
                     inst = len(inst_need)
@@ -155,37 +160,30 @@ def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
                     inst_members.append([])
                     inst_key.append(("coll", group, seq))
                     inst_sig.append(sig)
-                is_async = bool(a.is_async) or (a.handle is not None and a.is_async is None)
-                qkey = None if gloo else ("q" if single else group)
             else:  # p2p
                 peer = a.peer
                 if rank not in mem or peer not in mem:
                     pending.setdefault(("CL205", a.describe(), a.site, rank), []).append((rank, i))
                     steps.append(SKIP)
-                    _forget(handles, a.handle)
+                    _forget(handles, handle)
                     continue
                 is_send = op in SEND_OPS
                 src, dst = (rank, peer) if is_send else (peer, rank)
-                chan = (group, src, dst, a.tag, is_send)
+                tag = a.tag
+                chan = (group, src, dst, tag, is_send)
                 k = chan_count.get(chan, 0)
                 chan_count[chan] = k + 1
-                pkey = (group, src, dst, a.tag, k)
-                sig = (a.dtype, a.shape, a.bytes)
+                pkey = (group, src, dst, tag, k)
                 inst = p2p_inst.get(pkey)
                 if inst is None:
                     inst = p2p_inst[pkey] = len(inst_need)
                     inst_need.append(2)
                     inst_members.append([])
-                    inst_key.append(("p2p", group, src, dst, a.tag, k))
+                    inst_key.append(("p2p", group, src, dst, tag, k))
                     inst_sig.append(sig)
                 elif sig != inst_sig[inst]:
                     to_check.add(inst)
-                is_async = op in ASYNC_P2P_OPS
-                if gloo:
-                    qkey = None
-                elif single:
-                    qkey = "q"
-                else:  # NCCL: one communicator per peer pair of a group
+                if qkey is _PAIR:  # NCCL: one communicator per peer pair of a group
                     qkey = (group, src, dst) if src < dst else (group, dst, src)
             op_id = len(op_rank)
             op_rank.append(rank)
@@ -195,11 +193,11 @@ def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
             inst_members[inst].append(op_id)
             prev = -1
             if qkey is not None:
-                if a.batch is not None and batch is not None and batch[0] == a.batch:
+                if batch_name is not None and batch is not None and batch[0] == batch_name:
                     qkey, prev = batch[1], batch[2]  # one queue element for the whole batch
                 else:
                     prev = last_on_queue.get(qkey, -1)
-                    batch = (a.batch, qkey, prev) if a.batch is not None else None
+                    batch = (batch_name, qkey, prev) if batch_name is not None else None
                 if prev != -1:
                     if op_next[prev] == -1:
                         op_next[prev] = op_id
@@ -207,8 +205,8 @@ def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
                         g.op_next_extra.setdefault(prev, []).append(op_id)
                 last_on_queue[qkey] = op_id
             op_prev.append(prev)
-            if a.handle is not None and is_async:
-                handles[a.handle] = op_id
+            if handle is not None and is_async:
+                handles[handle] = op_id
             steps.append(op_id << 3 | (ISSUE if is_async else BLOCK))
         g.steps[rank] = steps
     n_ops = len(op_rank)
@@ -216,6 +214,29 @@ def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
     g.problems.extend(_per_call(trace, pending))
     _check_instances(g)
     return g
+
+
+_WAIT, _SYNC, _COLL, _P2P = range(4)
+_PAIR = ("pair",)  # the queue of a p2p op under nccl: its peer pair's, known per rank
+
+
+def _action_info(a: Action, model: str) -> tuple:
+    """(kind, op, group, signature, is_async, handle, batch, queue key) of an action under a
+    model: everything `compile_trace` reads of it that does not depend on the rank."""
+    op = a.op
+    if op == "wait":
+        return (_WAIT, op, None, None, False, None, None, None)
+    if op == "sync":
+        return (_SYNC, op, None, None, False, None, None, None)
+    gloo = model == "gloo"
+    if op in COLLECTIVE_OPS:
+        sig = (op, a.root, a.reduce_op, a.dtype, a.shape, a.bytes)
+        is_async = bool(a.is_async) or (a.handle is not None and a.is_async is None)
+        qkey = None if gloo else ("q" if model == "single-queue" else a.group)
+        return (_COLL, op, a.group, sig, is_async, a.handle, a.batch, qkey)
+    qkey = None if gloo else ("q" if model == "single-queue" else _PAIR)
+    sig = (a.dtype, a.shape, a.bytes)
+    return (_P2P, op, a.group, sig, op in ASYNC_P2P_OPS, a.handle, a.batch, qkey)
 
 
 def _forget(handles: dict[str, int], handle: str | None) -> None:

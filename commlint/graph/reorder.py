@@ -578,9 +578,11 @@ def _choose(
 def has_floating_ops(trace: Trace) -> bool:
     """Does any op carry a `bucket` or a `thread`? Without one, every window is in program
     order on every rank and no reordering exists (one linear scan, no compile)."""
-    return any(
-        a.bucket is not None or a.thread is not None for acts in trace.ranks.values() for a in acts
-    )
+    for acts in trace.ranks.values():
+        distinct = dict(zip(map(id, acts), acts, strict=True))  # repeated objects: once each
+        if any(a.bucket is not None or a.thread is not None for a in distinct.values()):
+            return True
+    return False
 
 
 @dataclass
