@@ -34,6 +34,7 @@ import ast
 import gc
 import io
 import json
+import marshal
 import pickle
 import re
 from array import array
@@ -312,6 +313,9 @@ class _Walk:
 
     def __init__(self, budget: int | None) -> None:
         self.left = budget if budget is not None else -1
+        # while one dump is read: each distinct (frames, sizes, dtypes) of its entries, by
+        # value (see `_check_entry`); dropped when the dump is done
+        self.shared: dict[bytes, tuple] | None = {}
 
     def spend(self, n: int) -> None:
         if self.left < 0:
@@ -436,12 +440,26 @@ def _check_entry(index: int, e: Any, walk: _Walk) -> _Entry:
     x.p2p = bool(is_p2p) or x.raw in ("send", "recv")
     # sizes and dtypes are checked by `_check_payload` when first used: an entry that equals
     # the checked first entry of its collective (most of them) is never walked itself
-    x.in_sizes = e.get("input_sizes")
-    x.out_sizes = e.get("output_sizes")
-    x.in_dtypes = e.get("input_dtypes")
-    x.out_dtypes = e.get("output_dtypes")
+    # An entry's frames, sizes and dtypes (frames checked when a site is needed, `_site`;
+    # sizes and dtypes when first compared) are shared with the earlier entries of the dump
+    # that hold the same values: a rank repeats a few call sites and shapes thousands of
+    # times, and the frames' dicts were 60% of the memory of a 16M-entry job. `marshal`
+    # tells 1, 1.0 and True apart, as the checks do.
+    payload = (
+        e.get("frames"),
+        e.get("input_sizes"),
+        e.get("output_sizes"),
+        e.get("input_dtypes"),
+        e.get("output_dtypes"),
+    )
+    shared = walk.shared
+    if shared is not None:
+        try:  # noqa: SIM105  (a `with suppress` costs more than the lookup, per entry)
+            payload = shared.setdefault(marshal.dumps(payload), payload)
+        except ValueError:  # nested too deeply to serialise: kept as it is
+            pass
+    x.frames, x.in_sizes, x.out_sizes, x.in_dtypes, x.out_dtypes = payload
     x.checked = False
-    x.frames = e.get("frames")  # checked when a site is needed (`_site`): most never are
     x.walk = walk
     return x
 
@@ -471,6 +489,7 @@ def _checked_dump(
         raise CommlintInputError(f"'entries' is {_kind(entries)}, not a list of entries", where)
     try:
         out = [_check_entry(i, e, walk) for i, e in enumerate(entries)]
+        walk.shared = None
     except _Bad:
         walk = _Walk(data.get("_budget") if isinstance(data.get("_budget"), int) else None)
         for i, e in enumerate(entries):  # again, to say which entry (error path only)
