@@ -23,9 +23,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
 from torch.distributed.pipelining import schedules as ts
-from torch.distributed.pipelining.stage import _PipelineStageBase
+from torch_stage import MockStage  # bench/ is this script's folder
 
 from commlint.graph.check import check_trace
 from commlint.plans.importers.pipelining_csv import (
@@ -33,27 +32,6 @@ from commlint.plans.importers.pipelining_csv import (
     lower_compute_only,
     read_csv,
 )
-
-
-class _Stage(_PipelineStageBase):
-    """What a schedule's constructor reads from its stages; no process group, no GPU."""
-
-    def __init__(self, index: int, num_stages: int, group_size: int) -> None:
-        self.stage_index = index
-        self.num_stages = num_stages
-        self.group_size = group_size
-        self.group_rank = 0
-        self.submod = torch.nn.Linear(1, 1)
-        self.stage_index_to_group_rank = {}
-
-    def _create_grad_recv_info(self, *args, **kwargs):
-        return ()
-
-    def _prepare_forward_infra(self, *args, **kwargs):
-        return ()
-
-    def _prepare_backward_infra(self, *args, **kwargs):
-        return ()
 
 
 def best(fn: Callable[[], object], repeat: int) -> float:
@@ -67,7 +45,7 @@ def best(fn: Callable[[], object], repeat: int) -> float:
 
 
 def run(name: str, pp: int, microbatches: int, repeat: int, folder: Path) -> None:
-    stages = [_Stage(0, 2 * pp, pp), _Stage(pp, 2 * pp, pp)]
+    stages = [MockStage(0, 2 * pp, pp), MockStage(pp, 2 * pp, pp)]
     sched = getattr(ts, name)(stages, n_microbatches=microbatches)
     compute = folder / f"{name}.compute_only.csv"
     comms = folder / f"{name}.compute_comms.csv"

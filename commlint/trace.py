@@ -202,6 +202,30 @@ class SharedAction(Action):
     model_config = ConfigDict(frozen=True)
 
 
+# Every field's default, for building actions without validation (`built_action`).
+ACTION_DEFAULTS: dict[str, Any] = {
+    name: f.get_default(call_default_factory=True) for name, f in Action.model_fields.items()
+}
+_new_action = Action.__new__
+_set_attr = object.__setattr__
+
+
+def built_action(data: dict[str, Any], fields_set: set[str], cls: type[Action] = Action) -> Action:
+    """An `Action` (or `SharedAction`) from a complete field dict, without pydantic's
+    validation — for front ends that build only valid actions by construction (generated
+    plans, lowered pipelining schedules; their tests check them) and build millions: the
+    validation was most of their cost. `data` must hold every field (start from
+    `ACTION_DEFAULTS`); `fields_set` names the fields given explicitly. Use `SharedAction`
+    when one object stands for the same action of many ranks, `Action` when each is its own.
+    The object is used as is: the caller hands over `data` and `fields_set`."""
+    obj = _new_action(cls)
+    _set_attr(obj, "__dict__", data)
+    _set_attr(obj, "__pydantic_fields_set__", fields_set)
+    _set_attr(obj, "__pydantic_extra__", None)
+    _set_attr(obj, "__pydantic_private__", None)
+    return obj
+
+
 class RankEnd(BaseModel):
     """How a rank's trace ended, when it did not simply run to its end (dry-run, dumps)."""
 

@@ -41,7 +41,7 @@ from commlint.graph.symmetry import Symmetry, attach
 from commlint.plans import schedules as sch
 from commlint.plans.io import GENERATORS
 from commlint.plans.lazy import GeneratedTrace, LazyRanks
-from commlint.trace import Action, SharedAction, Trace
+from commlint.trace import ACTION_DEFAULTS, Action, SharedAction, Trace, built_action
 
 _YamlLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -1117,23 +1117,15 @@ def _finalize(em: _Emitter, opts: Options, lay: Layout, position: int, marks: li
 
 # ----------------------------------------------------------------------------- ranks
 
-_DEFAULTS = {
-    name: f.get_default(call_default_factory=True) for name, f in Action.model_fields.items()
-}
-
-
+_DEFAULTS = ACTION_DEFAULTS
 _new = Action.__new__
 _set = object.__setattr__
 
 
 def _action_from(data: dict[str, Any], fields_set: set[str]) -> Action:
-    """An Action without re-validation: the generator only builds valid ones (tested)."""
-    obj = _new(SharedAction)
-    _set(obj, "__dict__", data)
-    _set(obj, "__pydantic_fields_set__", fields_set)
-    _set(obj, "__pydantic_extra__", None)
-    _set(obj, "__pydantic_private__", None)
-    return obj
+    """An action shared by every rank that issues it (frozen `SharedAction`), without
+    re-validation: the generator only builds valid ones (tested)."""
+    return built_action(data, fields_set, SharedAction)
 
 
 def _action(**values: Any) -> Action:
@@ -1213,7 +1205,7 @@ def _instantiate(prep: _Prepared, place: dict[str, tuple[str, list[int], int]]) 
             data["peer"] = members[peer[1]]
         else:
             data["peer"] = members[(idx + peer[1]) % len(members)]
-        a = new(SharedAction)  # _action_from, inlined: this runs once per p2p op of every rank
+        a = new(SharedAction)  # built_action, inlined: this runs once per p2p op of every rank
         set_(a, "__dict__", data)
         set_(a, "__pydantic_fields_set__", fields_set)
         set_(a, "__pydantic_extra__", None)

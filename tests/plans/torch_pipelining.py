@@ -6,30 +6,17 @@ Used by the tests that put commlint's verdicts next to torch's `_simulate_comms_
 
 from __future__ import annotations
 
-import torch
+import sys
+from pathlib import Path
+
 from torch.distributed.pipelining import schedules as ts
-from torch.distributed.pipelining.stage import _PipelineStageBase
 
 from commlint.plans import schedules as sch
 
-
-class _MockStage(_PipelineStageBase):
-    def __init__(self, stage_index: int, num_stages: int, group_size: int, group_rank: int):
-        self.stage_index = stage_index
-        self.num_stages = num_stages
-        self.group_size = group_size
-        self.group_rank = group_rank
-        self.submod = torch.nn.Linear(1, 1)
-        self.stage_index_to_group_rank = {}
-
-    def _create_grad_recv_info(self, *args, **kwargs):
-        return ()
-
-    def _prepare_forward_infra(self, *args, **kwargs):
-        return ()
-
-    def _prepare_backward_infra(self, *args, **kwargs):
-        return ()
+_ROOT = str(Path(__file__).resolve().parents[2])  # the repository: bench/ is a package there
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+from bench.torch_stage import MockStage as _MockStage  # noqa: E402
 
 
 def schedule(name: str, pp: int, microbatches: int):

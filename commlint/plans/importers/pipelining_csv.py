@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from commlint.findings import CommlintInputError
-from commlint.trace import Action, Trace
+from commlint.trace import ACTION_DEFAULTS, Action, Trace, built_action
 
 _KINDS = "F|I|B|W|UNSHARD|RESHARD|REDUCE_GRAD|SEND_F|RECV_F|SEND_B|RECV_B"
 _ACTION = re.compile(rf"(\d+)({_KINDS})(\d*)")
@@ -390,9 +390,7 @@ def lower_compute_only(
 
 # Trace actions are built without pydantic's validation: every field set here is valid by
 # construction (peers are other ranks of the schedule, waits name handles posted before).
-_DEFAULTS = {
-    name: f.get_default(call_default_factory=True) for name, f in Action.model_fields.items()
-}
+_DEFAULTS = ACTION_DEFAULTS
 _P2P_SET = frozenset({"op", "peer", "handle", "label", "site"})
 _WAIT_SET = frozenset({"op", "handles", "label", "site"})
 _END_SET = frozenset({"op", "handles", "label"})
@@ -401,16 +399,7 @@ _END_SET = frozenset({"op", "handles", "label"})
 def _make(proto: dict[str, Any], fields_set: frozenset, **values: Any) -> Action:
     data = proto.copy()
     data.update(values)
-    return _wrap(data, set(fields_set))
-
-
-def _wrap(data: dict[str, Any], fields_set: set[str]) -> Action:
-    obj = _new(Action)
-    _set(obj, "__dict__", data)
-    _set(obj, "__pydantic_fields_set__", fields_set)
-    _set(obj, "__pydantic_extra__", None)
-    _set(obj, "__pydantic_private__", None)
-    return obj
+    return built_action(data, set(fields_set))  # each its own (labels, handles): not shared
 
 
 _new = Action.__new__
@@ -486,7 +475,7 @@ def to_trace(
                     if kind in FSDP:
                         fsdp += 1
                     continue
-                obj = new(Action)  # _wrap, inlined: this runs once per action
+                obj = new(Action)  # built_action, inlined: this runs once per action
                 set_(obj, "__dict__", data)
                 set_(obj, "__pydantic_fields_set__", fields_set)
                 set_(obj, "__pydantic_extra__", None)
@@ -495,7 +484,7 @@ def to_trace(
         leftover = list(pending_recv.values())
         if sends or leftover:
             end = {**_DEFAULTS, "op": "wait", "handles": sends + leftover, "label": "end of step"}
-            append(_wrap(end, set(_END_SET)))
+            append(built_action(end, set(_END_SET)))
         ranks[rank] = acts
     return Trace.model_construct(
         version=1,
