@@ -10,16 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import TYPE_CHECKING
 
 from commlint.findings import CycleEdge, Finding, Location
 from commlint.graph.compile import BLOCK, SYNC, WAIT, Graph
 from commlint.graph.simulate import State
 from commlint.rules import all_rules
 from commlint.trace import SEND_OPS, Action, Trace
-
-if TYPE_CHECKING:
-    import networkx as nx
 
 
 @dataclass
@@ -218,22 +214,46 @@ def _edge(ctx: _Ctx, b: Blocked, target: int) -> CycleEdge:
     )
 
 
-def _upstream(wfg: nx.DiGraph, nodes: list[int]) -> set[int]:
+def _upstream(preds: dict[int, list[int]], nodes: list[int]) -> set[int]:
     """Every rank that waits, directly or through others, on one of `nodes`."""
     seen = set(nodes)
     stack = list(nodes)
     while stack:
-        for p in wfg.predecessors(stack.pop()):
+        for p in preds.get(stack.pop(), ()):
             if p not in seen:
                 seen.add(p)
                 stack.append(p)
     return seen
 
 
-def _cycles(wfg: nx.DiGraph, limit: int) -> tuple[list[list[int]], bool]:
-    """Elementary cycles, smallest first, at most `limit`; and whether more exist."""
-    import networkx as nx  # only a trace where some rank blocks pays for it
+def _has_cycle(succ: dict[int, list[int]]) -> bool:
+    """Does the graph hold a cycle through two or more ranks? (Kahn's peeling: cheap, and a
+    blocked rank with no such cycle — waiting for a rank that finished — needs no networkx.)"""
+    indeg = dict.fromkeys(succ, 0)
+    for u, out in succ.items():
+        for v in out:
+            if v != u:
+                indeg[v] += 1
+    free = [u for u, d in indeg.items() if d == 0]
+    peeled = 0
+    while free:
+        u = free.pop()
+        peeled += 1
+        for v in succ[u]:
+            if v != u:
+                indeg[v] -= 1
+                if indeg[v] == 0:
+                    free.append(v)
+    return peeled < len(succ)
 
+
+def _cycles(succ: dict[int, list[int]], limit: int) -> tuple[list[list[int]], bool]:
+    """Elementary cycles, smallest first, at most `limit`; and whether more exist."""
+    import networkx as nx  # only a wait-for graph with a cycle pays for it
+
+    wfg = nx.DiGraph()
+    wfg.add_nodes_from(succ)
+    wfg.add_edges_from((u, v) for u, out in succ.items() for v in out)
     found: list[list[int]] = []
     for scc in nx.strongly_connected_components(wfg):
         if len(scc) < 2:
@@ -272,27 +292,27 @@ def verdict(
         )
         findings.extend(_leftovers(ctx, st, outs))
         return Verdict(findings, outs)
-    import networkx as nx
-
-    wfg = nx.DiGraph()
-    wfg.add_nodes_from(blocked)
+    # the wait-for graph: blocked rank -> rank it waits for -> {op, mismatch}
+    wfg: dict[int, dict[int, dict]] = {r: {} for r in blocked}
     stranded: dict[tuple, list[Blocked]] = {}
     for b in blocked.values():
         for t, (op, mismatch) in b.targets.items():
             if t in blocked:
-                wfg.add_edge(b.rank, t, op=op, mismatch=mismatch)
+                wfg[b.rank][t] = {"op": op, "mismatch": mismatch}
             else:
                 stranded.setdefault((g.op_inst[op], t), []).append(b)
+    preds: dict[int, list[int]] = {}
+    for u, out in wfg.items():
+        for v in out:
+            preds.setdefault(v, []).append(u)
 
     # A collective whose members disagree hangs them all; CL203 says so once. Its edges stay
     # out of the cycle search, which would otherwise list every pair of those members.
-    plain = nx.DiGraph()
-    plain.add_nodes_from(wfg)
-    plain.add_edges_from((u, v) for u, v, m in wfg.edges(data="mismatch") if not m)
-    cycles, more = _cycles(plain, max_cycles)
+    plain = {u: [v for v, d in out.items() if not d["mismatch"]] for u, out in wfg.items()}
+    cycles, more = _cycles(plain, max_cycles) if _has_cycle(plain) else ([], False)
     for c in cycles:
         edges = [_edge(ctx, blocked[r], c[(k + 1) % len(c)]) for k, r in enumerate(c)]
-        data = [wfg.edges[r, c[(k + 1) % len(c)]] for k, r in enumerate(c)]
+        data = [wfg[r][c[(k + 1) % len(c)]] for k, r in enumerate(c)]
         insts = {g.op_inst[d["op"]] for d in data}
         if all(d["mismatch"] for d in data) and len(insts) == 1:
             continue  # the collective mismatch (CL203) already says it
@@ -308,7 +328,7 @@ def verdict(
             culprit = data[k]["op"]
             if g.op_rank[culprit] == e.rank and g.op_action[culprit] != e.action:
                 parts[-1] += f" (its {ctx.ref(e.rank, g.op_action[culprit])} is not matched)"
-        behind = _upstream(wfg, c) - set(c)
+        behind = _upstream(preds, c) - set(c)
         tail = f" Also stuck behind it: ranks {format_ranks(behind)}." if behind else ""
         findings.append(
             ctx.finding(
