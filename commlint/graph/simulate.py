@@ -68,15 +68,13 @@ def simulate(g: Graph) -> State:
                         outstanding[r] += 1
                     prev = op_prev[op]
                     if prev == -1 or done[prev]:
-                        # start it, and everything its completion unblocks
-                        to_start.append(op)
-                        while to_start:
-                            s = to_start.pop()
-                            started[s] = True
-                            inst = op_inst[s]
-                            inst_started[inst] += 1
-                            if inst_started[inst] < inst_need[inst]:
-                                continue
+                        # start it (inline: most starts complete nothing), then everything
+                        # its completion unblocks, depth first
+                        started[op] = True
+                        inst = op_inst[op]
+                        count = inst_started[inst] + 1
+                        inst_started[inst] = count
+                        while count >= inst_need[inst]:
                             for m in inst_members[inst]:
                                 done[m] = True
                                 mr = op_rank[m]
@@ -92,6 +90,15 @@ def simulate(g: Graph) -> State:
                                     for nxt in extra_next.get(m, ()):
                                         if issued[nxt] and not started[nxt]:
                                             to_start.append(nxt)
+                            count = -1  # the next start on the stack that completes
+                            while to_start:
+                                s = to_start.pop()
+                                started[s] = True
+                                inst = op_inst[s]
+                                inst_started[inst] += 1
+                                if inst_started[inst] >= inst_need[inst]:
+                                    count = inst_started[inst]
+                                    break
                 if kind == BLOCK:
                     if not done[op]:
                         waiting[r] = True

@@ -7,6 +7,7 @@ import json
 import pickle
 
 from commlint.cli import main
+from commlint.plans.importers import flight_recorder
 from commlint.plans.importers.flight_recorder import _checked_dump
 
 
@@ -43,7 +44,10 @@ def test_equal_payloads_are_one_object_and_unequal_ones_are_not() -> None:
     assert a.in_sizes == c.in_sizes
 
 
-def test_a_true_line_next_to_an_equal_integer_line_is_still_refused(tmp_path, capsys) -> None:
+def test_a_true_line_next_to_an_equal_integer_line_is_still_refused(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    monkeypatch.setattr(flight_recorder, "SHARE_AFTER", 0)  # share from the first dump on
     folder = tmp_path / "dumps"
     folder.mkdir()
     for rank in (0, 1):
