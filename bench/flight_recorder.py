@@ -16,6 +16,10 @@ commlint >= 10x less CPU than fr_trace at 256 ranks x 2,000 entries.
     nice -n 10 python bench/flight_recorder.py 1024 1000 --no-peer   # commlint alone
     nice -n 10 python bench/flight_recorder.py 256 2000 --scheduled  # gloo-like states
     nice -n 10 python bench/flight_recorder.py --dir=/tmp/fr256       # keep the dumps
+    nice -n 10 python bench/flight_recorder.py 64 4000 --memory       # bytes per entry
+
+`--memory`: bytes of resident memory per checked entry held after reading every dump, with
+equal payloads shared (as past `SHARE_AFTER` entries) and not shared, each in a child process.
 """
 
 from __future__ import annotations
@@ -124,7 +128,50 @@ def run_child(cmd: list[str]) -> tuple[float, float, float, int]:
     return cpu, wall, usage.ru_maxrss / 1024, proc.returncode
 
 
+def memory_child(folder: str, share: bool) -> None:
+    """Prints the resident bytes per entry that the checked entries of every dump hold."""
+    import gc
+
+    from commlint.plans.importers import flight_recorder as fr
+
+    def rss() -> int:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    gc.disable()
+    files = fr.dump_files(Path(folder))
+    before = rss()
+    held = [fr._checked_dump(fr.read_dump(f), str(f), share=share) for f in files.values()]
+    n = sum(len(entries) for entries, _, _ in held)
+    print((rss() - before) / n)
+
+
+def memory(folder: Path) -> None:
+    per = {}
+    for share in (False, True):
+        out = subprocess.run(
+            [sys.executable, __file__, "--memory-child", str(folder), str(int(share))],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        per[share] = float(out.split()[-1])
+    print(
+        f"  bytes per checked entry: {per[False]:,.0f} not shared, {per[True]:,.0f} shared "
+        f"({per[False] / per[True]:.1f}x less); shared past {_share_after():,} entries"
+    )
+
+
+def _share_after() -> int:
+    from commlint.plans.importers.flight_recorder import SHARE_AFTER
+
+    return SHARE_AFTER
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--memory-child"]:
+        memory_child(argv[1], argv[2] == "1")
+        return 0
     nums = [int(a) for a in argv if a.isdigit()]
     ranks, entries = (nums + [256, 2000][len(nums) :])[:2]
     peer = "--no-peer" not in argv
@@ -142,6 +189,9 @@ def main(argv: list[str]) -> int:
             f"{size / 1e6:.0f} MB of pickles (written in {time.perf_counter() - t0:.1f} s); "
             f"states: {'all scheduled (gloo-like)' if scheduled else 'completed, last started'}"
         )
+        if "--memory" in argv:
+            memory(folder)
+            return 0
         cpu, wall, rss, code = run_child(
             [sys.executable, "-m", "commlint", "plan", str(folder), "--format", "json"]
         )
