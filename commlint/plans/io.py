@@ -354,51 +354,61 @@ def _expands_too_far(data: Any, budget: int) -> bool:
     return False
 
 
-# An object with no object inside it: in a plan, each action (and the `groups` mapping).
-_FLAT_OBJECT = re.compile(r"\{([^{}]*)\}")
-
-
 def _json_split(text: str) -> Any:
     """The parse of a JSON plan in C-speed passes, or None when the text is not one this
     path can prove it reads exactly as `json.loads` would (the caller then parses it whole).
 
-    The innermost objects (`{...}` with no brace inside: each action) are cut out with one
-    regex split; each distinct one is parsed once (duplicate keys refused) and the rest of the
-    text — the skeleton, with `NaN` standing for each cut object — is parsed with
-    `parse_constant` handing back the cut objects in order. That is the same parse as the
-    whole text's when every placeholder is read as a value, none inside a string: the text
-    holds no `NaN`/`Infinity` of its own, so the skeleton asks for exactly as many constants
-    as objects were cut only if each cut began outside a string, and each cut, being a whole
-    JSON object, also ends outside one. A brace inside a string breaks that count (or the
-    cut's own parse), and the text is then parsed whole. Parsing every action from the
-    text's characters was two thirds of loading a million-action plan."""
+    The text is split at each `{`. A piece holding a `}` starts with an innermost object
+    (`{...}` with no brace inside: each action, and the `groups` mapping); the other pieces
+    open outer objects. Each *distinct* piece is looked at once: its object is parsed
+    (duplicate keys refused) and it becomes `NaN` plus what follows the object. The skeleton
+    so built — 4 MB for a 52 MB plan of a million actions — is parsed with `parse_constant`
+    handing back the cut objects in order. That is the same parse as the whole text's when
+    every placeholder is read as a value, none inside a string: the text holds no
+    `NaN`/`Infinity` of its own, so the skeleton asks for exactly as many constants as objects
+    were cut only if each cut began outside a string, and each cut, being a whole JSON object,
+    also ends outside one. A brace inside a string breaks that count (or the cut's own parse),
+    and the text is then parsed whole. Parsing every action from its characters was two
+    thirds of loading a million-action plan."""
     if "NaN" in text or "Infinity" in text:
         return None
-    parts = _FLAT_OBJECT.split(text)
-    bodies = parts[1::2]
-    if not bodies:
+    pieces = text.split("{")
+    rest = pieces[1:]
+    del pieces[1:]
+    if not rest:
         return None
     hook = _object_hook()
-    table: dict[str, Any] = dict.fromkeys(bodies)
+    skeleton_of: dict[str, str] = dict.fromkeys(rest)  # type: ignore[arg-type]
+    object_of: dict[str, Any] = {}
     fresh: list[str] = []  # objects the hook does not share (not actions): one each
-    for body in table:
-        obj = json.loads("{" + body + "}", object_pairs_hook=hook)
-        table[body] = obj
+    for piece in skeleton_of:
+        end = piece.find("}") + 1
+        if not end:
+            skeleton_of[piece] = "{" + piece  # opens an outer object
+            continue
+        obj = json.loads("{" + piece[:end], object_pairs_hook=hook)
+        object_of[piece] = obj
+        skeleton_of[piece] = "NaN" + piece[end:]
         if "op" not in obj or len(obj) > 24:
-            fresh.append(body)
-    objects = list(map(table.__getitem__, bodies))
-    if fresh and (len(fresh) > 16 or any(bodies.count(body) > 1 for body in fresh)):
+            fresh.append(piece)
+    if len(object_of) == len(skeleton_of):
+        objects = list(map(object_of.__getitem__, rest))
+    else:
+        objects = list(map(object_of.__getitem__, filter(object_of.__contains__, rest)))
+    if fresh and (len(fresh) > 16 or any(rest.count(piece) > 1 for piece in fresh)):
         again = set(fresh)
         objects = [
-            json.loads("{" + b + "}", object_pairs_hook=hook) if b in again else o
-            for b, o in zip(bodies, objects, strict=True)
+            json.loads("{" + p[: p.find("}") + 1], object_pairs_hook=hook)
+            if p in again
+            else object_of[p]
+            for p in rest
+            if p in object_of
         ]
-    del bodies, table
+    skeleton = pieces[0] + "".join(map(skeleton_of.__getitem__, rest))
+    del rest, skeleton_of, object_of
     given = iter(objects)
     data = json.loads(
-        "NaN".join(parts[0::2]),
-        object_pairs_hook=hook,
-        parse_constant=functools.partial(next, given),
+        skeleton, object_pairs_hook=hook, parse_constant=functools.partial(next, given)
     )
     if next(given, given) is not given:  # a placeholder was read inside a string
         return None
