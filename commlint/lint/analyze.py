@@ -70,6 +70,9 @@ class RawFinding:
     pos: Pos
     fix: str
     related: list[tuple[str, Pos, str]] = field(default_factory=list)
+    # About the buffers' dtype or size (one arm converts or pads): the per-rank evaluation
+    # does not know data tensors' dtypes and sizes, so it cannot refute such a finding.
+    payload: bool = False
 
 
 def short(path: str) -> str:
@@ -383,7 +386,7 @@ class Program:
                     yield from self._walk(arm, [*conds, c], here)
             elif isinstance(n, Loop):
                 inner = [*conds, self.effective(n.cond)] if n.cond is not None else conds
-                yield from self._walk(n.body, inner, [("loop", []), *here])
+                yield from self._walk(n.body, inner, [("loop", n.body), *here])
             elif isinstance(n, Try):
                 after = [("seq", n.orelse + n.final), *here]
                 yield from self._walk(n.body, conds, after)
@@ -396,7 +399,12 @@ class Program:
         out: list[Tok] = []
         for frame, nodes in cont:
             if frame == "loop":
-                if kind in ("break", "continue"):
+                if kind == "continue":
+                    break  # the next iteration goes on as on every other rank
+                # `break` / `return` also skip the iterations the other ranks still run:
+                # one more pass of the loop body stands for them
+                out.extend(self.tokens(nodes, fn))
+                if kind == "break":
                     break
                 continue
             out.extend(self.tokens(nodes, fn))

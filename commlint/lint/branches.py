@@ -524,12 +524,15 @@ def _payload_mismatch(fn: Function, node: Branch, cond: Cond, proj, group, repor
                         f"Give {tok.op} the same dtype and number of elements on every rank of "
                         f"{gname}: convert or pad on all ranks, or on none."
                     ),
+                    payload=True,
                 )
             ]
     return []
 
 
-def _finding(fn: Function, cond: Cond, code: str, message: str, pos, fix: str) -> RawFinding:
+def _finding(
+    fn: Function, cond: Cond, code: str, message: str, pos, fix: str, payload: bool = False
+) -> RawFinding:
     """A finding at `pos` in `fn`, pointing back at the branch condition that splits ranks."""
     return RawFinding(
         code=code,
@@ -538,6 +541,7 @@ def _finding(fn: Function, cond: Cond, code: str, message: str, pos, fix: str) -
         pos=pos,
         fix=fix,
         related=[cond_related(fn, cond)],
+        payload=payload,
     )
 
 

@@ -442,6 +442,8 @@ class Extractor:
                         and (n.pos.line, n.pos.col) == (whole.line, whole.col)
                     ):
                         self._async_fact(n, "discarded")
+        elif isinstance(s, cst.Assign) and self._assign_pairwise(s):
+            pass
         elif isinstance(s, cst.Assign):
             before = len(self.out)
             self._current_target = self.text(s.targets[0].target) if len(s.targets) == 1 else None
@@ -723,6 +725,28 @@ class Extractor:
         self.emit(Try(body, handlers, orelse, final, self.pos(node)))
 
     # ----------------------------------------------------------- binding
+    def _assign_pairwise(self, s: cst.Assign) -> bool:
+        """`rank, world = dist.get_rank(), dist.get_world_size()`: each name gets its own
+        value (binding the joined tuple to both would make `world` depend on the rank)."""
+        value = s.value
+        if len(s.targets) != 1 or not isinstance(value, cst.Tuple | cst.List):
+            return False
+        target = s.targets[0].target
+        if not isinstance(target, cst.Tuple | cst.List):
+            return False
+        pairs = list(zip(target.elements, value.elements, strict=False))
+        if len(target.elements) != len(value.elements) or any(
+            not isinstance(t, cst.Element)
+            or not isinstance(e, cst.Element)
+            or not isinstance(t.value, cst.Name)
+            for t, e in pairs
+        ):
+            return False
+        vals = [self.expr(e.value) for _, e in pairs]
+        for (t, _), v in zip(pairs, vals, strict=True):
+            self.bind(t.value, v)
+        return True
+
     def bind(self, target: cst.BaseExpression, v: Val) -> None:
         if isinstance(target, cst.Name):
             self.env[target.value] = v

@@ -252,6 +252,11 @@ def proved_false(program: Program, f: RawFinding) -> bool:
     v = verdicts(program).get(f.path)
     if v is None:
         return False
+    if f.payload:
+        # Data tensors' dtypes and sizes are not evaluated per rank; but when no group call
+        # at the converting arm's line has a member that takes the other arm (the group has
+        # one member there, or all its members convert alike), the buffers never meet.
+        return _payload_never_meets(v, f.pos.line)
     if f.code == "CL102" and f.related:
         cond_line = f.related[0][1].line
         if v.decided_uniformly(cond_line):
@@ -267,3 +272,25 @@ def proved_false(program: Program, f: RawFinding) -> bool:
         ):
             return True
     return False
+
+
+def _payload_never_meets(v, line: int) -> bool:
+    """Every evaluated run is complete and exact, the line ran, and each of its calls is on a
+    group whose other members all call at that same line too."""
+    runs = list(v.runs)
+    if not runs or not all(r.complete and r.exact and r.trace is not None for r in runs):
+        return False
+    if not any(line in r.executed for r in runs):
+        return False
+    for r in runs:
+        trace = r.trace
+        at_line: dict[str, set[int]] = {}
+        for rank, actions in trace.ranks.items():
+            for a in actions:
+                if a.site and a.site.rsplit(":", 1)[-1] == str(line):
+                    at_line.setdefault(a.group or "WORLD", set()).add(rank)
+        for group, callers in at_line.items():
+            members = trace.groups.get(group) or list(range(trace.world_size))
+            if not set(members) <= callers:
+                return False
+    return True

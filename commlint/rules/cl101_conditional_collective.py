@@ -77,6 +77,30 @@ def share(t, group):
     else:
         dist.broadcast(t, src=0, group=group)
 """,
+        """
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+def train(mlp, x):
+    mesh = init_device_mesh("cuda", (dist.get_world_size(),))
+    parallelize_module(mlp, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    if dist.get_rank() != 0:
+        loss = mlp(x).sum()
+""",
+        """
+import torch
+import torch.distributed as dist
+
+def log_loss(loss):
+    lossv = loss.detach().reshape(1)
+    if dist.get_rank() == 0:
+        buf = lossv.to(torch.float64)
+        dist.all_reduce(buf)
+    else:
+        dist.all_reduce(lossv)
+""",
     ),
     valid=(
         """
@@ -103,6 +127,25 @@ def reduce_on_leaders(t, rank, world_size):
     leaders = dist.new_group(list(range(0, world_size, 2)))
     if rank % 2 == 0:
         dist.all_reduce(t, group=leaders)
+""",
+        """
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+def train(mlp, x):
+    mesh = init_device_mesh("cuda", (dist.get_world_size(),))
+    parallelize_module(mlp, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    loss = mlp(x).sum()
+""",
+        """
+import torch
+import torch.distributed as dist
+
+def log_loss(loss):
+    lossv = loss.detach().reshape(1).to(torch.float64)
+    dist.all_reduce(lossv)
 """,
     ),
 )

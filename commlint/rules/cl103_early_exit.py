@@ -53,6 +53,16 @@ def train(loader, grads, deadline):
             break
         dist.all_reduce(grads)
 """,
+        """
+import torch.distributed as dist
+
+def train(model, loader, grads):
+    for batch in loader:
+        dist.all_reduce(grads)
+        loss = model(batch).mean()
+        if loss.item() < 0.01:
+            break
+""",
     ),
     valid=(
         """
@@ -76,6 +86,18 @@ def train(loader, grads, deadline):
         if stop.item():
             break
         dist.all_reduce(grads)
+""",
+        """
+import torch
+import torch.distributed as dist
+
+def train(model, loader, grads):
+    for batch in loader:
+        dist.all_reduce(grads)
+        loss = model(batch).mean().detach()
+        dist.all_reduce(loss, op=dist.ReduceOp.MAX)
+        if loss.item() < 0.01:
+            break
 """,
     ),
 )

@@ -1,0 +1,55 @@
+"""Sketches of hangs reported in real issues (issue 16's list), each decided from the file:
+the finding the linter must give, at the line a user would fix."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PATTERNS = Path(__file__).parent / "patterns"
+
+EXPECTED = {
+    # send/send head to head in a guarded pipeline exchange (every stage sends first)
+    "pipe_send_send.py": [(10, "CL115")],
+    # isend to a peer that never receives, irecv from a rank that never sends
+    "isend_no_partner.py": [(12, "CL115")],
+    # 13 documents over the ranks contiguously: the last rank gets fewer batches
+    "shard_remainder.py": [(12, "CL101")],
+    # `heads[rank::world]`: 5 heads over 2 ranks, 3 vs 2 all_reduces
+    "strided_heads.py": [(9, "CL101")],
+    # float32 on odd ranks, bfloat16 on even ranks, then one all_reduce
+    "dtype_per_rank.py": [(9, "CL116")],
+    # new_group(ranks=<a list that depends on the rank>)
+    "new_group_rank_list.py": [(7, "CL117")],
+    # broadcast(src=0) on the tensor-parallel group kept from a loop: [2, 3] on ranks 2, 3
+    # (`rank, world = get_rank(), get_world_size()`: world is the same on every rank)
+    "broadcast_root_outside_loop_group.py": [(12, "CL116")],
+    # a break out of the training loop on some ranks only: the others all_reduce again
+    "rank_break.py": [(8, "CL103")],
+    "loss_break.py": [(9, "CL103")],
+    "time_break.py": [(10, "CL103")],
+    # HF Trainer callbacks: `state.is_world_process_zero`, `trainer.is_world_process_zero()`
+    "hf_callbacks.py": [(10, "CL101"), (18, "CL101")],
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_pattern_is_reported_at_its_line(name):
+    out = subprocess.run(
+        [sys.executable, "-m", "commlint", "check", "--format", "json", str(PATTERNS / name)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert out.returncode == 1, out.stdout + out.stderr
+    found = sorted((f["line"], f["code"]) for f in json.loads(out.stdout)["findings"])
+    assert found == EXPECTED[name]
+
+
+def test_every_pattern_file_is_checked():
+    assert sorted(p.name for p in PATTERNS.glob("*.py")) == sorted(EXPECTED)
