@@ -41,6 +41,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--diff", metavar="REF", help="report only findings on lines changed since git REF"
     )
     p.add_argument("--config", metavar="PYPROJECT", help="use this pyproject.toml")
+    p.add_argument(
+        "--no-context",
+        action="store_true",
+        help="files given one by one (as pre-commit passes the changed files) are analysed "
+        "alone; by default the rest of their project is analysed too, for the helpers they "
+        "call and the callers of what they change, and findings caused through them in "
+        "unchanged files are reported",
+    )
     p.set_defaults(func=run)
 
 
@@ -79,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
         cache=not args.no_cache,
         cache_dir=Path(args.cache_dir) if args.cache_dir else None,
         diff_ref=args.diff,
+        context=not args.no_context,
     )
     report: Report = lint_paths(args.paths, config, opts)
     # selection is already applied (config + flags, ruff semantics)

@@ -72,6 +72,9 @@ class LintOptions:
     limits: Limits = field(default_factory=lambda: Limits())
     progress_after: float = 2.0  # seconds before a progress bar appears (terminal only)
     progress_console: object | None = None  # a rich Console to draw on (tests); else stderr
+    # Files given one by one (pre-commit passes the changed files): also analyse the rest of
+    # their project, for what the files call and what calls them (see `project_context`).
+    context: bool = True
 
 
 # ------------------------------------------------------------------ selection
@@ -615,6 +618,12 @@ def lint_paths(paths: list[str], config: LintConfig, opts: LintOptions) -> Repor
     report = Report()
     files, errors, excluded = discover(paths, config)
     report.errors.extend(errors)
+    given = {str(f.resolve()) for f in files if str(f) not in excluded}
+    context: set[str] = set()
+    callers: set[str] = set()
+    if opts.context and paths and all(os.path.isfile(p) for p in paths):
+        files, context, callers = project_context(files, config)
+        excluded |= context
     extra_key = json.dumps(config.table_extra, sort_keys=True, default=str)
     table = _table(extra_key)
     limits = opts.limits
@@ -680,6 +689,9 @@ def lint_paths(paths: list[str], config: LintConfig, opts: LintOptions) -> Repor
         {
             "explicit_group_required": config.explicit_group_required,
             "world_sizes": getattr(config, "world_sizes", None),
+            # with project context, only the given files (and the callers a finding can be
+            # caused in) are evaluated rank by rank
+            "evaluate_only": ({f.path for f in facts} - context) | callers if context else None,
         },
     )
     raw: list[RawFinding] = []
@@ -726,8 +738,27 @@ def lint_paths(paths: list[str], config: LintConfig, opts: LintOptions) -> Repor
                 InputError(message=f"internal error in rule {code}: {type(exc).__name__}: {exc}")
             )
     if excluded:
-        raw = [r for r in raw if r.path not in excluded]
-    findings = _apply_noqa(raw, facts, enabled, excluded)
+        # A finding in a context file is kept when it is caused through a given file: its
+        # message names a line of one (`via sync() … (helpers.py:5)`).
+        through = _through(given) if context else None
+        raw = [
+            r
+            for r in raw
+            if r.path not in excluded
+            or (
+                r.path in context
+                and through is not None
+                and any(m.group(1) != Path(r.path).name for m in through.finditer(r.message))
+            )
+        ]
+        for r in raw:
+            if r.path in context:
+                r.path = os.path.relpath(r.path)
+            r.related = [
+                (os.path.relpath(path) if path in context else path, pos, msg)
+                for path, pos, msg in r.related
+            ]
+    findings = _apply_noqa(raw, facts, enabled, excluded - context)
     if opts.diff_ref:
         changed, err = changed_lines(opts.diff_ref, [str(f) for f in files])
         if err:
@@ -740,6 +771,171 @@ def lint_paths(paths: list[str], config: LintConfig, opts: LintOptions) -> Repor
             ]
     report.findings.extend(findings)
     return report
+
+
+PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+MAX_CONTEXT_FILES = 20_000
+
+
+def project_root(path: Path) -> Path | None:
+    """The nearest folder above `path` that holds a project marker (pyproject.toml, .git…)."""
+    start = path.resolve().parent
+    for folder in (start, *start.parents):
+        if any((folder / m).exists() for m in PROJECT_MARKERS):
+            return folder
+    return None
+
+
+_IMPORT = re.compile(
+    r"^[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+\(?([\w., \t]*)|import[ \t]+([\w., \t]+))",
+    re.M,
+)
+CONTEXT_DEPTH = 3
+
+
+def _dotted(f: Path, root: Path) -> str:
+    parts = list(f.relative_to(root).with_suffix("").parts)
+    if parts and parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(f: Path, dotted: str, text: str) -> set[str]:
+    """Dotted names a file imports (`from a.b import c` gives a.b and a.b.c; relative imports
+    resolved against the file's package)."""
+    out: set[str] = set()
+    package = dotted.split(".") if f.name == "__init__.py" else dotted.split(".")[:-1]
+    for m in _IMPORT.finditer(text):
+        base, names, plain = m.group(1), m.group(2), m.group(3)
+        if plain is not None:
+            out.update(n.split(" as ")[0].strip() for n in plain.split(",") if n.strip())
+            continue
+        dots = len(base) - len(base.lstrip("."))
+        mod = base.lstrip(".")
+        if dots:
+            up = package[: len(package) - (dots - 1)] if dots - 1 <= len(package) else []
+            mod = ".".join([*up, mod] if mod else up)
+        if mod:
+            out.add(mod)
+        for n in (names or "").split(","):
+            n = n.split(" as ")[0].strip()
+            if n and n != "*":
+                out.add(f"{mod}.{n}" if mod else n)
+    return out
+
+
+class _Project:
+    """A project's Python files by resolved path, their dotted module names and imports."""
+
+    def __init__(self, root: Path, found: list[Path], skip: set[str]) -> None:
+        self.by_path: dict[str, Path] = {}
+        self.dotted: dict[str, str] = {}
+        self.suffix: dict[str, list[str]] = {}  # every dotted suffix of a module -> files
+        self.texts: dict[str, str] = {}
+        for f in found:
+            key = str(f.resolve())
+            if key in skip:
+                continue
+            self.by_path[key] = f
+            name = _dotted(Path(key), root)
+            self.dotted[key] = name
+            bits = name.split(".")
+            for k in range(len(bits)):
+                self.suffix.setdefault(".".join(bits[k:]), []).append(key)
+
+    def text(self, key: str) -> str:
+        if key not in self.texts:
+            try:
+                self.texts[key] = self.by_path[key].read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                self.texts[key] = ""
+        return self.texts[key]
+
+    def imported(self, key: str) -> set[str]:
+        hits: set[str] = set()
+        for name in _imports(Path(key), self.dotted[key], self.text(key)):
+            hits.update(self.suffix.get(name, ()))
+        return hits
+
+    def connected(self, given: list[str]) -> tuple[set[str], set[str]]:
+        """`given`, what they import (a few levels deep) and what imports them (two up);
+        and those importers alone."""
+        keep: set[str] = set(given)
+        importers: set[str] = set()
+        frontier = set(given)
+        for _ in range(CONTEXT_DEPTH):
+            frontier = {h for k in frontier for h in self.imported(k)} - keep
+            keep |= frontier
+        targets = set(given)
+        for _ in range(2):
+            stems = {self.dotted[k].rsplit(".", 1)[-1] for k in targets if self.dotted[k]}
+            if not stems:
+                break
+            word = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(stems))) + r")\b")
+            targets = {
+                k
+                for k in self.by_path
+                if k not in keep and word.search(self.text(k)) and self.imported(k) & targets
+            }
+            keep |= targets
+            importers |= targets
+        return keep, importers
+
+
+def _small_tree(root: Path) -> bool:
+    """At most MAX_CONTEXT_FILES Python files below `root` (counting stops there): a larger
+    tree is a home folder or a monorepo root, where files given alone are checked alone."""
+    count = 0
+    for _dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS and not d.startswith(".")]
+        count += sum(name.endswith(".py") for name in filenames)
+        if count > MAX_CONTEXT_FILES:
+            return False
+    return True
+
+
+def project_context(files: list[Path], config: LintConfig) -> tuple[list[Path], set[str], set[str]]:
+    """`files` plus the files of their projects they are connected to by imports: what they
+    import (and what that imports, a few levels deep) and what imports them (two levels up).
+    pre-commit passes only the changed files, but a hang can be located in one file and caused
+    in another: a rank-0-only call of an unchanged helper that all-reduces, or a changed
+    helper that now all-reduces under an unchanged caller's rank test. The added files are
+    analysed (and cached) but reported only through the given ones. Returns the files, the
+    added ones, and the added ones that import a given file (where a finding can be caused)."""
+    here = Path.cwd().resolve()
+    roots = {
+        r
+        for r in (project_root(f) for f in files)
+        # the project being worked on (pre-commit runs in the repository's root), not a
+        # library's files checked from elsewhere
+        if r is not None
+        and (r == here or here in r.parents or r in here.parents)
+        and _small_tree(r)
+    }
+    have = {str(f.resolve()) for f in files}
+    out = list(files)
+    context: set[str] = set()
+    callers: set[str] = set()
+    for root in sorted(roots):
+        found, _errors, excluded = discover([str(root)], config)
+        skip = {str(f.resolve()) for f in found if str(f) in excluded} - have
+        project = _Project(root, found, skip)
+        given = [k for k in (str(f.resolve()) for f in files) if k in project.by_path]
+        keep, importers = project.connected(given)
+        for key in sorted(keep - have):
+            have.add(key)
+            out.append(project.by_path[key])
+            context.add(str(project.by_path[key]))
+            if key in importers:
+                callers.add(str(project.by_path[key]))
+    return out, context, callers
+
+
+def _through(given: set[str]) -> re.Pattern[str] | None:
+    names = sorted({Path(g).name for g in given})
+    if not names:
+        return None
+    return re.compile(r"\b(" + "|".join(re.escape(n) for n in names) + r"):\d+")
 
 
 def _not_analysed_fix(problem: tuple[int, int, str] | None, default: str) -> str:

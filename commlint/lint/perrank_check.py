@@ -54,7 +54,10 @@ def verdicts(program: Program) -> dict[str, FileVerdict]:
             for n in iter_nodes(fn.body):
                 if isinstance(n, CallSite) and n.names:
                     called.setdefault(n.names[0].rsplit(".", 1)[-1], set()).add(ff.path)
+    only = program.options.get("evaluate_only")  # files given to a pre-commit run
     for ff in program.files:
+        if only is not None and ff.path not in only:
+            continue  # context files are summarised for callers, not evaluated rank by rank
 
         def elsewhere(name: str, here: str = ff.path) -> bool:
             return bool(called.get(name, set()) - {here})

@@ -1,0 +1,103 @@
+"""Files given one by one (pre-commit passes only the changed ones) are checked with the rest
+of their project: a rank-0-only call of an unchanged helper that all-reduces is a hang, and a
+changed helper that now all-reduces makes its unchanged rank-0-only caller one."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HELPER = """\
+import torch.distributed as dist
+
+
+def sync_metrics(t):
+    dist.all_reduce(t)
+    return t
+"""
+
+QUIET_HELPER = """\
+import torch.distributed as dist
+
+
+def sync_metrics(t):
+    return t
+"""
+
+CALLER = """\
+import torch.distributed as dist
+
+from pkg.helpers import sync_metrics
+
+
+def train(t):
+    if dist.get_rank() == 0:
+        sync_metrics(t)
+"""
+
+OTHER = """\
+import torch.distributed as dist
+
+
+def save():
+    if dist.get_rank() == 0:
+        dist.barrier()
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n', encoding="utf-8")
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("", encoding="utf-8")
+    (pkg / "helpers.py").write_text(HELPER, encoding="utf-8")
+    (pkg / "train.py").write_text(CALLER, encoding="utf-8")
+    (pkg / "other.py").write_text(OTHER, encoding="utf-8")
+    return tmp_path
+
+
+def check(cwd: Path, *args: str) -> tuple[int, list[tuple[str, int, str]], str]:
+    out = subprocess.run(
+        [sys.executable, "-m", "commlint", "check", "--format", "json", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    data = json.loads(out.stdout)
+    found = sorted((f["path"], f["line"], f["code"]) for f in data["findings"])
+    return out.returncode, found, out.stderr
+
+
+def test_a_changed_caller_of_an_unchanged_helper(project):
+    code, found, _ = check(project, "pkg/train.py")
+    assert code == 1
+    assert found == [("pkg/train.py", 8, "CL101")]
+
+
+def test_a_changed_helper_reports_its_unchanged_caller(project):
+    code, found, _ = check(project, "pkg/helpers.py")
+    assert code == 1
+    assert found == [("pkg/train.py", 8, "CL101")]  # caused through helpers.py:5
+
+
+def test_unrelated_findings_in_unchanged_files_are_not_reported(project):
+    (project / "pkg" / "helpers.py").write_text(QUIET_HELPER, encoding="utf-8")
+    code, found, _ = check(project, "pkg/helpers.py")
+    assert (code, found) == (0, [])  # other.py's CL101 is not this change's business
+
+
+def test_no_context_checks_the_file_alone(project):
+    code, found, _ = check(project, "--no-context", "pkg/train.py")
+    assert (code, found) == (0, [])
+
+
+def test_a_folder_is_checked_as_before(project):
+    code, found, _ = check(project, "pkg")
+    assert code == 1
+    assert found == [("pkg/other.py", 6, "CL101"), ("pkg/train.py", 8, "CL101")]
