@@ -79,11 +79,34 @@ def hook_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return clone
 
 
+HELPER = """\
+import torch.distributed as dist
+
+
+def sync_metrics(t):
+    dist.all_reduce(t)
+    return t
+"""
+
+CALLER = """\
+import torch.distributed as dist
+
+from helpers import sync_metrics
+
+
+def log(t):
+    if dist.get_rank() == 0:
+        sync_metrics(t)
+"""
+
+
 @pytest.fixture(scope="module")
 def sample_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("sample")
     (repo / "bad.py").write_text(BAD, encoding="utf-8")
     (repo / "good.py").write_text(GOOD, encoding="utf-8")
+    (repo / "helpers.py").write_text(HELPER, encoding="utf-8")
+    (repo / "caller.py").write_text(CALLER, encoding="utf-8")
     (repo / "notes.txt").write_text("dist.barrier() in text is not python\n", encoding="utf-8")
     git(repo, "init", "--quiet")
     git(repo, "add", ".")
@@ -153,3 +176,13 @@ def test_try_repo_fails_on_the_bad_file_and_passes_on_the_good_one(
     out = good.stdout + good.stderr
     assert good.returncode == 0, out
     assert re.search(r"^commlint\.+Passed$", out, re.M), out
+
+
+@pytest.mark.real
+def test_a_changed_file_calling_an_unchanged_helper_fails(hook_repo, sample_repo, wheelhouse):
+    # pre-commit passes only caller.py; the all_reduce is in the unchanged helpers.py
+    run = try_repo(hook_repo, sample_repo, wheelhouse, "caller.py")
+    out = run.stdout + run.stderr
+    assert run.returncode == 1, out
+    assert re.search(r"caller\.py:8:\d+: CL101", out), out
+    assert "bad.py" not in out  # unchanged files' own findings are not this commit's
