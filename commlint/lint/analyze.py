@@ -482,7 +482,7 @@ def cond_related(fn: Function, cond: Cond) -> tuple[str, Pos, str]:
 
 
 def arm_label(branch: Branch, k: int) -> str:
-    if branch.kind in ("if", "ternary", "exhaustion"):
+    if branch.kind in ("if", "ternary", "exhaustion", "oom"):
         return f"`{branch.cond.text}` is {'true' if k == 0 else 'false'}"
     return f"case {k + 1} of `match {branch.cond.text}` applies"
 

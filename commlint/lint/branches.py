@@ -76,6 +76,8 @@ def _subject_verb(node: Branch, k: int, cond: Cond, one: str, many: str) -> tupl
 def _who_exit(node: Branch, k: int, cond: Cond) -> str:
     if node.kind == "exhaustion":
         return "ranks whose iterator runs out first (`except StopIteration`)"
+    if node.kind == "oom":
+        return f"ranks that run out of memory (`{cond.text}`)"
     return f"ranks where {arm_label(node, k)}{_data_note(cond)}"
 
 

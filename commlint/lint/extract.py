@@ -718,6 +718,18 @@ class Extractor:
                     "differ between ranks",
                 )
                 body.append(Branch(cond, [hbody, []], self.pos(h), "exhaustion"))
+            elif _swallows_oom(exc, self.text(h.body)) and any(
+                isinstance(n, Exit) and n.kind in ("continue", "break", "return") for n in hbody
+            ):
+                # `except torch.cuda.OutOfMemoryError: continue` — memory runs out on one rank
+                # (more data, more activations), which then skips the step's collectives
+                cond = Cond(
+                    text=f"except {exc}",
+                    pos=self.pos(h),
+                    data=True,
+                    origin="running out of memory depends on each rank's own data and device",
+                )
+                body.append(Branch(cond, [hbody, []], self.pos(h), "oom"))
             else:
                 handlers.append(hbody)
         orelse = self.block(node.orelse.body.body) if node.orelse else []
@@ -1804,3 +1816,9 @@ def parse_noqa(source: str) -> dict[int, frozenset[str] | None]:
         codes = m.group("codes")
         out[k] = frozenset(c.upper() for c in re.split(r"[\s,]+", codes) if c) if codes else None
     return out
+
+
+def _swallows_oom(exc: str, handler: str) -> bool:
+    """An `except` for running out of memory: `OutOfMemoryError` / `MemoryError`, or a
+    `RuntimeError` whose handler tests for "out of memory" (torch before 1.13)."""
+    return "MemoryError" in exc or ("RuntimeError" in exc and "out of memory" in handler.lower())

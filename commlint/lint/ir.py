@@ -95,7 +95,7 @@ class Branch:
     cond: Cond
     arms: list[list[Node]]
     pos: Pos
-    kind: str = "if"  # if | match | ternary | exhaustion
+    kind: str = "if"  # if | match | ternary | exhaustion | oom
 
 
 @dataclass

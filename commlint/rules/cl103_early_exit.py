@@ -63,6 +63,19 @@ def train(model, loader, grads):
         if loss.item() < 0.01:
             break
 """,
+        """
+import torch
+import torch.distributed as dist
+
+def train(model, loader):
+    for batch in loader:
+        try:
+            model(batch).sum().backward()
+        except torch.cuda.OutOfMemoryError:
+            continue
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+""",
     ),
     valid=(
         """
@@ -98,6 +111,24 @@ def train(model, loader, grads):
         dist.all_reduce(loss, op=dist.ReduceOp.MAX)
         if loss.item() < 0.01:
             break
+""",
+        """
+import torch
+import torch.distributed as dist
+
+def train(model, loader):
+    for batch in loader:
+        failed = torch.zeros(1)
+        try:
+            model(batch).sum().backward()
+        except torch.cuda.OutOfMemoryError:
+            failed.fill_(1)
+        dist.all_reduce(failed, op=dist.ReduceOp.MAX)
+        if failed.item():
+            model.zero_grad()
+            continue
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
 """,
     ),
 )
