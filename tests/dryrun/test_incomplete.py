@@ -136,11 +136,12 @@ def test_processes_a_rank_starts_die_with_it(tmp_path: Path):
         f"sleeper = [sys.executable, '-c', 'import time; time.sleep(300)', '{marker}']\n"
         "subprocess.Popen(sleeper)\n"
         "subprocess.Popen(sleeper, process_group=0)  # a process group of its own\n"
+        "subprocess.Popen(sleeper, start_new_session=True)  # a session of its own\n"
         "dist.barrier()\n"
     )
     out = cli("--nproc-per-node", "2", str(program))
     assert out.returncode == 0, out.stderr
-    assert "rank 0 left 2 processes it started running; they were killed with it" in out.stderr
+    assert "rank 0 left 3 processes it started running; they were killed with it" in out.stderr
     alive = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:

@@ -759,13 +759,19 @@ class _PipeSend:
         return self
 
 
+SESSION_MARKER = "COMMLINT_DRYRUN_SESSION"
+
+
 def run_rank(spec: RankSpec, table: ValueTable, conn: Any) -> None:
     """Child entry point: never returns (leaves with os._exit so torch's atexit cannot hang)."""
     global _RECORDER
     real_exit = os._exit
     try:
-        # A session of its own: the parent stops the rank with everything it started.
+        # A session of its own: the parent stops the rank with everything it started. A
+        # child that starts a session of its own (`start_new_session=True`, a daemon) is
+        # found by the marker it inherits in its environment.
         os.setsid()
+        os.environ[SESSION_MARKER] = str(os.getpid())
         out = os.open(spec.output or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(out, 1)
         os.dup2(out, 2)

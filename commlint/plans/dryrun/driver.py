@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any
 
-from commlint.plans.dryrun.child import RankSpec, real_tensors, run_rank
+from commlint.plans.dryrun.child import SESSION_MARKER, RankSpec, real_tensors, run_rank
 from commlint.plans.dryrun.merge import rank_spec
 from commlint.plans.dryrun.recorder import USER_PROGRAMS, is_user_file, short_path
 from commlint.plans.dryrun.values import Key, ValueTable
@@ -240,13 +240,16 @@ def _kill_session(pid: int) -> int:
     """Kill the rank's session (the rank and every process it started, whatever process
     group they moved to); return how many live processes besides the rank were in it."""
     others = []
+    marker = f"\0{SESSION_MARKER}={pid}\0".encode()
     with contextlib.suppress(OSError):
         for entry in os.listdir("/proc"):
             if not entry.isdigit() or int(entry) == pid:
                 continue
             with contextlib.suppress(OSError, IndexError), open(f"/proc/{entry}/stat") as fh:
                 state, _ppid, pgrp, session = fh.read().rpartition(")")[2].split()[:4]
-                if state != "Z" and str(pid) in (pgrp, session):
+                if state == "Z":
+                    continue
+                if str(pid) in (pgrp, session) or _inherits(entry, marker):
                     others.append(int(entry))
     for victim in others:
         with contextlib.suppress(OSError):
@@ -254,6 +257,16 @@ def _kill_session(pid: int) -> int:
     with contextlib.suppress(OSError):
         os.killpg(pid, signal.SIGKILL)
     return len(others)
+
+
+def _inherits(entry: str, marker: bytes) -> bool:
+    """A process whose environment carries the rank's session marker: started by the rank
+    (or its children) in a session of its own."""
+    try:
+        with open(f"/proc/{entry}/environ", "rb") as fh:
+            return marker in b"\0" + fh.read()
+    except OSError:
+        return False
 
 
 _FAULT_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)')
