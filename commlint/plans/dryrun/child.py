@@ -405,8 +405,25 @@ def _track_writes(recorder: Recorder, scratch: str) -> None:
         real_replace(src, dst, *a, **k)
         note(dst)
 
+    real_exists, real_isfile = os.path.exists, os.path.isfile
+
+    def delivered(path: Any) -> bool:
+        if not recorder.delivered or not isinstance(path, (str, bytes, os.PathLike)):
+            return False
+        with contextlib.suppress(Exception):
+            return os.path.abspath(os.fsdecode(path)) in recorder.delivered
+        return False
+
+    def exists(path: Any) -> bool:
+        # "main process first": the others test for the file rank 0 wrote before the barrier
+        return delivered(path) or real_exists(path)
+
+    def isfile(path: Any) -> bool:
+        return delivered(path) or real_isfile(path)
+
     builtins.open = io.open = tracked_open
     os.rename, os.replace = rename, replace
+    os.path.exists, os.path.isfile = exists, isfile
 
 
 def _deep_copies_keep_constants() -> None:
