@@ -734,8 +734,14 @@ def lint_paths(paths: list[str], config: LintConfig, opts: LintOptions) -> Repor
         except Exception as exc:
             if os.environ.get("COMMLINT_DEBUG"):
                 raise
+            # Name the file: re-run the rule on each file alone (only after a failure).
+            culprit = _failing_file(rule, facts, table, program.options)
             report.errors.append(
-                InputError(message=f"internal error in rule {code}: {type(exc).__name__}: {exc}")
+                InputError(
+                    path=culprit,
+                    message=f"internal error in rule {code}: {type(exc).__name__}: {exc} "
+                    "(please report it; the other rules' findings are reported)",
+                )
             )
     if excluded:
         # A finding in a context file is kept when it is caused through a given file: its
@@ -771,6 +777,16 @@ def lint_paths(paths: list[str], config: LintConfig, opts: LintOptions) -> Repor
             ]
     report.findings.extend(findings)
     return report
+
+
+def _failing_file(rule, facts: list[FileFacts], table: ApiTable, options: dict) -> str | None:
+    """The first file on which `rule` alone raises, or None when none does alone."""
+    for ff in facts:
+        try:
+            rule.check(Program([ff], table, options))
+        except Exception:
+            return ff.path
+    return None
 
 
 PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
