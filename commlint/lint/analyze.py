@@ -98,9 +98,13 @@ class Program:
         self.options = options or {}
         self.functions: dict[str, Function] = {}
         self.index: dict[str, list[str]] = {}
+        self.methods: dict[str, list[tuple[str, str]]] = {}  # method -> (class, key)
         for f in self.files:
             for key, fn in f.functions.items():
                 self.functions[key] = fn
+                cls, dot, meth = fn.qualname.partition(".")
+                if dot and "." not in meth:
+                    self.methods.setdefault(meth, []).append((cls, key))
                 mod_parts = f.module.split(".")
                 for k in range(len(mod_parts)):
                     name = ".".join(mod_parts[k:]) + "." + fn.qualname
@@ -126,7 +130,24 @@ class Program:
             keys = self.index.get(cand)
             if keys:
                 return self.functions[sorted(keys)[0]]
+        for cand in site.names:
+            found = self._method_of_named_object(cand)
+            if found is not None:
+                return found
         return None
+
+    def _method_of_named_object(self, cand: str) -> Function | None:
+        """`tracker.log_epoch()` on an object of unknown type: the one method of that name
+        in the checked code whose class is named after the variable (`Tracker`,
+        `MetricsTracker`). Anything less certain stays unresolved."""
+        var, dot, meth = cand.partition(".")
+        if not dot or "." in meth or var == "self":
+            return None
+        stem = var.strip("_").lower()
+        if len(stem) < 3:
+            return None
+        hits = [key for cls, key in self.methods.get(meth, ()) if stem in cls.lower()]
+        return self.functions[hits[0]] if len(hits) == 1 else None
 
     def returns_rank(self, deps: tuple[str, ...]) -> frozenset[str]:
         dims: frozenset[str] = frozenset()

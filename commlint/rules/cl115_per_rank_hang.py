@@ -122,10 +122,10 @@ def is_main_process():
 
 
 def train():
-    metrics = Metrics()
+    stats = Metrics()
     for epoch in range(2):
         if is_main_process():
-            metrics.log_epoch()
+            stats.log_epoch()
         dist.barrier()
 """,
         """
@@ -241,9 +241,9 @@ def is_main_process():
 
 
 def train():
-    metrics = Metrics()
+    stats = Metrics()
     for epoch in range(2):
-        mean = metrics.reduce_mean()
+        mean = stats.reduce_mean()
         if is_main_process():
             print(mean)
         dist.barrier()

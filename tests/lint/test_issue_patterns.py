@@ -32,6 +32,8 @@ EXPECTED = {
     "rank_break.py": [(8, "CL103")],
     "loss_break.py": [(9, "CL103")],
     "time_break.py": [(10, "CL103")],
+    # a metrics tracker's log_epoch() -> reduce_mean() all_reduce under is_main_process()
+    "helper_method.py": [(20, "CL101")],
     # an OOM swallowed on one rank, which then skips the step's all_reduces
     "oom_continue.py": [(10, "CL103")],
     # HF Trainer callbacks: `state.is_world_process_zero`, `trainer.is_world_process_zero()`
