@@ -2,7 +2,7 @@
 `python -X importtime` in fresh interpreters.
 
 1. `commlint check --help` (builds every command's parser) and a real `commlint check` of a
-   tiny file: the import seconds of everything commlint loads beyond a bare interpreter
+   tiny file, without the cache and with it (pre-commit's usual run): the import seconds of everything commlint loads beyond a bare interpreter
    (`python -c pass`, the floor every Python command pays), and which of commlint's floors
    were loaded. Goal: <= 0.2 s of imports.
 2. The peer, in the same process tree: the modules the old layering made `commlint check`
@@ -80,7 +80,11 @@ def main() -> None:
         cases = {
             "commlint check --help": ["-m", "commlint", "check", "--help"],
             "commlint check tiny.py (no cache)": [*CHECK, "--no-cache", "tiny.py"],
+            # pre-commit's usual run: the file's facts are cached, so neither LibCST nor the
+            # extractor is loaded
+            "commlint check tiny.py (cached)": [*CHECK, "tiny.py"],
         }
+        subprocess.run([sys.executable, *CHECK, "tiny.py"], cwd=cwd, capture_output=True)
         old = (
             "import commlint.graph.check, commlint.plans.io, commlint.plans.replay, networkx\n"
             "from commlint.cli import main\nmain(['check', '--help'])"

@@ -85,3 +85,35 @@ def test_reorder_command_line_lives_in_the_command_layer(tmp_path):
         assert "safe, also under every legal reordering" in out.stdout
         assert "missing.yaml" in out.stderr and "Traceback" not in out.stderr
     assert not hasattr(__import__("commlint.graph.reorder").graph.reorder, "main")
+
+
+def test_cached_check_never_loads_the_parser_or_the_dry_run(tmp_path):
+    """pre-commit's usual run: every file's facts are in the cache, so LibCST and the
+    extractor stay unloaded; the dry-run's modules never load for `check`."""
+    (tmp_path / "train.py").write_text(
+        "import torch.distributed as dist\n\n\ndef step(x):\n    if dist.get_rank() == 0:\n"
+        "        dist.all_reduce(x)\n"
+    )
+    code = (
+        "import os, sys\nos.chdir(sys.argv[1])\nfrom commlint.cli import main\n"
+        "code = main(['check', '--output-format', 'concise', 'train.py'])\n"
+        "import json\nprint(json.dumps([code, sorted(sys.modules)]))"
+    )
+
+    def run() -> tuple[int, set[str]]:
+        out = subprocess.run(
+            [sys.executable, "-c", code, str(tmp_path)],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        )
+        exit_code, mods = json.loads(out.stdout.splitlines()[-1])
+        assert "train.py:6" in out.stdout  # the finding is still reported from the cache
+        return exit_code, set(mods)
+
+    first, cold = run()
+    assert first == 1 and "libcst" in cold and "commlint.lint.extract" in cold
+    second, warm = run()
+    assert second == 1
+    assert under(warm, "libcst", "commlint.lint.extract", "commlint.plans") == []

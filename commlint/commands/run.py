@@ -14,7 +14,6 @@ from typing import Any
 
 from commlint.commands.common import add_output_options, emit
 from commlint.findings import InputError, Report
-from commlint.plans.dryrun.merge import fold_follow_ons, locate_at_site, rank_spec, split_site
 
 
 def parse_ranks(spec: str, world_size: int) -> list[int]:
@@ -148,6 +147,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from commlint.plans.dryrun.merge import fold_follow_ons, locate_at_site, rank_spec, split_site
+
     report = Report()
     program = args.program
     if not Path(program).is_file():
@@ -307,6 +308,8 @@ def _record(options):
 
 def _crashed_everywhere(result, ranks: list[int], program: str) -> InputError | None:
     """Every rank raised the same exception at the same line: the program itself is broken."""
+    from commlint.plans.dryrun.merge import split_site
+
     ends = [result.runs[r].end for r in ranks]
     if not ends or any(not e or e.get("kind") != "exception" for e in ends):
         return None

@@ -5,7 +5,7 @@ Computed once per program and cached; each rule module picks its own code.
 
 from __future__ import annotations
 
-import libcst as cst
+import ast
 
 from commlint.lint.analyze import (
     Program,
@@ -117,83 +117,80 @@ def _creates_subgroups(program: Program, fn: Function) -> bool:
     return any(f.creates_subgroups for f in program.files if f.path == fn.path)
 
 
-def _subject_of(expr: cst.BaseExpression) -> str | None:
+def _subject_of(expr: ast.expr) -> str | None:
     """The variable a simple rank condition tests: `x`, `not x`, `x == 0`, `x in (-1, 0)`."""
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
-        return _subject_of(expr.expression)
-    if isinstance(expr, cst.BooleanOperation):
-        return _subject_of(expr.left) or _subject_of(expr.right)
-    if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1:
-        return _src(expr.left)
-    if isinstance(expr, cst.Name | cst.Attribute):
-        return _src(expr)
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
+        return _subject_of(expr.operand)
+    if isinstance(expr, ast.BoolOp):
+        return next((v for v in map(_subject_of, expr.values) if v), None)
+    if isinstance(expr, ast.Compare) and len(expr.ops) == 1:
+        return ast.unparse(expr.left)
+    if isinstance(expr, ast.Name | ast.Attribute):
+        return ast.unparse(expr)
     return None
 
 
-def _src(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
-
-
-def _ints(node: cst.BaseExpression) -> list[int] | None:
-    if isinstance(node, cst.Integer):
-        return [int(node.value, 0)]
-    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
-        inner = _ints(node.expression)
-        return [-inner[0]] if inner and len(inner) == 1 else None
-    if isinstance(node, cst.List | cst.Tuple | cst.Set):
-        out: list[int] = []
-        for el in node.elements:
-            v = _ints(el.value)
-            if v is None or len(v) != 1:
-                return None
-            out.extend(v)
-        return out
+def _int(node: ast.expr) -> int | None:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = _int(node.operand)
+        return None if inner is None else -inner
     return None
 
 
-def _evaluate(expr: cst.BaseExpression, var: str, value: int | bool) -> bool | None:
+def _ints(node: ast.expr) -> list[int] | None:
+    one = _int(node)
+    if one is not None:
+        return [one]
+    if isinstance(node, ast.List | ast.Tuple | ast.Set):
+        out = [_int(el) for el in node.elts]
+        return None if None in out else out  # type: ignore[return-value]
+    return None
+
+
+_COMPARE = {
+    ast.Eq: lambda v, k: v == k,
+    ast.NotEq: lambda v, k: v != k,
+    ast.Lt: lambda v, k: v < k,
+    ast.LtE: lambda v, k: v <= k,
+    ast.Gt: lambda v, k: v > k,
+    ast.GtE: lambda v, k: v >= k,
+}
+
+
+def _evaluate(expr: ast.expr, var: str, value: int | bool) -> bool | None:
     """The truth of a simple condition when `var` has `value`; None when it cannot tell."""
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
-        inner = _evaluate(expr.expression, var, value)
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
+        inner = _evaluate(expr.operand, var, value)
         return None if inner is None else not inner
-    if isinstance(expr, cst.BooleanOperation):
-        a, b = _evaluate(expr.left, var, value), _evaluate(expr.right, var, value)
-        if isinstance(expr.operator, cst.And):
-            return False if False in (a, b) else (None if None in (a, b) else True)
-        return True if True in (a, b) else (None if None in (a, b) else False)
-    if isinstance(expr, cst.Name | cst.Attribute) and _src(expr) == var:
+    if isinstance(expr, ast.BoolOp):
+        truths = [_evaluate(v, var, value) for v in expr.values]
+        if isinstance(expr.op, ast.And):
+            return False if False in truths else (None if None in truths else True)
+        return True if True in truths else (None if None in truths else False)
+    if isinstance(expr, ast.Name | ast.Attribute) and ast.unparse(expr) == var:
         return bool(value)
-    if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1:
-        if _src(expr.left) != var or isinstance(value, bool):
+    if isinstance(expr, ast.Compare) and len(expr.ops) == 1:
+        if ast.unparse(expr.left) != var or isinstance(value, bool):
             return None
-        comp = expr.comparisons[0]
-        lits = _ints(comp.comparator)
+        lits = _ints(expr.comparators[0])
         if lits is None:
             return None
-        op = comp.operator
-        if isinstance(op, cst.In | cst.NotIn):
-            return (value in lits) == isinstance(op, cst.In)
-        if len(lits) != 1:
+        op = expr.ops[0]
+        if isinstance(op, ast.In | ast.NotIn):
+            return (value in lits) == isinstance(op, ast.In)
+        compare = _COMPARE.get(type(op))
+        if len(lits) != 1 or compare is None:
             return None
-        k = lits[0]
-        table = {
-            cst.Equal: value == k,
-            cst.NotEqual: value != k,
-            cst.LessThan: value < k,
-            cst.LessThanEqual: value <= k,
-            cst.GreaterThan: value > k,
-            cst.GreaterThanEqual: value >= k,
-        }
-        for klass, result in table.items():
-            if isinstance(op, klass):
-                return result
+        return compare(value, lits[0])
     return None
 
 
-def _parse(text: str) -> cst.BaseExpression | None:
+def _parse(text: str) -> ast.expr | None:
     try:
-        return cst.parse_expression(text)
-    except Exception:  # a truncated or odd condition text: no compensation analysis
+        return ast.parse(text.strip(), mode="eval").body
+    except (SyntaxError, ValueError):  # a truncated or odd condition text: no compensation
         return None
 
 
@@ -210,7 +207,7 @@ def _compensated(program, fn, node: Branch, group: str) -> bool:
     var = _subject_of(expr) if expr is not None else None
     if var is None:
         return False
-    conds: dict[int, cst.BaseExpression] = {}
+    conds: dict[int, ast.expr] = {}
     values: set[int] = set()
     for n in block:
         if isinstance(n, Branch) and n.kind == "if" and len(n.arms) == 2:
@@ -238,14 +235,13 @@ def _compensated(program, fn, node: Branch, group: str) -> bool:
     return all(s == seqs[0] for s in seqs)
 
 
-def _iter_ints(expr: cst.CSTNode):
-    if isinstance(expr, cst.Integer):
-        yield int(expr.value, 0)
-    elif isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
-        for v in _iter_ints(expr.expression):
-            yield -v
+def _iter_ints(expr: ast.AST):
+    """Every integer literal in the condition (`-1` as one)."""
+    v = _int(expr) if isinstance(expr, ast.expr) else None
+    if v is not None:
+        yield v
         return
-    for child in expr.children:
+    for child in ast.iter_child_nodes(expr):
         yield from _iter_ints(child)
 
 

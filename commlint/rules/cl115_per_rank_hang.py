@@ -1,11 +1,12 @@
 """CL115: evaluated with concrete ranks, the program hangs (a cycle, or a partner that never
 comes)."""
 
-from commlint.lint.perrank_check import perrank_findings
 from commlint.rules import Rule
 
 
 def check(program):
+    from commlint.lint.perrank_check import perrank_findings  # loads the checker: only when run
+
     return perrank_findings(program, "CL115")
 
 

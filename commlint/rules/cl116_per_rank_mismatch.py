@@ -1,11 +1,12 @@
 """CL116: evaluated with concrete ranks, a communication's members disagree on its payload or
 root."""
 
-from commlint.lint.perrank_check import perrank_findings
 from commlint.rules import Rule
 
 
 def check(program):
+    from commlint.lint.perrank_check import perrank_findings  # loads the checker: only when run
+
     return perrank_findings(program, "CL116")
 
 

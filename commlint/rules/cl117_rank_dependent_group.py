@@ -1,10 +1,11 @@
 """CL117: `new_group(ranks)` with a list that depends on the rank."""
 
-from commlint.lint.perrank_check import perrank_findings
 from commlint.rules import Rule
 
 
 def check(program):
+    from commlint.lint.perrank_check import perrank_findings  # loads the checker: only when run
+
     return perrank_findings(program, "CL117")
 
 

@@ -1,10 +1,11 @@
 """CL118: collectives issued in the iteration order of a set of strings."""
 
-from commlint.lint.perrank_check import perrank_findings
 from commlint.rules import Rule
 
 
 def check(program):
+    from commlint.lint.perrank_check import perrank_findings  # loads the checker: only when run
+
     return perrank_findings(program, "CL118")
 
 
