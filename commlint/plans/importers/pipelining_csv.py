@@ -25,8 +25,9 @@ Sizes come from the file: every stage `0…S` must be computed by some cell, so 
 a microbatch index) beyond the number of cells the file holds is a located error, and memory
 stays proportional to the file (a 24-byte CSV naming stage 10⁹ once asked for 22.8 GB).
 Speed: actions are tuples, the FSDP prefetch window is kept incrementally, and trace actions
-are built without re-validation (they are valid by construction), so importing and lowering a
-schedule costs less than torch's own `_add_send_recv` on it (`bench/pipelining.py`).
+are built without re-validation (they are valid by construction). Reading and lowering (FSDP
+steps included) cost about what torch's `_add_send_recv` alone costs; building the trace's
+actions costs 1.5x more again (`bench/pipelining.py` prints both against torch).
 """
 
 from __future__ import annotations
