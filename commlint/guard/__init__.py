@@ -137,8 +137,37 @@ def _patch(guard: Guard) -> None:
         return guard.on_wait(self, wait, args, kwargs)
 
     work.wait = guarded_wait
+    _patch_funcol(guard)
     if guard.options.ddp:
         _patch_ddp(guard)
+
+
+def _patch_funcol(guard: Guard) -> None:
+    """Functional collectives (what DTensor's redistributions, tensor/context/loss parallel
+    issue): each call is an async op, its `wait_tensor` the wait. Their callers reach them as
+    module attributes (`funcol.all_reduce(...)`), and `AsyncCollectiveTensor` waits through
+    the module's `wait_tensor`, so replacing the module's functions sees both."""
+    try:
+        import torch.distributed._functional_collectives as funcol
+    except ImportError:  # a torch without them
+        return
+    from commlint.guard.calls import FUNCOL
+
+    for name in FUNCOL:
+        original = getattr(funcol, name, None)
+        if original is None or getattr(original, "__commlint_guard__", False):
+            continue
+        guard.originals[f"funcol.{name}"] = original
+        setattr(funcol, name, guard.wrap_funcol(name, original))
+    wait_tensor = funcol.wait_tensor
+    if getattr(wait_tensor, "__commlint_guard__", False):
+        return
+
+    def guarded_wait_tensor(tensor: Any) -> Any:
+        return guard.on_wait_tensor(tensor, wait_tensor)
+
+    guarded_wait_tensor.__commlint_guard__ = True  # type: ignore[attr-defined]
+    funcol.wait_tensor = guarded_wait_tensor
 
 
 def _patch_ddp(guard: Guard) -> None:

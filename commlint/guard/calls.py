@@ -63,6 +63,23 @@ API: dict[str, CallSpec] = {
 }
 
 
+# `torch.distributed._functional_collectives` (DTensor, tensor parallel, context parallel,
+# loss parallel): function -> (trace op, reduce-op argument, root argument). Their tensor is
+# `self`, their group any of funcol's group forms, their result waited by `wait_tensor`.
+FUNCOL: dict[str, tuple[str, str | None, str | None]] = {
+    "all_reduce": ("all_reduce", "reduceOp", None),
+    "all_gather_tensor": ("all_gather", None, None),
+    "all_gather_single": ("all_gather", None, None),
+    "all_gather_tensor_autograd": ("all_gather", None, None),
+    "reduce_scatter_tensor": ("reduce_scatter", "reduceOp", None),
+    "reduce_scatter_single": ("reduce_scatter", "reduceOp", None),
+    "reduce_scatter_tensor_autograd": ("reduce_scatter", "reduceOp", None),
+    "all_to_all_single": ("all_to_all", None, None),
+    "all_to_all_single_autograd": ("all_to_all", None, None),
+    "broadcast": ("broadcast", None, "src"),
+}
+
+
 @dataclass
 class Call:
     """One call as the guard records it."""
@@ -122,4 +139,29 @@ def describe(name: str, fn: Any, args: tuple, kwargs: dict, dist: Any) -> Call |
         p2p=spec.p2p,
         tag=int(bound.get("tag") or 0),
         obj=spec.obj,
+    )
+
+
+def describe_funcol(name: str, fn: Any, args: tuple, kwargs: dict, dist: Any) -> Call | None:
+    """A functional collective's facts (always async: its result is waited on first use)."""
+    import torch.distributed._functional_collectives as funcol
+
+    op, reduce, root_arg = FUNCOL[name]
+    bound = signature(f"funcol.{name}", fn).bind_partial(*args, **kwargs).arguments
+    if "group" not in bound:
+        return None
+    group = funcol._resolve_group(bound["group"], bound.get("tag", ""))
+    if isinstance(group, str):
+        group = dist.distributed_c10d._resolve_process_group(group)
+    root = None
+    if root_arg is not None and bound.get(root_arg) is not None:
+        root = dist.get_global_rank(group, int(bound[root_arg]))
+    tensor = bound.get("self")
+    return Call(
+        op=op,
+        group=None if group is dist.group.WORLD else group,
+        is_async=True,
+        root=root,
+        tensor=tensor if hasattr(tensor, "shape") else None,
+        reduce_op=str(bound[reduce]).lower() if reduce and bound.get(reduce) else None,
     )

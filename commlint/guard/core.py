@@ -15,11 +15,12 @@ import os
 import sys
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from commlint.guard.calls import Call, describe
+from commlint.guard.calls import Call, describe, describe_funcol
 from commlint.guard.ring import DONE, FAILED, PENDING, Ring
 
 # Fingerprint slots per group / p2p channel (overwritten in turn: the store stays small).
@@ -95,6 +96,8 @@ class Guard:
         self.local = threading.local()
         self.groups: dict[int, tuple[str, list[int]]] = {}
         self.works: dict[int, tuple[Any, dict[str, Any]]] = {}
+        # functional collectives' pending results: id(tensor) -> (weak ref, entry)
+        self.tensors: dict[int, tuple[Any, dict[str, Any]]] = {}
         self.prefix = "commlint_guard/{}/{}/".format(
             os.environ.get("TORCHELASTIC_RUN_ID", "job"),
             os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"),
@@ -166,8 +169,10 @@ class Guard:
             known = self.groups[id(pg)] = (name, ranks)
         return known
 
-    def site(self) -> tuple[str | None, list[str]]:
-        f = sys._getframe(2)
+    def site(self, depth: int = 2) -> tuple[str | None, list[str]]:
+        """The first frame outside torch and the guard (`depth` frames up from here), with
+        three frames of its callers."""
+        f = sys._getframe(depth)
         skips = self.skips
         while f is not None and f.f_code.co_filename.startswith(skips):
             f = f.f_back
@@ -231,6 +236,51 @@ class Guard:
         guarded.__commlint_guard__ = True  # type: ignore[attr-defined]
         return guarded
 
+    def wrap_funcol(self, name: str, fn: Any) -> Any:
+        """A functional collective (DTensor's redistributions, TP/CP/loss parallel): recorded
+        as an async op; its `wait_tensor` (see `on_wait_tensor`) is the wait."""
+        guard = self
+
+        @functools.wraps(fn)
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            local = guard.local
+            if (
+                not guard.enabled
+                or getattr(local, "depth", 0)
+                or not guard.started()
+                or _tracing()  # inside torch.compile: the compiled graph's calls are not seen
+            ):
+                return fn(*args, **kwargs)
+            try:
+                call = describe_funcol(name, fn, args, kwargs, guard.dist)
+            except Exception:  # a group form the guard cannot resolve: let torch say so
+                call = None
+            if call is None:
+                return guard.call_inner(fn, args, kwargs)
+            result = guard.run(call, fn, args, kwargs, name, keep=False)
+            e = getattr(local, "last_async", None)
+            local.last_async = None
+            if e is not None:
+                # the AsyncCollectiveTensor's payload is what `wait_tensor` is called with
+                out = getattr(result, "elem", result)
+                with contextlib.suppress(TypeError):  # not weak-referenceable: not tracked
+                    guard.tensors[id(out)] = (weakref.ref(out), e)
+                    if len(guard.tensors) > 4 * guard.ring.entries.maxlen:  # type: ignore[union-attr,operator]
+                        guard.tensors = {
+                            k: v for k, v in guard.tensors.items() if v[0]() is not None
+                        }
+            return result
+
+        guarded.__commlint_guard__ = True  # type: ignore[attr-defined]
+        return guarded
+
+    def on_wait_tensor(self, tensor: Any, wait: Any) -> Any:
+        """`wait_tensor` of a functional collective this guard recorded: a blocking wait."""
+        known = self.tensors.pop(id(tensor), None) if self.enabled else None
+        if known is None or known[0]() is not tensor or self.ring is None:
+            return wait(tensor)
+        return self.wait_for(known[1], wait, (tensor,), {})
+
     def explain_peer_failure(self, e: dict[str, Any]) -> None:
         """The backend says a peer is gone: if a peer recorded its exit (an exception, an exit
         code, or a normal end), run the checker on this rank's ring and theirs and print who
@@ -282,7 +332,11 @@ class Guard:
         finally:
             local.depth -= 1
 
-    def run(self, call: Call, fn: Any, args: tuple, kwargs: dict, api: str) -> Any:
+    def run(
+        self, call: Call, fn: Any, args: tuple, kwargs: dict, api: str, keep: bool = True
+    ) -> Any:
+        """Record, fingerprint and make the call. An async op's handle object is kept for
+        its `wait()` when `keep` (a `Work`); else its entry is left in `local.last_async`."""
         ring = self.ring
         assert ring is not None
         e, key = self.entry(call)
@@ -317,7 +371,9 @@ class Guard:
                 self.explain_peer_failure(e)
             ring.finish(e, FAILED)
             raise
-        if call.is_async and result is not None:
+        if call.is_async and not keep:
+            self.local.last_async = e
+        elif call.is_async and result is not None:
             with ring.lock:
                 ring.works[e["handle"]] = result
             self.works[id(result)] = (result, e)
@@ -340,16 +396,20 @@ class Guard:
         known = self.works.pop(id(work), None) if self.enabled and not depth else None
         if known is None or known[0] is not work or self.ring is None:
             return wait(work, *args, **kwargs)
+        return self.wait_for(known[1], wait, (work, *args), kwargs)
+
+    def wait_for(self, op_entry: dict[str, Any], wait: Any, args: tuple, kwargs: dict) -> Any:
+        """Record a blocking `wait` on the async op `op_entry`, and make it."""
         ring = self.ring
-        op_entry = known[1]
+        assert ring is not None
         e: dict[str, Any] = {"op": "wait", "handles": [op_entry["handle"]], "state": PENDING}
-        site, _ = self.site()
+        site, _ = self.site(3)
         if site:
             e["site"] = site
         ring.add(e, None)
         ring.block(e)
         try:
-            result = self.call_inner(wait, (work, *args), kwargs)
+            result = self.call_inner(wait, args, kwargs)
         except BaseException:
             ring.finish(e, FAILED)
             ring.finish(op_entry, FAILED)
@@ -509,6 +569,12 @@ class Guard:
         if w is not None and w.is_alive() and w is not threading.current_thread():
             w.wake.set()
             w.join(timeout=2.0)
+
+
+def _tracing() -> bool:
+    import torch.distributed._functional_collectives as funcol
+
+    return bool(funcol._are_we_tracing())
 
 
 def _peer_gone(exc: BaseException) -> bool:

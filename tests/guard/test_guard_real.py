@@ -98,3 +98,32 @@ def test_install_in_self_started_program() -> None:
     assert proc.returncode != 0
     assert "CL201 deadlock-cycle" in proc.stderr, proc.stderr[-3000:]
     assert "send(→1)" in proc.stderr and "send(→0)" in proc.stderr
+
+
+def test_dtensor_functional_collectives_are_recorded_and_checked() -> None:
+    """DTensor's redistributions go through functional collectives, not `dist.*`: the guard
+    records them (a correct program's output is unchanged) and fingerprints them — a
+    `full_tensor()` on rank 0 only meets rank 1's all_reduce, and the error names both lines."""
+    plain, _ = _launch(["dtensor"], guard=[])
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    assert plain.stdout.splitlines() == ["rank 0 result [7.0, 9.0, 11.0, 13.0]"]
+    proc, seconds = _launch(["dtensor_skip"], guard=[])
+    assert proc.returncode != 0
+    err = proc.stderr
+    assert "CL203 collective-mismatch" in err, err[-3000:]
+    assert "all_gather(WORLD) on rank 0 @" in err and "guarded.py:60" in err, err[-3000:]
+    assert "all_reduce(WORLD) on rank 1 @" in err and "guarded.py:61" in err
+    assert seconds < 120
+
+
+def test_dtensor_wait_is_a_blocking_wait_in_the_diagnosis() -> None:
+    """A rank blocked in a functional collective's `wait_tensor` (inside `full_tensor()`) is
+    blocked at the user's line: with a peer blocked in a barrier of another group, the
+    watchdog proves the cycle instead of the backend timing out."""
+    proc, seconds = _launch(["dtensor_wait"], guard=[])
+    assert proc.returncode != 0
+    err = proc.stderr
+    assert "CL201 deadlock-cycle" in err, err[-3000:]
+    assert "all_gather(WORLD) @" in err and "guarded.py:70" in err
+    assert "barrier(pg1) @" in err and "guarded.py:72" in err
+    assert seconds < 120

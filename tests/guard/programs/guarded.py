@@ -38,6 +38,38 @@ def body(mode: str) -> None:
         first, second = (a, b) if rank == 0 else (b, a)
         dist.all_reduce(t, group=first)  # groups in different orders: cross-group deadlock
         dist.all_reduce(t, group=second)
+    elif mode == "dtensor":
+        # DTensor's redistributions are functional collectives: all_gathers, an all_reduce
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+
+        mesh = init_device_mesh("cpu", (2,))
+        dt = distribute_tensor(torch.arange(8.0), mesh, [Shard(0)])
+        full = dt.full_tensor()  # all_gather
+        again = dt.redistribute(mesh, [Replicate()]).to_local()  # all_gather
+        partial = DTensor.from_local(torch.ones(4) * (rank + 1), mesh, [Partial()])
+        summed = partial.redistribute(mesh, [Replicate()]).to_local()  # all_reduce: 3.0 each
+        t = full[:4] + again[4:] + summed
+    elif mode == "dtensor_skip":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import Shard, distribute_tensor
+
+        mesh = init_device_mesh("cpu", (2,))
+        dt = distribute_tensor(torch.arange(8.0), mesh, [Shard(0)])
+        if rank == 0:
+            t = dt.full_tensor()  # rank 0 only: an all_gather rank 1 never joins
+        dist.all_reduce(t)
+    elif mode == "dtensor_wait":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import Shard, distribute_tensor
+
+        side = dist.new_group([0, 1], timeout=timedelta(seconds=30))
+        mesh = init_device_mesh("cpu", (2,))
+        dt = distribute_tensor(torch.arange(8.0), mesh, [Shard(0)])
+        if rank == 0:
+            t = dt.full_tensor()  # waits in wait_tensor for an all_gather rank 1 never joins
+        else:
+            dist.barrier(group=side)  # waits for a barrier rank 0 never joins
     elif mode == "p2psize":
         if rank == 0:
             dist.send(torch.ones(8), 1)
