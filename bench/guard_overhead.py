@@ -77,7 +77,9 @@ def worker(steps: int, width: int, layers: int, batch: int, workload: str) -> No
                     "times": times[5:],
                     "guarded": flags[5:],
                     "loss": float(flat),
-                    "fp": [guard.fp_seconds, guard.fp_calls] if guard is not None else None,
+                    "fp": [guard.fp_seconds, guard.fp_calls, guard.fp_trusted]
+                    if guard is not None
+                    else None,
                 }
             ),
             flush=True,
@@ -188,10 +190,12 @@ def main(argv: list[str] | None = None) -> int:
             )
             secs = sum(c[0] for c in fp_cost[w] if c)
             calls = sum(c[1] for c in fp_cost[w] if c)
+            trusted = sum(c[2] for c in fp_cost[w] if c)
             if calls:
                 print(
-                    f"{w:6} fingerprint check (store round trips): {secs / calls * 1e3:.3f} ms "
-                    f"per checked call over {calls} calls on rank 0"
+                    f"{w:6} fingerprint check (side channel): {secs / calls * 1e3:.3f} ms "
+                    f"per checked call over {calls} calls on rank 0, {trusted} of them only "
+                    "published (--check auto: a path already seen matched)"
                 )
         for mode in modes:
             if mode == "ab":

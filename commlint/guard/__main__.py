@@ -11,7 +11,7 @@ import runpy
 import sys
 
 USAGE = (
-    "usage: python -m commlint.guard [--timeout SECONDS] [--check all|sample:N|off] "
+    "usage: python -m commlint.guard [--timeout SECONDS] [--check auto|all|sample:N|off] "
     "[--save-trace DIR] script.py [ARGS...]"
 )
 FLAGS = {"--timeout": "timeout", "--check": "check", "--save-trace": "save_trace"}

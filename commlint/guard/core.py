@@ -12,11 +12,12 @@ import contextlib
 import functools
 import json
 import os
+import queue
 import sys
 import threading
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -25,6 +26,27 @@ from commlint.guard.ring import DONE, FAILED, PENDING, Ring
 
 # Fingerprint slots per group / p2p channel (overwritten in turn: the store stays small).
 FP_KEEP = 64
+# `--check auto`: how long a call whose fingerprint follows a path not yet seen matched waits
+# for its peers' fingerprints before it goes on (a peer blocked elsewhere costs this, once).
+FP_WAIT = 1.0
+
+
+@dataclass
+class _Stream:
+    """`--check auto`'s memory of one group's (or p2p channel's) calls on this rank."""
+
+    prev: tuple | None = None  # the previous call's fingerprint
+    prev_matched: bool = True  # ... seen equal on every member (or trusted)
+    # (previous fingerprint, fingerprint) pairs seen matched on every member, in turn
+    verified: set[tuple[tuple | None, tuple]] = field(default_factory=set)
+
+    def trusted(self, key: tuple) -> bool:
+        return (self.prev, key) in self.verified
+
+    def step(self, key: tuple, matched: bool) -> None:
+        if matched and self.prev_matched:
+            self.verified.add((self.prev, key))
+        self.prev, self.prev_matched = key, matched
 
 
 class CommlintGuardError(RuntimeError):
@@ -36,7 +58,7 @@ class Options:
     """What the guard does; from flags (`python -m commlint.guard`) or the environment."""
 
     timeout: float = 10.0
-    check: str = "all"  # all | sample:N | off
+    check: str = "auto"  # auto | all | sample:N | off
     save_trace: str | None = None
     ring_size: int = 512
     ddp: bool = True
@@ -46,7 +68,7 @@ class Options:
         env = os.environ
         return cls(
             timeout=float(env.get("COMMLINT_GUARD_TIMEOUT", "10")),
-            check=env.get("COMMLINT_GUARD_CHECK", "all"),
+            check=env.get("COMMLINT_GUARD_CHECK", "auto"),
             save_trace=env.get("COMMLINT_GUARD_SAVE_TRACE") or None,
             ring_size=int(env.get("COMMLINT_GUARD_RING", "512")),
             ddp=env.get("COMMLINT_GUARD_DDP", "1") not in ("0", "false", "no"),
@@ -56,13 +78,13 @@ class Options:
         """0: no fingerprint checks; N: check every N-th collective of each group."""
         if self.check == "off":
             return 0
-        if self.check == "all":
+        if self.check in ("all", "auto"):
             return 1
         if self.check.startswith("sample:"):
             n = int(self.check.split(":", 1)[1])
             if n >= 1:
                 return n
-        raise ValueError(f"--check must be all, sample:N (N ≥ 1) or off, not {self.check!r}")
+        raise ValueError(f"--check must be auto, all, sample:N (N ≥ 1) or off, not {self.check!r}")
 
 
 def _site_skips() -> tuple[str, ...]:
@@ -72,7 +94,10 @@ def _site_skips() -> tuple[str, ...]:
     return (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep, here + os.sep)
 
 
+@functools.lru_cache(maxsize=8192)
 def short_path(filename: str) -> str:
+    """`filename` relative to the working directory when it lies under it (cached: the
+    guard names four frames per call, and `relpath` reads the working directory each time)."""
     try:
         rel = os.path.relpath(filename)
     except ValueError:
@@ -89,6 +114,8 @@ class Guard:
         self.dist = dist
         self.options = options
         self.every = options.sample_every()
+        self.adaptive = options.check == "auto"
+        self.streams: dict[str, _Stream] = {}
         self.ring: Ring | None = None
         self.rank = -1
         self.world_size = 0
@@ -109,7 +136,9 @@ class Guard:
         self.enabled = True
         self.fp_seconds = 0.0  # time spent on the side channel's fingerprints (bench figure)
         self.fp_calls = 0
+        self.fp_trusted = 0  # of which only published (`--check auto`, a path seen matched)
         self.watchdog: Any = None
+        self.publisher: _Publisher | None = None
         self.originals: dict[str, Any] = {}
         self._start_lock = threading.Lock()
 
@@ -467,7 +496,12 @@ class Guard:
     # -- fingerprints -------------------------------------------------------------------------
 
     def fingerprint(self, e: dict[str, Any], call: Call) -> None:
-        """Publish this call's fingerprint; compare with the members that published theirs."""
+        """Publish this call's fingerprint; compare with the members that published theirs.
+
+        `--check auto`: a call that repeats a path already seen matched on every member (the
+        same fingerprint after the same previous one on this group) only publishes — a set,
+        which does not wait for the store's answer; any other call waits (up to `FP_WAIT`)
+        for every member's fingerprint and compares before it enters."""
         fp = {k: e[k] for k in ("op", "root", "reduce_op", "shape", "dtype", "site") if k in e}
         if call.obj:
             fp.pop("shape", None)
@@ -476,24 +510,35 @@ class Guard:
         group, seq = e["group"], e["seq"]
         fp["seq"] = seq
         _, members = self.group_of(call.group)
-        store = self.store()
         slot, first_round = self.slot(seq)
-        store.set(f"fp/{group}/{slot}/{self.rank}", json.dumps(fp))
+        mine = f"fp/{group}/{slot}/{self.rank}"
+        if len(members) < 2:
+            return
+        stream = key = None
+        if self.adaptive:
+            key = _fp_key(fp)
+            stream = self.streams.setdefault(f"coll:{group}", _Stream())
+            if stream.trusted(key):
+                stream.step(key, True)
+                self.fp_trusted += 1
+                self.publish(mine, fp)  # off this thread: peers that check will find it
+                return
+        store = self.store()
+        store.set(mine, json.dumps(fp))
         others = [r for r in members if r != self.rank]
-        if not others:
-            return
-        # No waiting: the member that publishes last sees every fingerprint and compares;
-        # the members already inside the collective are ended by their watchdog (`fperr`).
-        values = self.read_slots(store, [f"fp/{group}/{slot}/{r}" for r in others], first_round)
-        if values is None:
-            return
+        # No waiting in `all`: the member that publishes last sees every fingerprint and
+        # compares; the members already inside the collective are ended by their watchdog.
+        keys = [f"fp/{group}/{slot}/{r}" for r in others]
+        values = self.read_slots(store, keys, first_round, seq, self.adaptive)
         seen = {self.rank: fp}
-        for r, v in zip(others, values, strict=True):
+        for r, v in zip(others, values or [], strict=False):
             theirs = json.loads(v)
-            if theirs.get("seq") != seq:
-                return  # that member has not published this call yet (or is past it)
-            seen[r] = theirs
+            if theirs.get("seq") == seq:
+                seen[r] = theirs
+        complete = len(seen) == len(members)
         if all(_same(fp, other) for other in seen.values()):
+            if stream is not None and key is not None:
+                stream.step(key, complete)
             return
         from commlint.guard.diagnose import mismatch_text
 
@@ -511,29 +556,59 @@ class Guard:
         return n % FP_KEEP, n < FP_KEEP
 
     @staticmethod
-    def read_slots(store: Any, keys: list[str], first_round: bool) -> list[bytes] | None:
-        if first_round and not store.check(keys):
-            return None
-        return store.multi_get(keys)
+    def read_slots(
+        store: Any, keys: list[str], first_round: bool, seq: int, wait: bool
+    ) -> list[bytes] | None:
+        """The peers' fingerprints in these slots; with `wait`, poll until each carries `seq`
+        or `FP_WAIT` has passed (then what is there)."""
+        deadline = time.monotonic() + FP_WAIT if wait else 0.0
+        pause = 0.0002
+        while True:
+            values = None
+            if not first_round or store.check(keys):
+                values = store.multi_get(keys)
+                if not wait or all(json.loads(v).get("seq") == seq for v in values):
+                    return values
+            elif not wait:
+                return None
+            if time.monotonic() > deadline:
+                return values
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
 
     def p2p_fingerprint(self, e: dict[str, Any], call: Call, key: str) -> None:
         """Sender and receiver of message k on a channel each publish shape and dtype; the
         one that comes second compares (a receive smaller than the send aborts the receiver
-        under gloo, a larger one reads garbage). Nobody waits."""
+        under gloo, a larger one reads garbage). Nobody waits, except in `--check auto` on a
+        path not yet seen matched (see `fingerprint`)."""
         store = self.store()
         seq = e["seq"]
         fp = {k: e[k] for k in ("op", "group", "shape", "dtype", "site") if k in e}
         me, other = ("send", "recv") if call.p2p == "send" else ("recv", "send")
         fp["seq"] = seq
         slot, first_round = self.slot(seq)
-        store.set(f"fp/{key}/{slot}/{me}", json.dumps(fp))
-        values = self.read_slots(store, [f"fp/{key}/{slot}/{other}"], first_round)
-        if values is None:
-            return
-        peer_fp = json.loads(values[0])
+        mine = f"fp/{key}/{slot}/{me}"
+        stream = fkey = None
+        if self.adaptive:
+            fkey = _fp_key(fp)
+            stream = self.streams.setdefault(f"{key}:{me}", _Stream())
+            if stream.trusted(fkey):
+                stream.step(fkey, True)
+                self.fp_trusted += 1
+                self.publish(mine, fp)
+                return
+        store.set(mine, json.dumps(fp))
+        values = self.read_slots(
+            store, [f"fp/{key}/{slot}/{other}"], first_round, seq, self.adaptive
+        )
+        peer_fp = json.loads(values[0]) if values else {}
         if peer_fp.get("seq") != seq:
+            if stream is not None and fkey is not None:
+                stream.step(fkey, False)
             return
         if peer_fp.get("shape") == fp.get("shape") and peer_fp.get("dtype") == fp.get("dtype"):
+            if stream is not None and fkey is not None:
+                stream.step(fkey, True)
             return
         from commlint.guard.diagnose import p2p_mismatch_text
 
@@ -545,6 +620,18 @@ class Guard:
         with contextlib.suppress(Exception):
             store.set("fperr", json.dumps({"rank": self.rank, "text": text}))
         raise CommlintGuardError(text)
+
+    def publish(self, key: str, fp: dict[str, Any]) -> None:
+        """Publish a fingerprint from the publisher thread, in call order (this thread only
+        queues it: a trusted call costs no store traffic of its own)."""
+        pub = self.publisher
+        if pub is None:
+            with self._start_lock:
+                if self.publisher is None:
+                    self.publisher = _Publisher(self)
+                    self.publisher.start()
+            pub = self.publisher
+        pub.queue.put((key, fp))
 
     # -- end of the program -------------------------------------------------------------------
 
@@ -565,10 +652,36 @@ class Guard:
         """Let the watchdog finish its tick and end before the process tears torch down: a
         thread still inside a store call during interpreter shutdown can abort the process."""
         self.ended = True
+        pub = self.publisher
+        if pub is not None and pub.is_alive():
+            pub.queue.put(None)
+            pub.join(timeout=2.0)
         w = self.watchdog
         if w is not None and w.is_alive() and w is not threading.current_thread():
             w.wake.set()
             w.join(timeout=2.0)
+
+
+class _Publisher(threading.Thread):
+    """Writes queued fingerprints to the side channel with a store client of its own."""
+
+    def __init__(self, guard: Guard) -> None:
+        super().__init__(name="commlint-guard-publisher", daemon=True)
+        self.guard = guard
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+
+    def run(self) -> None:
+        try:
+            store = self.guard.new_store()
+            while True:
+                item = self.queue.get()
+                if item is None:
+                    break
+                store.set(item[0], json.dumps(item[1]))
+            del store  # close the client here, not during interpreter shutdown
+        except Exception as exc:  # the guard must never take the job down by itself
+            if not self.guard.ended:
+                print(f"commlint guard: publisher stopped: {exc!r}", file=sys.stderr, flush=True)
 
 
 def _tracing() -> bool:
@@ -581,6 +694,13 @@ def _peer_gone(exc: BaseException) -> bool:
     text = str(exc).lower()
     return isinstance(exc, RuntimeError) and any(
         m in text for m in ("connection closed", "connection reset", "broken pipe")
+    )
+
+
+def _fp_key(fp: dict[str, Any]) -> tuple:
+    """A fingerprint as a hashable key (its sequence number left out)."""
+    return tuple(
+        (k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(fp.items()) if k != "seq"
     )
 
 

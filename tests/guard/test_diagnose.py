@@ -191,7 +191,7 @@ def test_options() -> None:
     [
         (["--bogus", "x.py"], "unknown option '--bogus'"),
         (["--timeout", "abc", "x.py"], "--timeout must be a positive number"),
-        (["--check", "sample:0", "x.py"], "--check must be all, sample:N"),
+        (["--check", "sample:0", "x.py"], "--check must be auto, all, sample:N"),
         (["missing.py"], "missing.py: no such file"),
     ],
 )

@@ -127,3 +127,32 @@ def test_dtensor_wait_is_a_blocking_wait_in_the_diagnosis() -> None:
     assert "all_gather(WORLD) @" in err and "guarded.py:70" in err
     assert "barrier(pg1) @" in err and "guarded.py:72" in err
     assert seconds < 120
+
+
+def test_auto_check_still_catches_a_late_size_mismatch() -> None:
+    """`--check auto` (the default) only publishes the fingerprints of a path seen matched
+    before; the rank that leaves the path (rank 1, another line, another size, at step 6)
+    waits for its peer's fingerprint and stops before gloo would abort on the sizes."""
+    proc, _ = _launch(["late_size"], guard=[])
+    assert proc.returncode != 0
+    err = proc.stderr
+    assert "CL204 argument-mismatch" in err, err[-3000:]
+    assert "shape [8] on rank 1 @" in err and "guarded.py:79" in err
+    assert "shape [4] on rank 0 @" in err and "guarded.py:81" in err
+    assert "SIGABRT" not in err  # gloo never saw the mismatched sizes
+
+
+def test_auto_check_trusts_only_paths_seen_matched() -> None:
+    from commlint.guard.core import _Stream
+
+    s = _Stream()
+    a, b = ("all_reduce", "[4]"), ("broadcast", "[4]")
+    assert not s.trusted(a)
+    s.step(a, True)  # first call, matched on every member
+    assert not s.trusted(a)  # (a after a) never seen yet
+    s.step(a, True)
+    assert s.trusted(a)  # a after a: seen matched
+    assert not s.trusted(b)
+    s.step(b, False)  # b compared with only some members: not verified
+    s.step(a, True)
+    assert (b, a) not in s.verified

@@ -70,6 +70,15 @@ def body(mode: str) -> None:
             t = dt.full_tensor()  # waits in wait_tensor for an all_gather rank 1 never joins
         else:
             dist.barrier(group=side)  # waits for a barrier rank 0 never joins
+    elif mode == "late_size":
+        # five steps the same on both ranks (the guard then trusts this path and only
+        # publishes), then rank 1 all-reduces a tensor of another size from another line:
+        # gloo would abort at once; the rank that left the path checks first
+        for step in range(6):
+            if rank == 1 and step == 5:
+                dist.all_reduce(torch.ones(8))
+            else:
+                dist.all_reduce(t)
     elif mode == "p2psize":
         if rank == 0:
             dist.send(torch.ones(8), 1)
