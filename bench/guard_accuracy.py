@@ -19,7 +19,6 @@ import argparse
 import ast
 import json
 import math
-import os
 import random
 import shutil
 import statistics
@@ -28,6 +27,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+try:
+    from bench.guard_jobs import command, job_env
+except ImportError:  # run as a script: bench/ itself is on sys.path
+    from guard_jobs import command, job_env
 
 ROOT = Path(__file__).resolve().parent.parent
 ACC = ROOT / "bench" / "accuracy"
@@ -70,27 +74,15 @@ def run_program(pid: str, timeout: float, extra: list[str] | None = None) -> dic
     programs, labels = load()
     prog = programs[pid]
     path = ACC / prog["path"]
-    env = dict(os.environ, ACC_TIMEOUT=str(PG_TIMEOUT), OMP_NUM_THREADS="1")
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env = job_env(ACC_TIMEOUT=str(PG_TIMEOUT))
     logs = tempfile.mkdtemp(prefix="guard-acc-")
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        str(prog["world_size"]),
-        "--log-dir",
-        logs,
-        "--redirects",
-        "1",  # each rank's stdout to its own file: two ranks printing at once interleave
-        "-m",
-        "commlint.guard",
-        "--timeout",
-        str(timeout),
-        *(extra or []),
+    # each rank's stdout to its own file: two ranks printing at once interleave
+    cmd = command(
         path.name,
-    ]
+        guard=["--timeout", str(timeout), *(extra or [])],
+        nproc=prog["world_size"],
+        flags=["--log-dir", logs, "--redirects", "1"],
+    )
     started = time.monotonic()
     try:
         proc = subprocess.run(

@@ -26,7 +26,11 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+try:
+    from bench.guard_jobs import command, job_env
+except ImportError:  # run as a script: bench/ itself is on sys.path
+    from guard_jobs import command, job_env
+
 MODES = ("ab", "unguarded", "guard", "guard-sample", "detail")
 
 
@@ -88,41 +92,21 @@ def worker(steps: int, width: int, layers: int, batch: int, workload: str) -> No
 
 
 def launch(mode: str, workload: str, args: argparse.Namespace) -> dict | None:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env = job_env()
     env.pop("TORCH_DISTRIBUTED_DEBUG", None)
-    guard: list[str] = []
+    guard: list[str] | None = None
     if mode == "detail":
         env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
     elif mode == "guard":
-        guard = ["-m", "commlint.guard"]
+        guard = []
     elif mode == "ab":
-        guard = ["-m", "commlint.guard"]
+        guard = []
         env["BENCH_TOGGLE"] = "1"
     elif mode == "guard-sample":
-        guard = ["-m", "commlint.guard", "--check", "sample:10"]
-    script = [str(Path(__file__).resolve())]
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "2",
-        *(guard or []),
-        *script,
-        "--worker",
-        "--steps",
-        str(args.steps),
-        "--width",
-        str(args.width),
-        "--layers",
-        str(args.layers),
-        "--batch",
-        str(args.batch),
-        "--workload",
-        workload,
-    ]
+        guard = ["--check", "sample:10"]
+    worker = ["--worker", "--steps", str(args.steps), "--width", str(args.width)]
+    worker += ["--layers", str(args.layers), "--batch", str(args.batch), "--workload", workload]
+    cmd = command(Path(__file__).resolve(), worker, guard=guard)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     for line in proc.stdout.splitlines():
         if line.startswith("{"):

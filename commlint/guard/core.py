@@ -450,9 +450,12 @@ class Guard:
 
     def batch(self, fn: Any, p2p_op_list: list, *rest: Any, **kw: Any) -> Any:
         """`batch_isend_irecv`: each op recorded as an isend/irecv of one batch."""
-        if not self.enabled or getattr(self.local, "depth", 0) or not self.started():
-            return fn(p2p_op_list, *rest, **kw)
-        if not p2p_op_list:
+        if (
+            not p2p_op_list
+            or not self.enabled
+            or getattr(self.local, "depth", 0)
+            or not self.started()
+        ):
             return fn(p2p_op_list, *rest, **kw)
         ring = self.ring
         assert ring is not None

@@ -4,7 +4,6 @@ Slow (each launch costs torch's start-up, ~8–20 s on 2 shared cores): marker `
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -13,34 +12,21 @@ from pathlib import Path
 import pytest
 
 from bench.guard_accuracy import run_program, verdicts
+from bench.guard_jobs import command, job_env
 from commlint.cli import main as commlint_main
 
 pytestmark = pytest.mark.real
 
-ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = Path(__file__).resolve().parent / "programs" / "guarded.py"
 GUARD_TIMEOUT = 2.0
 
 
 def _launch(args: list[str], guard: list[str] | None = None, cwd: Path | None = None):
-    env = dict(os.environ, OMP_NUM_THREADS="1", COMMLINT_GUARD_TIMEOUT=str(GUARD_TIMEOUT))
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env = job_env(COMMLINT_GUARD_TIMEOUT=str(GUARD_TIMEOUT))
     if guard is None:
         cmd = [sys.executable, str(PROGRAM), *args]
     else:
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            "-m",
-            "commlint.guard",
-            *guard,
-            str(PROGRAM),
-            *args,
-        ]
+        cmd = command(PROGRAM, args, guard=guard)
     started = time.monotonic()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, cwd=cwd)
     return proc, time.monotonic() - started
