@@ -95,14 +95,26 @@ class Call:
     obj: bool = False
 
 
-_SIGNATURES: dict[str, inspect.Signature] = {}
+_PARAMETERS: dict[str, tuple[str, ...] | None] = {}
 
 
-def signature(name: str, fn: Any) -> inspect.Signature:
-    sig = _SIGNATURES.get(name)
-    if sig is None:
-        sig = _SIGNATURES[name] = inspect.signature(fn)
-    return sig
+def arguments(name: str, fn: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """The call's arguments by parameter name, as `inspect.Signature.bind_partial` gives them
+    (defaults not filled in), without its cost on every call: positional arguments are
+    matched to the function's parameter names, learned once per function."""
+    names = _PARAMETERS.get(name, ())
+    if names == ():
+        params = inspect.signature(fn).parameters.values()
+        plain = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        ok = all(p.kind in plain or p.kind == inspect.Parameter.KEYWORD_ONLY for p in params)
+        names = _PARAMETERS[name] = (
+            tuple(p.name for p in params if p.kind in plain) if ok else None
+        )
+    if names is None or len(args) > len(names):  # *args / **kwargs: the slow, exact way
+        return dict(inspect.signature(fn).bind_partial(*args, **kwargs).arguments)
+    bound = dict(zip(names, args, strict=False))
+    bound.update(kwargs)
+    return bound
 
 
 def reduce_name(op: Any) -> str | None:
@@ -115,7 +127,7 @@ def reduce_name(op: Any) -> str | None:
 def describe(name: str, fn: Any, args: tuple, kwargs: dict, dist: Any) -> Call | None:
     """The call's facts, or None when the guard cannot read them (then it is not recorded)."""
     spec = API[name]
-    bound = signature(name, fn).bind_partial(*args, **kwargs).arguments
+    bound = arguments(name, fn, args, kwargs)
     group = bound.get("group")
     if group is dist.GroupMember.NON_GROUP_MEMBER:
         return None  # torch returns at once on a group this rank is not in
@@ -147,7 +159,7 @@ def describe_funcol(name: str, fn: Any, args: tuple, kwargs: dict, dist: Any) ->
     import torch.distributed._functional_collectives as funcol
 
     op, reduce, root_arg = FUNCOL[name]
-    bound = signature(f"funcol.{name}", fn).bind_partial(*args, **kwargs).arguments
+    bound = arguments(f"funcol.{name}", fn, args, kwargs)
     if "group" not in bound:
         return None
     group = funcol._resolve_group(bound["group"], bound.get("tag", ""))
