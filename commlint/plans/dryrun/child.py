@@ -191,8 +191,6 @@ def _stub_cuda(local_rank: int, local_world: int) -> None:
         "is_available": lambda: True,
         "is_initialized": lambda: True,
         "device_count": lambda: local_world,
-        "current_device": lambda: local_rank,
-        "set_device": lambda d: None,
         "synchronize": lambda device=None: _RECORDER.sync("cuda.synchronize"),
         "get_device_name": lambda device=None: "commlint dry-run (no GPU)",
         "get_device_capability": lambda device=None: (9, 0),
@@ -210,11 +208,15 @@ def _stub_cuda(local_rank: int, local_world: int) -> None:
         "stream": lambda s=None: s if isinstance(s, _Stream) else contextlib.nullcontext(s),
         "current_stream": lambda device=None: stream,
         "default_stream": lambda device=None: stream,
-        "device": lambda d=None: contextlib.nullcontext(),
         "_lazy_init": lambda: None,
     }
     for name, fn in stubs.items():
         setattr(cuda, name, fn)
+    # the rest of the surface trainers touch (device class, properties, memory, RNG, graphs,
+    # nvtx, torch.accelerator, torch.compile → eager)
+    from commlint.plans.dryrun import cuda_standins
+
+    cuda_standins.install(local_rank, local_world, _RECORDER.sync)
 
 
 def _wrap(module: Any, name: str, make: Any) -> None:
@@ -515,7 +517,14 @@ def _unread_values(recorder: Recorder) -> None:
                 )
             )
 
-    unread.install(on_read)
+    assumed: set[str] = set()
+
+    def on_assume(what: str) -> None:
+        if what not in assumed:
+            assumed.add(what)
+            recorder.send(("assume", f"assumed: {what}"))
+
+    unread.install(on_read, on_assume)
 
 
 def _meshes_on_cpu() -> None:

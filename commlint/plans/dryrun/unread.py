@@ -13,6 +13,7 @@ merely log do not fail).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,29 @@ _ITEM = torch.ops.aten._local_scalar_dense.default
 
 
 def _steer(self: Any, *a: Any) -> Any:
+    raise DataDependentOutputException(_ITEM)
+
+
+# Reads whose outcome the dry-run assumes instead of computing: (file suffix, function) of the
+# reader -> (truth value, what is assumed). GradScaler's inf check: gradients are all-reduced
+# (DDP) or its found-inf flags are (ShardedGradScaler), so every rank takes the same branch;
+# the dry-run takes the common one, no inf/NaN, and says so in the trace's `meta.assumes`.
+ASSUMED_TRUTH: dict[tuple[str, str], tuple[bool, str]] = {
+    ("torch/amp/grad_scaler.py", "_maybe_opt_step"): (
+        False,
+        "GradScaler found no inf/NaN gradient (the optimizer steps on every rank alike)",
+    ),
+}
+_on_assume: Callable[[str], None] | None = None
+
+
+def _truth(self: Any) -> bool:
+    code = sys._getframe(1).f_code  # the function testing the value
+    for (suffix, function), (truth, what) in ASSUMED_TRUTH.items():
+        if code.co_name == function and code.co_filename.endswith(suffix):
+            if _on_assume is not None:
+                _on_assume(what)
+            return truth
     raise DataDependentOutputException(_ITEM)
 
 
@@ -78,6 +102,7 @@ def _unread_class(base: type) -> type:
 
     body: dict[str, Any] = {name: _steer for name in _STEERING if hasattr(base, name)}
     body["__index__"] = _steer
+    body["__bool__"] = _truth
     body.update({name: make(name) for name in _ARITHMETIC})
     body["__doc__"] = f"A {base.__name__} read from a fake tensor: not computed."
     body["__reduce__"] = lambda self: (base, (base(self),))
@@ -112,9 +137,12 @@ def _nested(shape: tuple[int, ...], dtype: torch.dtype) -> Any:
     return [_nested(shape[1:], dtype) for _ in range(shape[0])]
 
 
-def install(on_read: Callable[[], None]) -> None:
+def install(on_read: Callable[[], None], on_assume: Callable[[str], None] | None = None) -> None:
     """`Tensor.item` / `Tensor.tolist` return unread numbers for fake tensors with no
-    value; `on_read` is called each time (to note where the program read one)."""
+    value; `on_read` is called each time (to note where the program read one), `on_assume`
+    with what was assumed when a known reader's truth test is answered (`ASSUMED_TRUTH`)."""
+    global _on_assume
+    _on_assume = on_assume
     item, tolist = torch.Tensor.item, torch.Tensor.tolist
 
     def fake_item(self: torch.Tensor) -> Any:

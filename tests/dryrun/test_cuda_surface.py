@@ -1,0 +1,98 @@
+"""A GPU-only script runs unchanged under the dry-run: the torch.cuda surface trainers use
+(taken from torchtitan, accelerate, Lightning, transformers, megatron-core and deepspeed),
+torch.accelerator, torch.compile (eager) and GradScaler, without falling back to real
+tensors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from commlint.plans.dryrun import cuda_standins
+
+SCRIPT = Path(__file__).parent / "fixtures" / "cuda_surface.py"
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "commlint", "run", "--nproc-per-node", "2", str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_gpu_only_script_is_clean_under_fake_tensors_with_its_buckets_recorded(tmp_path):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "commlint",
+            "run",
+            "--nproc-per-node",
+            "2",
+            "--save-trace",
+            str(tmp_path),
+            str(SCRIPT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "All checks passed" in proc.stdout
+    # the script's own asserts held (device class, properties, memory, accelerator) and it
+    # printed what get_device_properties answered
+    assert "commlint dry-run (no GPU), 80 GiB" in proc.stdout + proc.stderr
+    # GradScaler's inf check was assumed, not computed: no real-tensor re-run
+    assert "recorded again with small real CPU tensors" not in proc.stdout + proc.stderr
+    saved = "\n".join(p.read_text() for p in tmp_path.rglob("*.yaml"))
+    assert "DDP gradient bucket" in saved  # the compiled DDP model's backward communicated
+    assert "GradScaler found no inf/NaN gradient" in saved  # meta.assumes says what it took
+
+
+def test_rank0_only_collective_after_a_compiled_step_is_caught_at_its_line():
+    proc = run("rank0")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    line = next(
+        i for i, text in enumerate(SCRIPT.read_text().splitlines(), 1) if "rank 0 only" in text
+    )
+    assert f"cuda_surface.py:{line}: CL203" in proc.stdout, proc.stdout
+
+
+def test_standins_answer_like_a_gpu_node():
+    """The stand-ins themselves, installed in a child interpreter (they patch torch)."""
+    code = (
+        "import torch\n"
+        "from commlint.plans.dryrun import cuda_standins\n"
+        "syncs = []\n"
+        "cuda_standins.install(1, 4, syncs.append)\n"
+        "d = torch.cuda.device('cuda:3')\n"
+        "assert isinstance(d, torch.cuda.device) and d.idx == 3\n"
+        "with torch.cuda.device(2) as e:\n"
+        "    assert e.idx == 2\n"
+        "assert torch.cuda.current_device() == 1\n"
+        "torch.cuda.set_device(2)\n"
+        "assert torch.accelerator.current_device_index() == 2\n"
+        "assert torch.accelerator.device_count() == 4\n"
+        "assert torch.cuda.get_device_properties().total_memory == 80 * 2**30\n"
+        "assert torch.cuda.memory_stats()['allocated_bytes.all.peak'] == 0\n"
+        "assert torch.equal(torch.cuda.get_rng_state(), torch.get_rng_state())\n"
+        "assert len(torch.cuda.default_generators) == 4\n"
+        "torch.cuda.nvtx.range_push('x'); torch.cuda.nvtx.range_pop()\n"
+        "g = torch.cuda.CUDAGraph(); g.replay()\n"
+        "assert torch.cuda.make_graphed_callables(abs, ()) is abs\n"
+        "f = lambda x: x\n"
+        "assert torch.compile(f) is f and torch.compile(mode='max-autotune')(f) is f\n"
+        "m = torch.nn.Linear(2, 2); m.compile(); assert m(torch.ones(2)).shape == (2,)\n"
+        "torch.accelerator.synchronize()\n"
+        "assert syncs == ['accelerator.synchronize'], syncs\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "ok", out.stderr[-2000:]
+    # the real torch is untouched in this process
+    assert torch.compile is not cuda_standins.compile_eagerly
