@@ -281,5 +281,12 @@ def install(local_rank: int, local_world: int, sync: Callable[[str], None]) -> N
         if hasattr(acc, name):
             setattr(acc, name, value)
 
+    # the CUDA build's version strings and NCCL: torch's own checks (DDP's bf16 hook needs
+    # "CUDA 11+ and NCCL 2.10+") and the frameworks' read these
+    if torch.version.cuda is None:
+        torch.version.cuda = "12.8"
+    import torch.distributed as dist
+
+    dist.is_nccl_available = lambda: True
     torch.compile = compile_eagerly
     torch.nn.Module.compile = lambda self, *a, **k: None
