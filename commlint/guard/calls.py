@@ -107,9 +107,7 @@ def arguments(name: str, fn: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
         params = inspect.signature(fn).parameters.values()
         plain = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
         ok = all(p.kind in plain or p.kind == inspect.Parameter.KEYWORD_ONLY for p in params)
-        names = _PARAMETERS[name] = (
-            tuple(p.name for p in params if p.kind in plain) if ok else None
-        )
+        names = _PARAMETERS[name] = tuple(p.name for p in params if p.kind in plain) if ok else None
     if names is None or len(args) > len(names):  # *args / **kwargs: the slow, exact way
         return dict(inspect.signature(fn).bind_partial(*args, **kwargs).arguments)
     bound = dict(zip(names, args, strict=False))

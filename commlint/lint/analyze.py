@@ -396,9 +396,11 @@ class Program:
         """Every node with its enclosing conditions and its continuation frames."""
         yield from self._walk(fn.body, [], [])
 
-    def _walk(self, nodes, conds, cont):
+    def _walk(self, nodes, conds, cont, block=None):
         for i, n in enumerate(nodes):
-            self.siblings[id(n)] = (nodes, i)
+            # `block`: what runs in sequence around `nodes` — a `try` body and its `finally`
+            # (transformers' main_process_first: one barrier in each, under opposite tests)
+            self.siblings[id(n)] = (nodes if block is None else block, i)
             here = [("seq", nodes[i + 1 :]), *cont]
             yield n, conds, here
             if isinstance(n, Branch):
@@ -410,11 +412,12 @@ class Program:
                 yield from self._walk(n.body, inner, [("loop", n.body), *here])
             elif isinstance(n, Try):
                 after = [("seq", n.orelse + n.final), *here]
-                yield from self._walk(n.body, conds, after)
+                normal = n.body + n.orelse + n.final if n.final else None
+                yield from self._walk(n.body, conds, after, normal)
                 for h in n.handlers:
                     yield from self._walk(h, conds, [("seq", n.final), *here])
-                yield from self._walk(n.orelse, conds, [("seq", n.final), *here])
-                yield from self._walk(n.final, conds, here)
+                yield from self._walk(n.orelse, conds, [("seq", n.final), *here], normal)
+                yield from self._walk(n.final, conds, here, normal)
 
     def continuation(self, cont, kind: str, fn: Function) -> list[Tok]:
         out: list[Tok] = []

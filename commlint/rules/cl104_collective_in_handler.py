@@ -1,8 +1,48 @@
 """CL104: a collective inside `except` (or in `finally` after communicating `try` code)."""
 
 from commlint.lint.analyze import RawFinding, leaf_tok
-from commlint.lint.ir import Try
+from commlint.lint.branches import _evaluate, _iter_ints, _parse, _subject_of
+from commlint.lint.ir import Branch, Try
 from commlint.rules import Rule
+
+
+def _rank_split(program, fn, body: list, final: list) -> bool:
+    """`try: if not main: barrier() ... finally: if main: barrier()` (transformers'
+    `main_process_first`): the `try` body and the `finally` communicate under complementary
+    tests of one variable, so no rank communicates in both — a rank that fails in its `try`
+    reaches the same `finally` call it reaches anyway. True when that is proven for every
+    value the tests compare with."""
+    guards = []
+    for nodes, side in ((body, 0), (final, 1)):
+        for n in nodes:
+            if not program.node_tokens(n, fn):
+                continue
+            if not (isinstance(n, Branch) and n.kind == "if" and len(n.arms) == 2):
+                return False
+            if program.tokens(n.arms[1], fn):
+                return False  # the else arm communicates too
+            expr = _parse(n.cond.text)
+            if expr is None:
+                return False
+            guards.append((expr, side))
+    if not guards:
+        return False
+    var = _subject_of(guards[0][0])
+    if var is None or any(_subject_of(e) != var for e, _ in guards):
+        return False
+    ints = {v for e, _ in guards for v in _iter_ints(e)}
+    values: list[int | bool] = [*ints, max(ints) + 1, min(ints) - 1] if ints else [True, False]
+    for value in values:
+        sides = set()
+        for expr, side in guards:
+            truth = _evaluate(expr, var, value)
+            if truth is None:
+                return False
+            if truth:
+                sides.add(side)
+        if sides == {0, 1}:
+            return False
+    return True
 
 
 def check(program):
@@ -36,7 +76,7 @@ def check(program):
                     )
             body = [t for t in program.tokens(node.body, fn) if leaf_tok(t).cat != "create"]
             final = [t for t in program.tokens(node.final, fn) if leaf_tok(t).cat == "coll"]
-            if body and final:
+            if body and final and not _rank_split(program, fn, node.body, node.final):
                 real = leaf_tok(final[0])
                 first = leaf_tok(body[0])
                 out.append(

@@ -38,6 +38,14 @@ EXPECTED = {
     "oom_continue.py": [(10, "CL103")],
     # HF Trainer callbacks: `state.is_world_process_zero`, `trainer.is_world_process_zero()`
     "hf_callbacks.py": [(10, "CL101"), (18, "CL101")],
+    # a `finally` barrier after a `try` whose all_reduce every rank runs
+    "finally_both_communicate.py": [(10, "CL104")],
+}
+# Correct programs that look like one of the above: no finding.
+CLEAN = {
+    # transformers' main_process_first: the `try` barrier on the others, the `finally`
+    # barrier on the main process: one barrier per rank, raise or not
+    "finally_main_first.py",
 }
 
 
@@ -55,5 +63,17 @@ def test_pattern_is_reported_at_its_line(name):
     assert found == EXPECTED[name]
 
 
+@pytest.mark.parametrize("name", sorted(CLEAN))
+def test_correct_look_alike_is_clean(name):
+    out = subprocess.run(
+        [sys.executable, "-m", "commlint", "check", "--format", "json", str(PATTERNS / name)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert json.loads(out.stdout)["findings"] == []
+
+
 def test_every_pattern_file_is_checked():
-    assert sorted(p.name for p in PATTERNS.glob("*.py")) == sorted(EXPECTED)
+    assert sorted(p.name for p in PATTERNS.glob("*.py")) == sorted([*EXPECTED, *CLEAN])
