@@ -130,6 +130,8 @@ class Program:
             keys = self.index.get(cand)
             if keys:
                 return self.functions[sorted(keys)[0]]
+        if site.on_module:
+            return None
         for cand in site.names:
             found = self._method_of_named_object(cand)
             if found is not None:

@@ -13,7 +13,12 @@ from collections import Counter
 from dataclasses import dataclass, replace
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider, ScopeProvider
+from libcst.metadata import (
+    MetadataWrapper,
+    PositionProvider,
+    QualifiedNameSource,
+    ScopeProvider,
+)
 
 from commlint.lint.ir import (
     AsyncFact,
@@ -1360,7 +1365,13 @@ class Extractor:
                 group_args[a.keyword.value] = gkey
             else:
                 group_args[f"#{k}"] = gkey
-        return CallSite(tuple(dict.fromkeys(cands)), text, self.pos(node), group_args)
+        return CallSite(
+            tuple(dict.fromkeys(cands)),
+            text,
+            self.pos(node),
+            group_args,
+            on_module=self.on_module(func),
+        )
 
     def spawn(self, node: cst.Call, how: str, target: cst.BaseExpression | None) -> Val:
         if target is None:
@@ -1403,7 +1414,25 @@ class Extractor:
                 cands.append(f"{self.module_name}.{q}")
         if not cands:
             return None
-        return CallSite(tuple(dict.fromkeys(cands)), self.text(target), self.pos(target))
+        return CallSite(
+            tuple(dict.fromkeys(cands)),
+            self.text(target),
+            self.pos(target),
+            on_module=self.on_module(target),
+        )
+
+    def on_module(self, func: cst.BaseExpression) -> bool:
+        """`mod.f` where `mod` is bound by an import (`torch.scatter`): a module's function."""
+        if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)):
+            return False
+        scope = self._scopes.get(func.value)
+        if scope is None:
+            return False
+        try:
+            found = scope.get_qualified_names_for(func.value)
+        except Exception:  # libcst cannot name some nodes (e.g. in comprehensions)
+            return False
+        return any(q.source == QualifiedNameSource.IMPORT for q in found)
 
     def method_call(self, node, func: cst.Attribute, recv: Val, args, text) -> Val | None:
         meth = func.attr.value

@@ -88,6 +88,8 @@ class CallSite:
     text: str
     pos: Pos
     group_args: dict[str, str] = field(default_factory=dict)  # param name or "#k" -> group key
+    # `torch.scatter(...)`, `np.mean(...)`: called on an imported module, never an object
+    on_module: bool = False
 
 
 @dataclass
