@@ -325,3 +325,14 @@ def test_call_stacks_stop_at_the_users_script():
     for action in trace.ranks[0]:
         assert action.stack, action
         assert all("ok_sendrecv.py" in f or f.startswith("torch/") for f in action.stack)
+
+
+def test_small_real_values_decide_without_real_tensors():
+    """`torch.tensor(n)` all-reduced, compared and used as a loop bound: computed for real
+    (small real tensors), so the run stays on fake tensors and every rank loops 4 times."""
+    result, trace = record(str(FIXTURES / "small_real_values.py"))
+    assert result.mode == "fake"
+    for rank in (0, 1):
+        assert ops(trace, rank) == ["all_reduce"] * 5
+        assert [a.shape for a in trace.ranks[rank][1:]] == [[8]] * 4
+    assert check_trace(trace, None).findings == []

@@ -437,8 +437,13 @@ def _deep_copies_keep_constants() -> None:
     orig = torch.Tensor.__deepcopy__
 
     def __deepcopy__(self: torch.Tensor, memo: dict[int, Any]) -> torch.Tensor:
+        if not isinstance(self, FakeTensor) and not self.is_meta:
+            # a real tensor (torchmetrics' default state, torch.tensor(0.0)): a real copy, as
+            # in a real run — copying its storage inside the fake mode fails
+            with unset_fake_temporarily():
+                return orig(self, memo)
         constant = getattr(self, "constant", None)
-        if constant is None or not isinstance(self, FakeTensor):
+        if constant is None:
             return orig(self, memo)
         self.constant = None
         try:
@@ -866,6 +871,11 @@ def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
         return {"kind": "exit", "message": f"sys.exit({exc.code!r})", "site": _error_site(exc)}
     except BaseException as exc:
         message, site = _one_line(exc), _error_site(exc)
+        if os.environ.get("COMMLINT_DEBUG"):  # where in the program (or torch) it came from
+            import traceback
+
+            with open(f"commlint-debug-rank{spec.rank}-{spec.mode}.txt", "a") as fh:
+                traceback.print_exc(file=fh)
         if spec.mode == "fake" and not str(exc).startswith(_DDP_UNFINISHED):
             # DDP's own check failed (its reducer state, not tensor data): no need to see
             # whether real tensors raise it too.

@@ -168,6 +168,35 @@ def _cpp_origin(frames: list[Any]) -> str:
     return "issued by torch"
 
 
+# Real tensors up to this many elements are computed with for real (see `_small_real_only`).
+SMALL_REAL = 64
+_REAL_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
+def _small_real_only(args: tuple, kwargs: dict) -> bool:
+    """Tensor arguments (top level) all real CPU tensors of at most `SMALL_REAL` elements,
+    and at least one: a factory call (no tensor in) stays fake."""
+    seen = False
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            if type(a) not in _REAL_TYPES or a.device.type != "cpu" or a.numel() > SMALL_REAL:
+                return False
+            seen = True
+        elif isinstance(a, list | tuple) and any(isinstance(x, torch.Tensor) for x in a):
+            return False  # lists of tensors (cat, stack): left to the fake mode
+    return seen
+
+
+def _constants(args: Any) -> list[tuple[Any, torch.Tensor]]:
+    """The fake tensors among a call's arguments (lists included) that know their value."""
+    out = []
+    for a in pytree.arg_tree_leaves(*args):
+        constant = getattr(a, "constant", None)
+        if constant is not None and isinstance(a, _FakeTensor):
+            out.append((a, constant))
+    return out
+
+
 def _is_real(t: Any) -> bool:
     if getattr(t, "constant", None) is not None:  # a fake tensor that knows its value
         return True
@@ -916,6 +945,12 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
             and _has_subclass(pytree.arg_tree_leaves(*args, **kwargs))
         ):
             return NotImplemented
+        if func.namespace == "aten" and _small_real_only(args, kwargs):
+            # only small real tensors in (a count made with torch.tensor(n), then
+            # all-reduced): computed for real, so `total == 0` has a value, as in a real run
+            with unset_fake_temporarily():
+                return func(*args, **kwargs)
+        kept = _constants(args) if func.namespace == "c10d" else None
         self._depth += 1
         try:
             # FakeTensorMode.__torch_dispatch__ is `dispatch` behind a dynamo guard and a call
@@ -923,6 +958,14 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
             out = self.dispatch(func, types, args, kwargs)
         finally:
             self._depth -= 1
+        if kept:
+            # FakeTensorMode forgets the value of a tensor an op writes to; a collective's
+            # tensors hold what the backend delivered into that value (`_copy`): keep it, so
+            # `total == 0` on an all-reduced count is still known (Lightning's
+            # has_len_all_ranks) instead of forcing real tensors
+            for t, constant in kept:
+                if t.constant is None:
+                    t.constant = constant
         if self._depth or func.namespace not in _FUNCTIONAL_NAMESPACES:
             return out
         if out is not NotImplemented:
