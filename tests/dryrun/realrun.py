@@ -1,6 +1,8 @@
 """Ground truth: run a program for real with gloo on CPU, N processes, and classify the run.
 
-One warm parent imports torch once; each case forks its N ranks (fresh gloo state per case).
+A fork server imports torch once; each case forks its N ranks from it (fresh gloo state per case,
+and none of the test process's threads or locks: a rank forked from a busy pytest process once
+hung in CI outside any gloo call).
 `init_process_group` and `new_group` get a short timeout so a hang turns into a timeout error;
 a rank that does not finish in time is killed. The verdict comes from what the ranks did —
 every rank reached the end of the script (`finished`) or not — never from a SIGABRT at exit.
@@ -11,12 +13,15 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import runpy
+import shutil
 import socket
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from multiprocessing.connection import wait
+from pathlib import Path
 
 
 @dataclass
@@ -38,8 +43,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rank_main(program: str, rank: int, world: int, port: int, timeout: float, conn) -> None:
+def _rank_main(
+    program: str, rank: int, world: int, port: int, timeout: float, conn, stacks: str
+) -> None:
+    import faulthandler
+
     import torch.distributed as dist
+
+    # A rank that never reports leaves its Python stack here, so "hung" says where.
+    stack_file = open(stacks, "w")  # noqa: SIM115  (open until the process exits)
+    faulthandler.dump_traceback_later(3 * timeout + 5, file=stack_file)
 
     os.environ.update(
         RANK=str(rank),
@@ -70,10 +83,8 @@ def _rank_main(program: str, rank: int, world: int, port: int, timeout: float, c
 
     c10d.new_group = new_group_with_timeout
     sys.argv = [program]
-    # pytest's faulthandler, inherited through fork, would print a crashing program's stack
-    # (bad_crash_signal segfaults on purpose) into the test log; the exit code says enough.
-    import faulthandler
-
+    # A crashing program's stack (bad_crash_signal segfaults on purpose) stays out of the
+    # test log; the exit code says enough.
     faulthandler.disable()
     status = "finished"
     try:
@@ -90,9 +101,9 @@ def _rank_main(program: str, rank: int, world: int, port: int, timeout: float, c
 
 def run_real(cases: list[tuple[str, int]], timeout: float = 4.0) -> dict[str, RealRun]:
     """Run each (program, nproc) for real; rank timeouts after `timeout` seconds."""
-    import torch.distributed  # noqa: F401  (imported once, before forking)
-
-    ctx = mp.get_context("fork")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch.distributed", __name__])
+    scratch = tempfile.mkdtemp(prefix="commlint-realrun-")
     out: dict[str, RealRun] = {}
     for program, world in cases:
         port = _free_port()
@@ -100,7 +111,9 @@ def run_real(cases: list[tuple[str, int]], timeout: float = 4.0) -> dict[str, Re
         procs, conns = {}, {}
         for rank in range(world):
             recv_end, send_end = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_rank_main, args=(program, rank, world, port, timeout, send_end))
+            stacks = os.path.join(scratch, f"{len(out)}-{rank}.txt")
+            args = (program, rank, world, port, timeout, send_end, stacks)
+            p = ctx.Process(target=_rank_main, args=args)
             p.start()
             send_end.close()
             procs[rank], conns[recv_end] = p, rank
@@ -114,14 +127,26 @@ def run_real(cases: list[tuple[str, int]], timeout: float = 4.0) -> dict[str, Re
                 except EOFError:
                     result.ranks[rank] = "error: died"
         for rank, p in procs.items():
-            result.ranks.setdefault(rank, "hung")
+            stacks = os.path.join(scratch, f"{len(out)}-{rank}.txt")
+            result.ranks.setdefault(rank, "hung" + _where(stacks))
             p.join(0.5)
             if p.is_alive():
                 p.kill()
                 p.join()
         result.seconds = time.monotonic() - start
         out[program] = result
+    shutil.rmtree(scratch, ignore_errors=True)
     return out
+
+
+def _where(stacks: str) -> str:
+    """' at FILE:LINE in FUNC' of the innermost frame a hung rank's stack dump names, if any."""
+    try:
+        text = Path(stacks).read_text()
+    except OSError:
+        return ""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("File")]
+    return f" ({lines[0]})" if lines else ""
 
 
 if __name__ == "__main__":

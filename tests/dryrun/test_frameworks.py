@@ -13,33 +13,60 @@ import pytest
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def dry_run(script: Path, *args: str, save: Path | None = None) -> subprocess.CompletedProcess:
+def dry_run(
+    script: Path, *args: str, cwd: Path, save: Path | None = None
+) -> subprocess.CompletedProcess:
+    """`commlint run` of a fixture, from `cwd` (the frameworks write output folders there)."""
     cmd = [sys.executable, "-m", "commlint", "run", "--nproc-per-node", "2", "--timeout", "120"]
     if save is not None:
         cmd += ["--save-trace", str(save)]
     return subprocess.run(
-        [*cmd, str(script), *args], capture_output=True, text=True, timeout=600, cwd=script.parent
+        [*cmd, str(script), *args], capture_output=True, text=True, timeout=600, cwd=cwd
     )
 
 
 def test_lightning_trainer_ddp_is_clean_on_fake_tensors(tmp_path):
     pytest.importorskip("lightning")
-    proc = dry_run(FIXTURES / "lightning_ddp.py", save=tmp_path)
+    proc = dry_run(FIXTURES / "lightning_ddp.py", cwd=tmp_path, save=tmp_path / "trace")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "All checks passed" in proc.stdout
     assert "recorded again with small real CPU tensors" not in out  # no real compute
-    saved = (tmp_path / "rank-00000.yaml").read_text()
+    saved = (tmp_path / "trace" / "rank-00000.yaml").read_text()
     assert '"tensors": "fake"' in saved
     assert "DDP gradient bucket" in saved  # the Trainer's DDP backward was recorded
 
 
-def test_lightning_rank0_only_collective_is_caught_at_the_users_line():
+def test_lightning_rank0_only_collective_is_caught_at_the_users_line(tmp_path):
     pytest.importorskip("lightning")
     script = FIXTURES / "lightning_ddp.py"
-    proc = dry_run(script, "rank0")
+    proc = dry_run(script, "rank0", cwd=tmp_path)
     assert proc.returncode == 1, (proc.stdout + proc.stderr)[-3000:]
     line = next(
         i for i, text in enumerate(script.read_text().splitlines(), 1) if "# rank 0 only" in text
     )
     assert f"lightning_ddp.py:{line}: CL20" in proc.stdout, proc.stdout
+
+
+def test_transformers_trainer_ddp_is_clean_on_fake_tensors(tmp_path):
+    pytest.importorskip("transformers")
+    proc = dry_run(FIXTURES / "hf_trainer_ddp.py", cwd=tmp_path, save=tmp_path / "trace")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "recorded again with small real CPU tensors" not in out  # no real compute
+    saved = (tmp_path / "trace" / "rank-00000.yaml").read_text()
+    assert '"tensors": "fake"' in saved
+    assert "DDP gradient bucket" in saved
+    # what the dry-run took instead of computing is said, with the line that tested it
+    assert "no NaN/inf in the value tested at" in saved
+
+
+def test_transformers_rank0_only_callback_collective_is_caught_at_its_line(tmp_path):
+    pytest.importorskip("transformers")
+    script = FIXTURES / "hf_trainer_ddp.py"
+    proc = dry_run(script, "rank0", cwd=tmp_path)
+    assert proc.returncode == 1, (proc.stdout + proc.stderr)[-3000:]
+    line = next(
+        i for i, text in enumerate(script.read_text().splitlines(), 1) if "# rank 0 only" in text
+    )
+    assert f"hf_trainer_ddp.py:{line}: CL20" in proc.stdout, proc.stdout

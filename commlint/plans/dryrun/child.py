@@ -169,6 +169,13 @@ class _Stream:
     def query(self) -> bool:
         return True
 
+    def is_capturing(self) -> bool:  # torch.Stream's (the optimizer asks through accelerator)
+        return False
+
+    device_type = "cuda"
+    device_index = 0
+    stream_id = 0
+
     def synchronize(self) -> None:
         _RECORDER.sync("cuda.Stream.synchronize")
 

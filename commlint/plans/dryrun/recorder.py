@@ -10,6 +10,7 @@ recorder catches functional collectives on fake/meta tensors, which never reach 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -166,6 +167,81 @@ def _cpp_origin(frames: list[Any]) -> str:
     if any(os.sep + "autograd" + os.sep in n for n in names):
         return "DDP gradient bucket"
     return "issued by torch"
+
+
+_SCALAR = torch.ops.aten._local_scalar_dense.default
+_DataDependent = _fake_tensor.DataDependentOutputException
+_DYNAMO_WRAPPERS = (
+    os.path.join("torch", "_compile.py"),
+    os.path.join("torch", "_dynamo", "eval_frame.py"),
+)
+_AUTOGRAD_GRAPH = os.path.join("torch", "autograd", "graph.py")
+
+
+def _read_by_autograd() -> bool:
+    """Is the innermost Python frame below this dispatch the autograd engine's entry (so the
+    read comes from C++ backward code, not from the program)?"""
+    f = sys._getframe(2)
+    while f is not None and f.f_code.co_filename.endswith(_DYNAMO_WRAPPERS):
+        f = f.f_back
+    return f is not None and f.f_code.co_filename.endswith(_AUTOGRAD_GRAPH)
+
+
+# NaN/inf tests and what they give when every number is finite; any/all/not/or of them
+# carry that value on (`torch.isnan(loss) or torch.isinf(loss)`, `isfinite(g).all()`)
+_IF_FINITE = "_commlint_if_finite"
+_aten = torch.ops.aten
+_ELEMENTWISE = {
+    _aten.isnan.default: False,
+    _aten.isinf.default: False,
+    _aten.isposinf.default: False,
+    _aten.isneginf.default: False,
+    _aten.isfinite.default: True,
+}
+_FINITE_TESTS = frozenset(
+    {
+        *_ELEMENTWISE,
+        _aten.any.default,
+        _aten.any.dim,
+        _aten.all.default,
+        _aten.all.dim,
+        _aten.logical_not.default,
+        _aten.bitwise_not.default,
+        _aten.logical_or.default,
+        _aten.bitwise_or.Tensor,
+        _aten.logical_and.default,
+        _aten.bitwise_and.Tensor,
+    }
+)
+
+
+def _mark_finite_test(func: Any, args: tuple, out: Any) -> None:
+    """Give `out` the value it has when every number is finite, when it is known."""
+    if not isinstance(out, torch.Tensor):
+        return
+    if func in _ELEMENTWISE:
+        value: Any = _ELEMENTWISE[func]
+    else:
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        if not tensors or not all(hasattr(a, _IF_FINITE) for a in tensors):
+            return
+        known = [getattr(a, _IF_FINITE) for a in tensors]
+        if func in (_aten.logical_not.default, _aten.bitwise_not.default):
+            value = not known[0]
+        elif func in (_aten.logical_or.default, _aten.bitwise_or.Tensor):
+            value = any(known)
+        elif func in (_aten.logical_and.default, _aten.bitwise_and.Tensor):
+            value = all(known)
+        else:  # any / all of one uniform tensor
+            value = known[0]
+    with contextlib.suppress(AttributeError, TypeError):
+        setattr(out, _IF_FINITE, value)
+
+
+def _placeholder(dtype: torch.dtype) -> Any:
+    if dtype is torch.bool:
+        return True
+    return 1.0 if dtype.is_floating_point or dtype.is_complex else 1
 
 
 # Real tensors up to this many elements are computed with for real (see `_small_real_only`).
@@ -925,9 +1001,22 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
     itself while computing one (decompositions) — exactly what a mode above it would see.
     """
 
+    def validate_and_convert_non_fake_tensors(self, func, converter, flat_args, args_spec):
+        """Real inputs become fake ones (torch's rule); a small real one (a count from the
+        data, a 0-dim scalar) becomes a fake tensor that knows its value — itself."""
+        flat_args = [
+            converter.from_real_tensor(self, a, make_constant=True)
+            if type(a) is torch.Tensor and a.device.type == "cpu" and a.numel() <= SMALL_REAL
+            else a
+            for a in flat_args
+        ]
+        return super().validate_and_convert_non_fake_tensors(func, converter, flat_args, args_spec)
+
     def __init__(self, recorder: Recorder, **kwargs: Any):
         super().__init__(**kwargs)
         self.rec = recorder
+        self._assumed_backward_read = False
+        self._assumed_finite: set[str | None] = set()
         self._depth = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -956,6 +1045,31 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
             # FakeTensorMode.__torch_dispatch__ is `dispatch` behind a dynamo guard and a call
             # counter; this method already has the guard (TorchDispatchMode adds it).
             out = self.dispatch(func, types, args, kwargs)
+        except _DataDependent:
+            if func is _SCALAR and hasattr(args[0], _IF_FINITE):
+                # a NaN/inf test of a value the dry-run did not compute: the finite case
+                out = getattr(args[0], _IF_FINITE)
+                site, _ = user_site(_frames(2))
+                if site not in self._assumed_finite:
+                    self._assumed_finite.add(site)
+                    self.rec.send(
+                        ("assume", f"no NaN/inf in the value tested at {site} (not computed)")
+                    )
+                return out
+            if func is not _SCALAR or not _read_by_autograd():
+                raise
+            # the autograd engine reads a scalar (a loss divided by a token count tensor):
+            # gradients have no values here, so any number does; the program never sees it
+            out = _placeholder(args[0].dtype)
+            if not self._assumed_backward_read:
+                self._assumed_backward_read = True
+                self.rec.send(
+                    (
+                        "assume",
+                        "a number the backward pass reads (e.g. a loss divided by a token "
+                        "count) was not computed: gradients carry no values in the dry-run",
+                    )
+                )
         finally:
             self._depth -= 1
         if kept:
@@ -966,6 +1080,8 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
             for t, constant in kept:
                 if t.constant is None:
                     t.constant = constant
+        if func in _FINITE_TESTS and not self._depth:
+            _mark_finite_test(func, args, out)
         if self._depth or func.namespace not in _FUNCTIONAL_NAMESPACES:
             return out
         if out is not NotImplemented:
