@@ -9,7 +9,7 @@ contract documented in docs/trace-format.md.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
@@ -226,6 +226,22 @@ def built_action(data: dict[str, Any], fields_set: set[str], cls: type[Action] =
     return obj
 
 
+class CompactRow(NamedTuple):
+    """One action of a rank held compactly (a tuple, not an `Action`): an `isend`/`irecv` on
+    WORLD with tag 0 and no payload description (`peer`, `handle`), or a `wait` (`handles`).
+    Importers that produce hundreds of thousands of such actions (pipelining schedules) keep
+    them as rows in a lazy `ranks` dict; the checker reads the rows directly, and reading
+    `trace.ranks[r]` builds the rank's `Action`s from them (each with `label` and `site`).
+    Attribute names are `Action`'s, so code that reads `peer`, `tag` or `handles` takes either."""
+
+    op: str
+    peer: int | None = None
+    handle: str | None = None
+    handles: tuple[str, ...] = ()
+    label: str | None = None
+    tag: int = 0
+
+
 class RankEnd(BaseModel):
     """How a rank's trace ended, when it did not simply run to its end (dry-run, dumps)."""
 
@@ -305,4 +321,7 @@ class Trace(BaseModel):
         return self.ranks.get(rank, [])
 
     def num_actions(self) -> int:
+        count = getattr(self.ranks, "action_count", None)  # a lazy dict: without building
+        if count is not None:
+            return sum(count(r) for r in self.ranks)
         return sum(len(v) for v in self.ranks.values())

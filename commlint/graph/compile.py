@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 
 from commlint.trace import (
+    ACTION_DEFAULTS,
     ASYNC_P2P_OPS,
     COLLECTIVE_OPS,
     P2P_OPS,
@@ -23,6 +24,7 @@ from commlint.trace import (
     WORLD,
     Action,
     Trace,
+    built_action,
     normalize_dtype,
 )
 
@@ -98,7 +100,13 @@ def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
     inst_need, inst_members, inst_key = g.inst_need, g.inst_members, g.inst_key
     inst_sig: list[tuple] = []
     pending: dict[tuple, list[tuple[int, int]]] = {}  # per-call problems, by call site
-    capacity = sum(len(v) for v in trace.ranks.values())  # ops <= actions; trimmed at the end
+    ranks = trace.ranks
+    # a lazy `ranks` (generated plans, pipelining schedules) may hold a rank as compact rows
+    # (`CompactRow`): read them as they are, without building an `Action` per row
+    rows_of = getattr(ranks, "compact_rows", None)
+    count = getattr(ranks, "action_count", None)
+    # ops <= actions; trimmed at the end
+    capacity = sum(map(count, ranks)) if count else sum(len(v) for v in ranks.values())
     op_next.extend([-1] * capacity)
     op_waited.extend([False] * capacity)
     op_fails.extend([False] * capacity)
@@ -107,20 +115,29 @@ def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
     # what an action means under this model, worked out once per distinct action object:
     # plans share one frozen object between the ranks and steps that repeat an action
     info_of: dict[int, tuple] = {}
-    for rank in sorted(trace.ranks):
-        actions = trace.ranks[rank]
+    row_info = {
+        op: _action_info(built_action({**ACTION_DEFAULTS, "op": op}, {"op"}), model)
+        for op in ("isend", "irecv", "wait")
+    }
+    for rank in sorted(ranks):
+        rows = rows_of(rank) if rows_of is not None else None
+        actions = rows if rows is not None else ranks[rank]
         steps: list[int] = []
         handles: dict[str, int] = {}
         seqs: dict[str, int] = {}
         last_on_queue: dict[object, int] = {}
         batch: tuple | None = None  # (name, queue key, op before the batch)
         for i, a in enumerate(actions):
-            info = info_of.get(id(a))
-            if info is None:
-                info = _action_info(a, model)
-                if a.__class__ is not Action:  # shared and frozen (a mutable one is single)
-                    info_of[id(a)] = info
-            what, op, group, sig, is_async, handle, batch_name, qkey = info
+            if rows is not None:  # a CompactRow: its op's meaning, its own handle
+                what, op, group, sig, is_async, _, batch_name, qkey = row_info[a.op]
+                handle = a.handle
+            else:
+                info = info_of.get(id(a))
+                if info is None:
+                    info = _action_info(a, model)
+                    if a.__class__ is not Action:  # shared and frozen (a mutable one is single)
+                        info_of[id(a)] = info
+                what, op, group, sig, is_async, handle, batch_name, qkey = info
             if what == _WAIT:
                 # a handle of a call that was skipped (non-member) or raised is absent: torch
                 # gave that rank no work to wait for, and the call has its own finding
@@ -163,7 +180,9 @@ def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
             else:  # p2p
                 peer = a.peer
                 if rank not in mem or peer not in mem:
-                    pending.setdefault(("CL205", a.describe(), a.site, rank), []).append((rank, i))
+                    full = ranks[rank][i] if rows is not None else a  # builds this rank
+                    key = ("CL205", full.describe(), full.site, rank)
+                    pending.setdefault(key, []).append((rank, i))
                     steps.append(SKIP)
                     _forget(handles, handle)
                     continue

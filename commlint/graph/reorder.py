@@ -578,7 +578,11 @@ def _choose(
 def has_floating_ops(trace: Trace) -> bool:
     """Does any op carry a `bucket` or a `thread`? Without one, every window is in program
     order on every rank and no reordering exists (one linear scan, no compile)."""
-    for acts in trace.ranks.values():
+    rows_of = getattr(trace.ranks, "compact_rows", None)
+    for rank in trace.ranks:
+        if rows_of is not None and rows_of(rank) is not None:
+            continue  # compact rows (`CompactRow`) carry neither
+        acts = trace.ranks[rank]
         distinct = dict(zip(map(id, acts), acts, strict=True))  # repeated objects: once each
         if any(a.bucket is not None or a.thread is not None for a in distinct.values()):
             return True

@@ -17,10 +17,10 @@ first.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from commlint.trace import Action, Trace
+from commlint.trace import Action, CompactRow, Trace
 
 
 class _Unbuilt:
@@ -39,12 +39,30 @@ UNBUILT = _Unbuilt()
 class LazyRanks(dict):
     """`rank -> list[Action]`, each list built by `build(rank)` when first read."""
 
-    __slots__ = ("_build", "generated")
+    __slots__ = ("_build", "_compact", "generated")
 
-    def __init__(self, ranks: range, build: Callable[[int], list[Action]]) -> None:
+    def __init__(
+        self,
+        ranks: Iterable[int],
+        build: Callable[[int], list[Action]],
+        compact: dict[int, list[CompactRow]] | None = None,
+    ) -> None:
         super().__init__(dict.fromkeys(ranks, UNBUILT))
         self._build = build
-        self.generated: dict[int, tuple | None] = dict.fromkeys(ranks)
+        self._compact = compact
+        self.generated: dict[int, tuple | None] = dict.fromkeys(self)
+
+    def compact_rows(self, rank: int) -> list[CompactRow] | None:
+        """Rank `rank`'s actions as compact rows (`commlint.trace.CompactRow`), while the rank
+        was never built — the checker reads these without building an object per action."""
+        if self._compact is None or dict.get(self, rank) is not UNBUILT:
+            return None
+        return self._compact.get(rank)
+
+    def action_count(self, rank: int) -> int:
+        """len(ranks[rank]), without building a rank that has compact rows."""
+        rows = self.compact_rows(rank)
+        return len(rows) if rows is not None else len(self[rank])
 
     def _built(self, rank: int) -> list[Action]:
         acts = self._build(rank)

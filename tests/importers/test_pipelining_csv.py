@@ -252,3 +252,37 @@ def test_many_missing_stages_are_summarised():
     cells = ",".join(f"{s}F0" for s in range(0, 60, 2))
     with pytest.raises(CommlintInputError, match=r"stages \[1, 3, .*, 19\] and 19 more"):
         loads_pipelining_csv(cells + "\n")
+
+
+@pytest.mark.parametrize("kind", ["clean", "cycle", "missing_send"])
+def test_checker_reads_compact_rows_as_it_reads_actions(tmp_path, kind):
+    """A schedule's ranks are compact rows until read: the checker's verdict on them equals its
+    verdict on the built `Action`s, and a clean schedule is checked without building any."""
+    if kind == "clean":
+        sched = torch_schedule("ScheduleInterleaved1F1B", False, 4, 8)
+        path = tmp_path / "clean.csv"
+        sched._dump_csv(str(path), "compute_only")
+    else:
+        path = tmp_path / f"{kind}.csv"
+        text = {
+            "cycle": "0RECV_B0,0B0,0F0,0SEND_F0\n1RECV_F0,1F0,1B0,1SEND_B0\n",
+            "missing_send": "0F0\n1RECV_F0,1F0\n",
+        }[kind]
+        path.write_text(text)
+    fmt = "compute_comms" if kind == "missing_send" else "auto"
+    lazy, built = load_pipelining_csv(path, fmt), load_pipelining_csv(path, fmt)
+    built.ranks.build_all()  # every rank an `Action` list: the checker reads those instead
+    assert all(built.ranks.compact_rows(r) is None for r in built.ranks)
+    assert all(lazy.ranks.compact_rows(r) is not None for r in lazy.ranks)
+    assert lazy.num_actions() == built.num_actions() > 0
+    assert lazy.ranks.unbuilt() == len(lazy.ranks)  # counting built nothing
+
+    def verdict(trace):
+        found = check(trace, "all").findings
+        return [(f.code, f.message, [(a.rank, a.action) for a in f.actions]) for f in found]
+
+    ours = verdict(lazy)
+    assert ours == verdict(built)
+    assert bool(ours) == (kind != "clean")
+    if kind == "clean":
+        assert lazy.ranks.unbuilt() == len(lazy.ranks)

@@ -84,11 +84,9 @@ def load_any(path: str | Path, fmt: str = "auto") -> LoadedTrace:
         from commlint.plans.importers.pipelining_csv import load_pipelining_csv
 
         trace = load_pipelining_csv(path)
-        # row r of the CSV is rank r: findings then carry a line, as for plan files
-        lines = LineMap(
-            actions={(r, i): r + 1 for r, acts in trace.ranks.items() for i in range(len(acts))},
-            ranks={r: r + 1 for r in trace.ranks},
-        )
+        # row r of the CSV is rank r: findings then carry a line, as for plan files (an
+        # action's line falls back to its rank's; no rank is built to number its actions)
+        lines = LineMap(ranks={r: r + 1 for r in trace.ranks})
         return LoadedTrace(trace, name, lines)
     from commlint.plans.importers.sketchdlc import load_sketchdlc
 

@@ -37,10 +37,11 @@ import gc
 import io
 import re
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from commlint.findings import CommlintInputError
-from commlint.trace import ACTION_DEFAULTS, Action, Trace, built_action
+from commlint.plans.lazy import GeneratedTrace, LazyRanks
+from commlint.trace import ACTION_DEFAULTS, Action, CompactRow, Trace, built_action
 
 _KINDS = "F|I|B|W|UNSHARD|RESHARD|REDUCE_GRAD|SEND_F|RECV_F|SEND_B|RECV_B"
 _ACTION = re.compile(rf"(\d+)({_KINDS})(\d*)")
@@ -389,22 +390,35 @@ def lower_compute_only(
     return out
 
 
-# Trace actions are built without pydantic's validation: every field set here is valid by
-# construction (peers are other ranks of the schedule, waits name handles posted before).
-_DEFAULTS = ACTION_DEFAULTS
+# Ranks are kept as compact rows (`CompactRow`, one tuple per action) in a lazy `ranks` dict:
+# the checker reads the rows; reading `trace.ranks[r]` builds rank r's `Action`s from them,
+# without pydantic's validation (every field is valid by construction: peers are other ranks
+# of the schedule, waits name handles posted before them; tests assert it).
 _P2P_SET = frozenset({"op", "peer", "handle", "label", "site"})
 _WAIT_SET = frozenset({"op", "handles", "label", "site"})
 _END_SET = frozenset({"op", "handles", "label"})
+END_OF_STEP = "end of step"
+_row = tuple.__new__
 
 
-def _make(proto: dict[str, Any], fields_set: frozenset, **values: Any) -> Action:
-    data = proto.copy()
-    data.update(values)
-    return built_action(data, set(fields_set))  # each its own (labels, handles): not shared
-
-
-_new = Action.__new__
-_set = object.__setattr__
+def _build_rank(rows: list[CompactRow], site: str | None) -> list[Action]:
+    """Rank actions from its compact rows: p2p and waits at the rank's row of the CSV, the
+    closing wait of the step without a site."""
+    defaults = ACTION_DEFAULTS
+    acts: list[Action] = []
+    for op, peer, handle, handles, label, _ in rows:
+        data = defaults.copy()
+        data["op"] = op
+        data["label"] = label
+        if op != "wait":
+            data["peer"], data["handle"], data["site"] = peer, handle, site
+            fields_set = _P2P_SET
+        elif label == END_OF_STEP:
+            data["handles"], fields_set = list(handles), _END_SET
+        else:
+            data["handles"], data["site"], fields_set = list(handles), site, _WAIT_SET
+        acts.append(built_action(data, set(fields_set)))
+    return acts
 
 
 def to_trace(
@@ -413,22 +427,15 @@ def to_trace(
     path: str | None = None,
     fmt: str = "compute_comms",
 ) -> Trace:
-    """A lowered schedule → per-rank isend/irecv/wait actions."""
+    """A lowered schedule → per-rank isend/irecv/wait actions (compact rows, built lazily)."""
     world = max([*schedule, *owner.values()]) + 1
     last = max(owner)
-    ranks: dict[int, list[Action]] = {}
+    compact: dict[int, list[CompactRow]] = {}
     fsdp = 0
-    new, set_ = _new, _set
+    new = _row
     for rank, cells in schedule.items():
-        site = f"{path}:{rank + 1}" if path else None  # the rank's row
-        # one prototype per op; the fields-set objects are shared by the rank's actions of one
-        # kind, as generated plans share theirs (pydantic only reads them)
-        isend = {**_DEFAULTS, "op": "isend", "site": site}
-        irecv = {**_DEFAULTS, "op": "irecv", "site": site}
-        wait = {**_DEFAULTS, "op": "wait", "site": site}
-        p2p_set, wait_set = set(_P2P_SET), set(_WAIT_SET)
-        acts: list[Action] = []
-        append = acts.append
+        rows: list[CompactRow] = []
+        append = rows.append
         pending_recv: dict[tuple[str, int, int | None], str] = {}
         sends: list[str] = []
         for col, cell in enumerate(cells):
@@ -440,28 +447,23 @@ def to_trace(
                     forward = kind == "F"
                     h = pending_recv.pop(("F" if forward else "B", stage, mb), None)
                     if h is not None:
-                        data = wait.copy()
-                        data["handles"] = [h]
-                        data["label"] = f"before {stage}{kind}{mb}"
+                        append(new(CompactRow, ("wait", None, None, (h,), f"before {a}", 0)))
                     elif _needs_input(owner, last, rank, stage, forward):
                         raise _before_input(a, rank, col, path)
-                    else:
-                        continue
-                    fields_set = wait_set
                 elif kind == "SEND_F" or kind == "SEND_B":
-                    data = isend.copy()
                     to = stage + 1 if kind == "SEND_F" else stage - 1
                     peer = owner.get(to, rank)
-                    data["peer"] = peer if peer != rank else _peer(owner, to, a, rank, path)
-                    data["handle"] = data["label"] = h = f"{stage}{kind}{mb}"
+                    if peer == rank:
+                        peer = _peer(owner, to, a, rank, path)
+                    h = f"{stage}{kind}{mb}"
                     sends.append(h)
-                    fields_set = p2p_set
+                    append(new(CompactRow, ("isend", peer, h, (), h, 0)))
                 elif kind == "RECV_F" or kind == "RECV_B":
-                    data = irecv.copy()
                     to = stage - 1 if kind == "RECV_F" else stage + 1
                     peer = owner.get(to, rank)
-                    data["peer"] = peer if peer != rank else _peer(owner, to, a, rank, path)
-                    data["handle"] = data["label"] = h = f"{stage}{kind}{mb}"
+                    if peer == rank:
+                        peer = _peer(owner, to, a, rank, path)
+                    h = f"{stage}{kind}{mb}"
                     key = ("F" if kind == "RECV_F" else "B", stage, mb)
                     if key in pending_recv:
                         raise CommlintInputError(
@@ -471,27 +473,22 @@ def to_trace(
                             rank + 1,
                         )
                     pending_recv[key] = h
-                    fields_set = p2p_set
-                else:
-                    if kind in FSDP:
-                        fsdp += 1
-                    continue
-                obj = new(Action)  # built_action, inlined: this runs once per action
-                set_(obj, "__dict__", data)
-                set_(obj, "__pydantic_fields_set__", fields_set)
-                set_(obj, "__pydantic_extra__", None)
-                set_(obj, "__pydantic_private__", None)
-                append(obj)
-        leftover = list(pending_recv.values())
-        if sends or leftover:
-            end = {**_DEFAULTS, "op": "wait", "handles": sends + leftover, "label": "end of step"}
-            append(built_action(end, set(_END_SET)))
-        ranks[rank] = acts
-    return Trace.model_construct(
+                    append(new(CompactRow, ("irecv", peer, h, (), h, 0)))
+                elif kind in FSDP:
+                    fsdp += 1
+        if sends or pending_recv:
+            handles = (*sends, *pending_recv.values())
+            append(new(CompactRow, ("wait", None, None, handles, END_OF_STEP, 0)))
+        compact[rank] = rows
+
+    def build(rank: int) -> list[Action]:
+        return _build_rank(compact[rank], f"{path}:{rank + 1}" if path else None)
+
+    return GeneratedTrace.model_construct(
         version=1,
         world_size=world,
         groups={},
-        ranks=ranks,
+        ranks=LazyRanks(compact, build, compact),
         ends={},
         backend=None,
         source=f"pipelining-csv ({fmt})",
