@@ -227,12 +227,14 @@ def built_action(data: dict[str, Any], fields_set: set[str], cls: type[Action] =
 
 
 class CompactRow(NamedTuple):
-    """One action of a rank held compactly (a tuple, not an `Action`): an `isend`/`irecv` on
-    WORLD with tag 0 and no payload description (`peer`, `handle`), or a `wait` (`handles`).
-    Importers that produce hundreds of thousands of such actions (pipelining schedules) keep
-    them as rows in a lazy `ranks` dict; the checker reads the rows directly, and reading
-    `trace.ranks[r]` builds the rank's `Action`s from them (each with `label` and `site`).
-    Attribute names are `Action`'s, so code that reads `peer`, `tag` or `handles` takes either."""
+    """The layout of one action of a rank held compactly: a plain tuple in this field order
+    (not an `Action`, not even this class: a tuple subclass costs a second allocation per
+    row). An `isend`/`irecv` on WORLD with no payload description (`peer`, `handle`, `tag`),
+    or a `wait` (`handles`). Handles are any hashable values unique within the rank; `label`
+    is the importer's. Importers that produce hundreds of thousands of such actions
+    (pipelining schedules) keep them as rows in a lazy `ranks` dict (`compact_rows(rank)`);
+    the checker reads the rows by position, and reading `trace.ranks[r]` builds the rank's
+    `Action`s from them with the importer's handle and label strings and sites."""
 
     op: str
     peer: int | None = None

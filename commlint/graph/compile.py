@@ -102,7 +102,7 @@ def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
     pending: dict[tuple, list[tuple[int, int]]] = {}  # per-call problems, by call site
     ranks = trace.ranks
     # a lazy `ranks` (generated plans, pipelining schedules) may hold a rank as compact rows
-    # (`CompactRow`): read them as they are, without building an `Action` per row
+    # (tuples laid out as `CompactRow`): read as they are, without building an `Action` each
     rows_of = getattr(ranks, "compact_rows", None)
     count = getattr(ranks, "action_count", None)
     # ops <= actions; trimmed at the end
@@ -128,9 +128,9 @@ def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
         last_on_queue: dict[object, int] = {}
         batch: tuple | None = None  # (name, queue key, op before the batch)
         for i, a in enumerate(actions):
-            if rows is not None:  # a CompactRow: its op's meaning, its own handle
-                what, op, group, sig, is_async, _, batch_name, qkey = row_info[a.op]
-                handle = a.handle
+            if rows is not None:  # a compact row: its op's meaning, its own handle
+                what, op, group, sig, is_async, _, batch_name, qkey = row_info[a[0]]
+                handle = a[2]
             else:
                 info = info_of.get(id(a))
                 if info is None:
@@ -141,7 +141,8 @@ def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
             if what == _WAIT:
                 # a handle of a call that was skipped (non-member) or raised is absent: torch
                 # gave that rank no work to wait for, and the call has its own finding
-                ops = tuple(handles[h] for h in a.handles if h in handles)
+                names = a[3] if rows is not None else a.handles
+                ops = tuple(handles[h] for h in names if h in handles)
                 for o in ops:
                     op_waited[o] = True
                 steps.append(len(g.waits) << 3 | WAIT)
@@ -178,7 +179,7 @@ def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
                     inst_key.append(("coll", group, seq))
                     inst_sig.append(sig)
             else:  # p2p
-                peer = a.peer
+                peer = a[1] if rows is not None else a.peer
                 if rank not in mem or peer not in mem:
                     full = ranks[rank][i] if rows is not None else a  # builds this rank
                     key = ("CL205", full.describe(), full.site, rank)
@@ -188,7 +189,7 @@ def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
                     continue
                 is_send = op in SEND_OPS
                 src, dst = (rank, peer) if is_send else (peer, rank)
-                tag = a.tag
+                tag = a[5] if rows is not None else a.tag
                 chan = (group, src, dst, tag, is_send)
                 k = chan_count.get(chan, 0)
                 chan_count[chan] = k + 1

@@ -20,7 +20,7 @@ import copy
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from commlint.trace import Action, CompactRow, Trace
+from commlint.trace import Action, Trace
 
 
 class _Unbuilt:
@@ -45,16 +45,17 @@ class LazyRanks(dict):
         self,
         ranks: Iterable[int],
         build: Callable[[int], list[Action]],
-        compact: dict[int, list[CompactRow]] | None = None,
+        compact: dict[int, list[tuple]] | None = None,
     ) -> None:
         super().__init__(dict.fromkeys(ranks, UNBUILT))
         self._build = build
         self._compact = compact
         self.generated: dict[int, tuple | None] = dict.fromkeys(self)
 
-    def compact_rows(self, rank: int) -> list[CompactRow] | None:
-        """Rank `rank`'s actions as compact rows (`commlint.trace.CompactRow`), while the rank
-        was never built — the checker reads these without building an object per action."""
+    def compact_rows(self, rank: int) -> list[tuple] | None:
+        """Rank `rank`'s actions as compact rows (tuples laid out as `commlint.trace.CompactRow`)
+        while the rank was never built: the checker reads these without building an object
+        per action."""
         if self._compact is None or dict.get(self, rank) is not UNBUILT:
             return None
         return self._compact.get(rank)

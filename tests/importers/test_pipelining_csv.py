@@ -286,3 +286,29 @@ def test_checker_reads_compact_rows_as_it_reads_actions(tmp_path, kind):
     assert bool(ours) == (kind != "clean")
     if kind == "clean":
         assert lazy.ranks.unbuilt() == len(lazy.ranks)
+
+
+@pytest.mark.parametrize("n_stages", [1, 2, 3, 4, 6])
+def test_fsdp_steps_equal_torch_on_random_rows(n_stages):
+    """UNSHARD/RESHARD/REDUCE_GRAD placement equals torch's `_add_unshard_reshard` +
+    `_add_reduce_grad`, on rows of up to 3 stages (placed without a window) and more."""
+    import random
+
+    from commlint.plans.importers.pipelining_csv import _add_fsdp_steps
+
+    rng = random.Random(n_stages)
+    for _ in range(40):
+        microbatches = rng.randint(1, 4)
+        cells = [
+            f"{stage}{kind}{mb}"
+            for stage in range(n_stages)
+            for mb in range(microbatches)
+            for kind in ("F", "B")
+        ]
+        rng.shuffle(cells)
+        ours = [str(a) for a in _add_fsdp_steps([parse_action(c) for c in cells], microbatches)]
+        theirs = schedules._add_reduce_grad(
+            schedules._add_unshard_reshard([schedules._Action.from_str(c) for c in cells]),
+            microbatches,
+        )
+        assert ours == [str(a) for a in theirs if a is not None], cells
