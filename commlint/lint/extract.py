@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import libcst as cst
@@ -206,6 +207,36 @@ def _is_dtype(text: str) -> bool:
 def as_data(v: Val, origin: str) -> Val:
     """`v` as this rank's data (its own origin kept when it has one)."""
     return Val(data=True, dims=v.dims, exact=v.exact, origin=v.origin or origin)
+
+
+# Tensor constructors whose values are their literal arguments (or zeros, ones, a fill value)
+CONSTANT_TENSOR_CALLS = frozenset(
+    {"torch.tensor", "torch.as_tensor", "torch.zeros", "torch.ones", "torch.full"}
+)
+CONSTANT_TENSOR = "a tensor of literal values"
+_VALUE_FREE_KWARGS = frozenset({"device", "dtype", "requires_grad", "pin_memory", "layout"})
+
+
+def _literal(node: cst.BaseExpression) -> bool:
+    if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString)):
+        return True
+    if isinstance(node, cst.Name):
+        return node.value in ("True", "False", "None")
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        return _literal(node.expression)
+    if isinstance(node, (cst.List, cst.Tuple)):
+        return all(isinstance(e, cst.Element) and _literal(e.value) for e in node.elements)
+    return False
+
+
+def _literal_call(node: cst.Call) -> bool:
+    """Every value-giving argument is a literal (`torch.tensor([0], device=d)`)."""
+    for a in node.args:
+        if a.keyword is not None and a.keyword.value in _VALUE_FREE_KWARGS:
+            continue
+        if a.star or not _literal(a.value):
+            return False
+    return True
 
 
 def read_tensor(v: Val, text: str) -> Val:
@@ -583,6 +614,8 @@ class Extractor:
     def stmt_If(self, node: cst.If) -> None:
         cond = self.cond(node.test)
         fixed = self._fixed_value(cond)
+        if fixed is None:
+            fixed = _decided_by_world_size(node.test, self.text)
         arms: list[list[Node]] = []
         payloads = {k: v.payload for k, v in self.env.items()}
         arms.append(self.arm(node.body.body, cond, True))
@@ -739,7 +772,7 @@ class Extractor:
                 handlers.append(hbody)
         orelse = self.block(node.orelse.body.body) if node.orelse else []
         final = self.block(node.finalbody.body.body) if node.finalbody else []
-        self.emit(Try(body, handlers, orelse, final, self.pos(node)))
+        self.emit(Try(body, handlers, orelse, final, self.pos(node), _lone_call(node.body.body)))
 
     # ----------------------------------------------------------- binding
     def _assign_pairwise(self, s: cst.Assign) -> bool:
@@ -781,6 +814,11 @@ class Extractor:
                     self.bind(el.value, sub)
         elif isinstance(target, cst.Subscript):
             self.expr(target.value)
+            base = target.value
+            if isinstance(base, cst.Name):
+                old = self.env.get(base.value)
+                if old is not None and old.origin == CONSTANT_TENSOR:
+                    self.env[base.value] = CLEAN  # `stop[0] = flag`: values of this rank now
 
     def lookup(self, key: str) -> Val | None:
         return self.env.get(key)
@@ -1186,6 +1224,7 @@ class Extractor:
         args = [self.expr(a.value) for a in node.args]
         callee_text = self.text(func)
         last = callee_text.rsplit(".", 1)[-1]
+        self._forget_constants(node)
 
         # os.environ.get("RANK") / os.getenv("RANK")
         if any(q in ENV_GETTERS for q in names) and node.args:
@@ -1237,6 +1276,9 @@ class Extractor:
                     data=v.data,
                     origin=v.origin or f"`{self.text(node)[:40]}` draws random numbers",
                 )
+            if q in CONSTANT_TENSOR_CALLS and _literal_call(node):
+                # `torch.tensor([0])`: the same values on every rank
+                return Val(uniform=True, origin=CONSTANT_TENSOR)
             if q in self.table.tensor_functions:
                 v = join(*args)
                 if v.tainted() or any(a.rank_tensor for a in args):
@@ -1285,6 +1327,7 @@ class Extractor:
                 zero=bool(ZERO_NAMES.search(last)) and "local" not in last,
                 origin=f"`{self.text(node)[:40]}` depends on the rank",
             )
+        self._callbacks(node, callee_text)
         # a call of a project function
         site = self.callsite(node, names, callee_text)
         data = any(a.data and not a.uniform for a in args)
@@ -1292,6 +1335,44 @@ class Extractor:
             return Val(data=data, origin=next((a.origin for a in args if a.data), ""))
         self.emit(site)
         return Val(data=data, deps=site.names, origin=next((a.origin for a in args if a.data), ""))
+
+    def _forget_constants(self, node: cst.Call) -> None:
+        """A constant tensor (`stop = torch.tensor([0])`) changed in place (`stop.fill_(1)`)
+        or handed to a call (which may change it) no longer holds the same values on every
+        rank; a collective that takes it makes it uniform again afterwards."""
+        func = node.func
+        names = [a.value for a in node.args]
+        if isinstance(func, cst.Attribute) and func.attr.value.endswith("_"):
+            names.append(func.value)
+        for n in names:
+            if isinstance(n, cst.Name):
+                v = self.env.get(n.value)
+                if v is not None and v.origin == CONSTANT_TENSOR:
+                    self.env[n.value] = CLEAN
+
+    def _callbacks(self, node: cst.Call, callee_text: str) -> None:
+        """A function defined inside this one and handed to a call (`study.optimize(
+        _objective, n_trials=n)`, a closure as a callback) runs when the callee decides: a
+        loop over it, whose count the file does not give (the linter does not look into the
+        callee, even in the project)."""
+        for a in node.args:
+            if not isinstance(a.value, cst.Name):
+                continue
+            scope = self._scopes.get(a.value)
+            if scope is None or isinstance(scope, cst.metadata.GlobalScope):
+                continue
+            try:
+                defs = [x.node for x in scope[a.value.value]]
+            except Exception:  # libcst cannot resolve some names
+                continue
+            if not defs or not all(isinstance(d, cst.FunctionDef) for d in defs):
+                continue
+            site = self.callsite_from(a.value, self.qnames(a.value))
+            if site is None:
+                continue
+            # as often on every rank, as far as this file tells (a count that differs is the
+            # callee's to show: `checkpoint(custom_forward)` runs it once everywhere)
+            self.emit(Loop(None, [site], self.pos(node), "for"))
 
     def _range_stride(self, node: cst.Call, args: list[Val]) -> tuple[int, int | None] | None:
         """`range(a, n, k)` with a literal step k: every element is ≡ a (mod k); `a` may be
@@ -1851,3 +1932,57 @@ def _swallows_oom(exc: str, handler: str) -> bool:
     """An `except` for running out of memory: `OutOfMemoryError` / `MemoryError`, or a
     `RuntimeError` whose handler tests for "out of memory" (torch before 1.13)."""
     return "MemoryError" in exc or ("RuntimeError" in exc and "out of memory" in handler.lower())
+
+
+def _lone_call(stmts: Sequence[cst.BaseStatement]) -> bool:
+    """One simple statement that is a call, or assigns a call's result, and nothing else."""
+    if len(stmts) != 1 or not isinstance(stmts[0], cst.SimpleStatementLine):
+        return False
+    if len(stmts[0].body) != 1:
+        return False
+    small = stmts[0].body[0]
+    if not isinstance(small, (cst.Expr, cst.Assign, cst.AnnAssign)):
+        return False
+    value = small.value
+    if not isinstance(value, cst.Call):
+        return False
+    # arguments that are names, attributes or literals cannot fail on their own
+    simple = (cst.Name, cst.Attribute, cst.Integer, cst.Float, cst.SimpleString)
+    return all(isinstance(a.value, simple) for a in value.args)
+
+
+_COMPARE = {
+    cst.GreaterThan: lambda a, b: a > b,
+    cst.GreaterThanEqual: lambda a, b: a >= b,
+    cst.LessThan: lambda a, b: a < b,
+    cst.LessThanEqual: lambda a, b: a <= b,
+    cst.Equal: lambda a, b: a == b,
+    cst.NotEqual: lambda a, b: a != b,
+}
+
+
+def _decided_by_world_size(test: cst.BaseExpression, text) -> bool | None:
+    """`world_size > 1` (`args.world_size`, `dist.get_world_size()`) compared with a literal:
+    its value whenever communication can go wrong, i.e. on every world size of 2 or more (a
+    single rank has nobody to mismatch with); None when that value depends on the size."""
+    negate = False
+    while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        test, negate = test.expression, not negate
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return None
+    left, comp = test.left, test.comparisons[0]
+    fn = _COMPARE.get(type(comp.operator))
+    right = comp.comparator
+    if fn is None:
+        return None
+    if isinstance(right, cst.Integer) and WORLD_SIZE_TEXT.search(text(left)):
+        k = int(right.evaluated_value)
+        values = {fn(w, k) for w in (2, 3, max(k, 2) + 1, 1 << 20)}
+    elif isinstance(left, cst.Integer) and WORLD_SIZE_TEXT.search(text(right)):
+        k = int(left.evaluated_value)
+        values = {fn(k, w) for w in (2, 3, max(k, 2) + 1, 1 << 20)}
+    else:
+        return None
+    if len(values) != 1 or k > 2:  # beyond 2 the value depends on the size
+        return None
+    return values.pop() != negate

@@ -122,6 +122,8 @@ class Try:
     orelse: list[Node]
     final: list[Node]
     pos: Pos
+    # the body is one statement whose only work is one call (`try: dist.barrier()`)
+    lone_call: bool = False
 
 
 @dataclass

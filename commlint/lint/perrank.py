@@ -911,6 +911,13 @@ class Rank:
             except Exception:
                 return UNK
             return UNK
+        if any(
+            isinstance(a, Fn) and self.ev.communicates(a.node) for a in (*args, *kwargs.values())
+        ):
+            # `study.optimize(_objective)`: the callee runs it when and as often as it decides
+            raise Abort(
+                "a function that communicates is handed to a call it cannot follow", e.lineno
+            )
         return self.opaque(e)
 
     def defaults(self, a: ast.arguments, env: dict) -> dict[str, object]:

@@ -51,9 +51,15 @@ def check(program):
         for node, _conds, _cont in program.walk(fn):
             if not isinstance(node, Try):
                 continue
+            body_colls = [t for t in program.tokens(node.body, fn) if leaf_tok(t).cat == "coll"]
+            # a fallback for the one collective the `try` makes (`try: barrier() except
+            # RuntimeError: all_reduce(flag)`): a collective that fails on some members only
+            # leaves the others inside it whatever the handler does; one that fails on every
+            # member (an unsupported op, a missing API) sends them all to the fallback
+            fallback = node.lone_call and len(body_colls) == 1
             for h in node.handlers:
                 toks = [t for t in program.tokens(h, fn) if leaf_tok(t).cat == "coll"]
-                if toks:
+                if toks and not fallback:
                     real = leaf_tok(toks[0])
                     out.append(
                         RawFinding(
@@ -113,6 +119,12 @@ those ranks alone, while the others are still inside the `try` body's communicat
 past it: nobody matches it, and a crash that should have stopped the job turns into a hang (the
 "stranding" failure: one rank sent half a protocol and the peer waits forever). A collective in
 `finally` after a `try` that communicates has the same problem on the failure path.
+
+Not reported: a handler that falls back to another collective when the `try` body is that
+one collective call alone (`try: dist.barrier() except RuntimeError: dist.all_reduce(flag)`).
+A collective that fails on some members only leaves the others inside it whatever the handler
+does, and one that fails on every member (an unsupported operation, an API missing from this
+torch) sends every rank to the same fallback.
 """,
     severity="error",
     kind="source",

@@ -40,6 +40,12 @@ EXPECTED = {
     "hf_callbacks.py": [(10, "CL101"), (18, "CL101")],
     # a `finally` barrier after a `try` whose all_reduce every rank runs
     "finally_both_communicate.py": [(10, "CL104")],
+    # a handler's barrier after a `try` whose own computation can fail on one rank
+    "handler_after_local_work.py": [(10, "CL104")],
+    # `world_size > 1` inside a rank-0 branch is decided (true): the all_reduce is rank 0's
+    "world_size_guard_rank0.py": [(7, "CL101")],
+    # a constant flag tensor set on the ranks whose loss is high, read without a reduction
+    "constant_flag_set_locally.py": [(10, "CL102")],
 }
 # Correct programs that look like one of the above: no finding.
 CLEAN = {
@@ -49,6 +55,14 @@ CLEAN = {
     # `torch.scatter(...)` is a module's function: never resolved to a method of a class
     # named after `torch` (lightning's TorchCollective.scatter, transformers 5.24)
     "module_function_not_a_method.py",
+    # lightning's barrier fallback: the `try` is the one collective; failing on every rank
+    # alike, it sends every rank to the same all_reduce
+    "handler_fallback_collective.py",
+    # a closure handed to an optimizer of trials (optuna's study.optimize) on rank 0,
+    # matched by a loop of the same broadcasts on the others
+    "hp_search_callback.py",
+    # lightning's SIGTERM broadcast: the flag is broadcast, or the constant 0 on every rank
+    "sigterm_broadcast.py",
 }
 
 
