@@ -53,6 +53,8 @@ def summary_line(report: Report) -> str:
     if not n:
         if k:
             return f"No findings in {report.checked} checked{unread}."
+        if not report.checked:  # a pass over nothing is no pass (a partial dry-run, no files)
+            return "Nothing was checked."
         return f"All checks passed ({report.checked} checked)."
     return (
         f"Found {n} finding{'s' if n != 1 else ''} "

@@ -29,7 +29,13 @@ def test_concise_is_one_line_per_finding(every_shape):
 
 
 def test_concise_clean_report_says_so():
-    assert render(make_report(), "concise") == "All checks passed (0 checked).\n"
+    report = make_report()
+    report.checked = 3
+    assert render(report, "concise") == "All checks passed (3 checked).\n"
+
+
+def test_nothing_checked_is_never_a_pass():
+    assert render(make_report(), "concise") == "Nothing was checked.\n"
 
 
 # -- full ------------------------------------------------------------------------------------

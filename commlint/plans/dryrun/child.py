@@ -389,10 +389,38 @@ def _track_writes(recorder: Recorder, scratch: str) -> None:
                 recorder.written.add(os.path.abspath(os.fsdecode(path)))
 
     copies: dict[str, str] = {}
+    private = recorder.private
+    real_exists, real_isfile = os.path.exists, os.path.isfile
+
+    def own_copy(path: str) -> str:
+        """This rank's own copy of a file it appends to, or of one another rank handed over
+        at a barrier, which it now writes to: it starts as the file this rank sees (the
+        handed-over content, else the file on disk) and takes only this rank's writes, so
+        ranks that run side by side on this machine never interleave their lines in an order
+        a real run cannot give (accelerate's `main_process_first` check)."""
+        if path not in private:
+            fd, private[path] = tempfile.mkstemp(dir=scratch)
+            with real_open(fd, "wb") as fh:
+                content = recorder.delivered.get(path)
+                if content is None and real_isfile(path):
+                    with contextlib.suppress(OSError), real_open(path, "rb") as src:
+                        content = src.read()
+                fh.write(content or b"")
+        return private[path]
 
     def tracked_open(file: Any, mode: str = "r", *a: Any, **k: Any) -> Any:
         if isinstance(mode, str) and _WRITE_MODES.intersection(mode):
             note(file)
+            if isinstance(file, (str, bytes, os.PathLike)):
+                path = os.path.abspath(os.fsdecode(file))
+                if "a" in mode or path in private or path in recorder.delivered:
+                    file = own_copy(path)
+        elif (
+            private
+            and isinstance(file, (str, bytes, os.PathLike))
+            and (os.path.abspath(os.fsdecode(file)) in private)
+        ):
+            file = private[os.path.abspath(os.fsdecode(file))]
         elif recorder.delivered and isinstance(file, (str, bytes, os.PathLike)):
             # A file another rank wrote before a barrier this rank passed: read it as that
             # rank left it (it runs alone and may have changed or removed it since).
@@ -414,13 +442,12 @@ def _track_writes(recorder: Recorder, scratch: str) -> None:
         real_replace(src, dst, *a, **k)
         note(dst)
 
-    real_exists, real_isfile = os.path.exists, os.path.isfile
-
     def delivered(path: Any) -> bool:
-        if not recorder.delivered or not isinstance(path, (str, bytes, os.PathLike)):
+        if not (recorder.delivered or private) or not isinstance(path, (str, bytes, os.PathLike)):
             return False
         with contextlib.suppress(Exception):
-            return os.path.abspath(os.fsdecode(path)) in recorder.delivered
+            full = os.path.abspath(os.fsdecode(path))
+            return full in recorder.delivered or full in private
         return False
 
     def exists(path: Any) -> bool:
@@ -430,9 +457,46 @@ def _track_writes(recorder: Recorder, scratch: str) -> None:
     def isfile(path: Any) -> bool:
         return delivered(path) or real_isfile(path)
 
+    real_remove, real_stat = os.remove, os.stat
+
+    def virtual(path: Any) -> str | None:
+        """The file this rank sees at `path` when it is not (only) the one on disk."""
+        if not isinstance(path, (str, bytes, os.PathLike)) or not (private or recorder.delivered):
+            return None
+        full = os.path.abspath(os.fsdecode(path))
+        if full in private:
+            return private[full]
+        content = recorder.delivered.get(full)
+        if content is None:
+            return None
+        if full not in copies:
+            fd, copies[full] = tempfile.mkstemp(dir=scratch)
+            with real_open(fd, "wb") as fh:
+                fh.write(content)
+        return copies[full]
+
+    def remove(path: Any, *a: Any, **k: Any) -> None:
+        seen = virtual(path) is not None
+        if seen:
+            full = os.path.abspath(os.fsdecode(path))
+            private.pop(full, None)
+            recorder.delivered.pop(full, None)
+            copies.pop(full, None)
+        try:
+            real_remove(path, *a, **k)
+        except FileNotFoundError:
+            if not seen:  # a file only this rank's copy held is gone now, as on disk
+                raise
+
+    def stat(path: Any, *a: Any, **k: Any) -> os.stat_result:
+        where = virtual(path) if not a and not k.get("dir_fd") else None
+        return real_stat(where if where is not None else path, *a, **k)
+
     builtins.open = io.open = tracked_open
     os.rename, os.replace = rename, replace
     os.path.exists, os.path.isfile = exists, isfile
+    os.remove = os.unlink = remove
+    os.stat = stat
 
 
 def _deep_copies_keep_constants() -> None:

@@ -422,6 +422,8 @@ class Recorder(_Shared):
         self.functional_waited: set[str] = set()
         self.written: set[str] = set()  # files this rank wrote since its last barrier
         self.delivered: dict[str, bytes] = {}  # files other ranks wrote before a barrier
+        # a delivered file this rank then wrote to: its own copy (scratch path)
+        self.private: dict[str, str] = {}
 
     def take_written(self) -> WrittenFiles | None:
         """The files written since the last barrier, as they are now; starts a new epoch."""
@@ -429,9 +431,10 @@ class Recorder(_Shared):
             return None
         files = []
         for path in sorted(self.written):
+            where = self.private.get(path, path)
             try:
-                size = os.path.getsize(path)
-                with _open(path, "rb") as fh:
+                size = os.path.getsize(where)
+                with _open(where, "rb") as fh:
                     files.append((path, fh.read() if size <= MAX_FILE_BYTES else None))
             except OSError:
                 continue  # written, then removed again before the barrier
@@ -558,6 +561,15 @@ def _compact(ranks: list[int]) -> str:
     if rs == list(range(rs[0], rs[-1] + 1)) and len(rs) > 2:
         return f"{rs[0]}-{rs[-1]}"
     return "_".join(str(r) for r in ranks)
+
+
+def merge_writes(versions: list[bytes]) -> bytes:
+    """A file as several members left it before a barrier, each from the same start: the
+    start (their common prefix), then what each appended, in rank order — one of the orders a
+    real run can give (identical versions stay as they are)."""
+    lo, hi = min(versions), max(versions)  # the common prefix of all is theirs
+    n = next((i for i, (a, b) in enumerate(zip(lo, hi, strict=False)) if a != b), len(lo))
+    return lo[:n] + b"".join(v[n:] for v in versions)
 
 
 class RecordingProcessGroup(_Shared, dist.ProcessGroup):
@@ -861,11 +873,18 @@ class RecordingProcessGroup(_Shared, dist.ProcessGroup):
         contribution, and a member runs again once another member's files appear."""
         if self._rec.from_cpp:
             return
-        self._rec.contribute(key, self._rec.take_written())
-        for contribution in self._rec.receive(key).values():
+        mine = self._rec.take_written()
+        self._rec.contribute(key, mine)
+        by_path: dict[str, dict[int, bytes]] = {}
+        for r, contribution in [(self._me, mine), *self._rec.receive(key).items()]:
             for path, content in getattr(contribution, "files", ()):
                 if content is not None:
-                    self._rec.delivered[path] = content
+                    by_path.setdefault(path, {})[r] = content
+        for path, versions in by_path.items():
+            if set(versions) == {self._me}:
+                continue  # only this rank wrote it: its own copy is what it sees
+            self._rec.delivered[path] = merge_writes([versions[r] for r in sorted(versions)])
+            self._rec.private.pop(path, None)  # the next write starts from what all wrote
 
     def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> None:
         """gloo's monitored barrier: every member meets the group's first rank (send to it,

@@ -16,6 +16,7 @@ from any source pairs with it); `("m", group, seq, op)` for model data issued fr
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,10 +80,21 @@ MAX_FILE_BYTES = 1 << 22
 class WrittenFiles:
     """The files a rank wrote before a barrier: path and content (None when too large).
 
-    Its repr — what decides whether a reader runs again — names the paths only: a log
-    rewritten with a new timestamp on every run must not make the passes churn."""
+    Its repr — what decides whether a reader runs again — names the paths and a digest of
+    each content with its numbers left out: a rank that appended its line after another's
+    (accelerate's `main_process_first` check) makes the readers run again, a log rewritten
+    with a new timestamp or address on every run does not make the passes churn."""
 
     files: tuple[tuple[str, bytes | None], ...]
 
     def __repr__(self) -> str:
-        return f"WrittenFiles({[p for p, _ in self.files]})"
+        return f"WrittenFiles({[(p, _shape_digest(c)) for p, c in self.files]})"
+
+
+_NUMBERS = re.compile(rb"0x[0-9a-fA-F]+|\d+")
+
+
+def _shape_digest(content: bytes | None) -> str | None:
+    if content is None:
+        return None
+    return hashlib.blake2b(_NUMBERS.sub(b"0", content), digest_size=8).hexdigest()
