@@ -634,7 +634,25 @@ class Extractor:
             for n in arms[0 if fixed else 1]:  # the other arm is dead on every rank here
                 self.emit(n)
             return
+        if cond.data:
+            self._implicit_flow(node, cond)
         self.emit(Branch(cond, arms, self.pos(node.test), "if"))
+
+    def _implicit_flow(self, node: cst.If, cond: Cond) -> None:
+        """A name set in an arm of a branch on this rank's data (`if val < best: bad = 0
+        else: bad += 1`) holds what that data decided, whatever value it is set to: a patience
+        counter of an un-reduced validation loss differs between ranks."""
+        names = _assigned_names(node.body.body)
+        if node.orelse is not None:
+            names |= _assigned_names(
+                [node.orelse] if isinstance(node.orelse, cst.If) else node.orelse.body.body
+            )
+        why = cond.origin or "depends on data"
+        origin = f"set under `{cond.text[:40]}` (line {cond.pos.line}): {why}"
+        for name in names:
+            v = self.env.get(name)
+            if v is not None and not v.data and not v.uniform:
+                self.env[name] = replace(v, data=True, origin=origin)
 
     def arm(self, stmts, cond: Cond, truth: bool | None) -> list[Node]:
         self._enter(cond, truth)
@@ -709,7 +727,8 @@ class Extractor:
         self.bind(node.target, replace(it, stride=None))
         cond = self._cond_from_val(node.iter, it) if it.tainted() else None
         body = self._loop_body(cond, node.body.body)
-        self.emit(Loop(cond, body, self.pos(node.iter), "for"))
+        unordered = self.text(node.iter)[:60] if _iterates_a_set(node.iter) else None
+        self.emit(Loop(cond, body, self.pos(node.iter), "for", unordered))
         if node.orelse is not None:
             for n in self.block(node.orelse.body.body):
                 self.emit(n)
@@ -1986,3 +2005,64 @@ def _decided_by_world_size(test: cst.BaseExpression, text) -> bool | None:
     if len(values) != 1 or k > 2:  # beyond 2 the value depends on the size
         return None
     return values.pop() != negate
+
+
+def _assigned_names(stmts: Sequence[cst.CSTNode]) -> set[str]:
+    """Plain names bound by assignments in these statements and the blocks inside them (not
+    in nested functions or classes)."""
+    out: set[str] = set()
+
+    def targets(t: cst.BaseExpression) -> None:
+        if isinstance(t, cst.Name):
+            out.add(t.value)
+        elif isinstance(t, (cst.Tuple, cst.List)):
+            for el in t.elements:
+                if isinstance(el, cst.Element):
+                    targets(el.value)
+
+    for s in stmts:
+        if isinstance(s, cst.SimpleStatementLine):
+            for small in s.body:
+                if isinstance(small, cst.Assign):
+                    for t in small.targets:
+                        targets(t.target)
+                elif isinstance(small, (cst.AugAssign, cst.AnnAssign)):
+                    targets(small.target)
+        elif isinstance(s, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        elif isinstance(s, cst.If):
+            out |= _assigned_names(s.body.body)
+            if s.orelse is not None:
+                out |= _assigned_names(
+                    [s.orelse] if isinstance(s.orelse, cst.If) else s.orelse.body.body
+                )
+        elif isinstance(s, cst.BaseCompoundStatement):
+            body = getattr(s, "body", None)
+            if isinstance(body, cst.IndentedBlock):
+                out |= _assigned_names(body.body)
+    return out
+
+
+def _iterates_a_set(it: cst.BaseExpression) -> bool:
+    """`set(x)`, `frozenset(x)`, `{a, b}`, `{k for k in x}` — a set whose elements are not
+    evidently integers (whose order, unlike that of strings, is the same in every process)."""
+    if isinstance(it, cst.Set):
+        return not all(
+            isinstance(e.value, cst.Integer) for e in it.elements if isinstance(e, cst.Element)
+        )
+    if isinstance(it, cst.SetComp):
+        return True
+    if (
+        isinstance(it, cst.Call)
+        and isinstance(it.func, cst.Name)
+        and it.func.value in ("set", "frozenset")
+    ):
+        if not it.args:
+            return False
+        arg = it.args[0].value
+        return not (
+            isinstance(arg, cst.Call)
+            and isinstance(arg.func, cst.Name)
+            and arg.func.value == "range"
+        )
+    return False

@@ -106,6 +106,7 @@ class Loop:
     body: list[Node]
     pos: Pos
     kind: str = "for"
+    unordered: str | None = None  # `for x in set(...)`: the set's text (its order is per process)
 
 
 @dataclass

@@ -1455,9 +1455,25 @@ def _conv2d(args: list, kwargs: dict) -> Tensor:
     return Tensor(None, dtype)
 
 
+def _padded(t: Tensor, pad: object) -> Tensor:
+    """`F.pad(t, (left, right, top, bottom, …))`: pairs widen the last dimensions, last first."""
+    if t.shape is None or not isinstance(pad, list | tuple) or len(pad) % 2:
+        return Tensor(None, t.dtype)
+    if not all(isinstance(p, int) and not isinstance(p, bool) for p in pad):
+        return Tensor(None, t.dtype)
+    if len(pad) // 2 > len(t.shape):
+        return Tensor(None, t.dtype)
+    shape = list(t.shape)
+    for k in range(len(pad) // 2):
+        shape[-1 - k] += pad[2 * k] + pad[2 * k + 1]
+    return Tensor(tuple(shape), t.dtype) if min(shape) >= 0 else Tensor(None, t.dtype)
+
+
 def _torch_call(name: str, last: str, args: list, kwargs: dict) -> object:
     if last == "conv2d":
         return _conv2d(args, kwargs)
+    if name == "torch.nn.functional.pad" and args and isinstance(args[0], Tensor):
+        return _padded(args[0], args[1] if len(args) > 1 else kwargs.get("pad"))
     if name.startswith("torch.nn.functional.") and args and isinstance(args[0], Tensor):
         keeps = last in SHAPE_KEEPING or last in ("gelu", "silu", "dropout", "layer_norm")
         return Tensor(args[0].shape if keeps else None, args[0].dtype)
@@ -1796,6 +1812,16 @@ class FileEval:
         ]
         if main:
             return [("__main__", main)]
+        # a script without a `__main__` guard: its top-level statements are the program
+        script = [
+            s
+            for s in self.tree.body
+            if not isinstance(
+                s,
+                ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Import | ast.ImportFrom,
+            )
+        ]
+        top: list = [("<module>", script)] if any(self.communicates(s) for s in script) else []
         called: set[str] = set()
         for n in self.nodes:
             if isinstance(n, ast.Call):
@@ -1818,7 +1844,7 @@ class FileEval:
                         and self._fn_communicates(m, f"{s.name}.")
                     ):
                         out.append((f"{s.name}.{m.name}", m))
-        return out
+        return top + out
 
     def _fn_communicates(self, s: ast.FunctionDef, owner: str = "") -> bool:
         fn = self.facts.functions.get(f"{self.facts.module}.{owner}{s.name}")

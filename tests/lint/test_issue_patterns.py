@@ -46,6 +46,19 @@ EXPECTED = {
     "world_size_guard_rank0.py": [(7, "CL101")],
     # a constant flag tensor set on the ranks whose loss is high, read without a reduction
     "constant_flag_set_locally.py": [(10, "CL102")],
+    # patience counted on this rank's own validation loss, then a break out of the training
+    # loop whose all_reduces the other ranks still run (an implicit flow: `bad += 1`)
+    "patience_unreduced.py": [(19, "CL103")],
+    # collectives in the iteration order of a set, in a helper no entry point of the file
+    # calls (the per-rank evaluation never runs it); `set(range(n))` iterates alike everywhere
+    "set_order_helper.py": [(5, "CL118")],
+    # per-arm payloads in a script without a `__main__` guard (its top level is evaluated
+    # rank by rank): a float16 broadcast source with float32 receivers, all_to_all split
+    # lists that are not each other's transpose, a send padded to a multiple of 128 into a
+    # receive sized from the raw length
+    "broadcast_f16_source.py": [(11, "CL116")],
+    "all_to_all_splits_not_transposed.py": [(12, "CL116")],
+    "send_padded_recv_raw.py": [(10, "CL116")],
 }
 # Correct programs that look like one of the above: no finding.
 CLEAN = {
@@ -63,6 +76,8 @@ CLEAN = {
     "hp_search_callback.py",
     # lightning's SIGTERM broadcast: the flag is broadcast, or the constant 0 on every rank
     "sigterm_broadcast.py",
+    # the same patience on an all-reduced validation loss: every rank breaks together
+    "patience_reduced.py",
 }
 
 
