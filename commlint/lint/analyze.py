@@ -190,6 +190,10 @@ class Program:
             out.extend(self.node_tokens(n, fn))
         return out
 
+    def collectives(self, nodes: list[Node], fn: Function) -> list[Tok]:
+        """The tokens of `nodes` whose first real call is a collective."""
+        return [t for t in self.tokens(nodes, fn) if leaf_tok(t).cat == "coll"]
+
     def node_tokens(self, n: Node, fn: Function) -> list[Tok]:
         cached = self._node_toks.get(id(n))
         if cached is not None:

@@ -51,14 +51,14 @@ def check(program):
         for node, _conds, _cont in program.walk(fn):
             if not isinstance(node, Try):
                 continue
-            body_colls = [t for t in program.tokens(node.body, fn) if leaf_tok(t).cat == "coll"]
+            body_colls = program.collectives(node.body, fn)
             # a fallback for the one collective the `try` makes (`try: barrier() except
             # RuntimeError: all_reduce(flag)`): a collective that fails on some members only
             # leaves the others inside it whatever the handler does; one that fails on every
             # member (an unsupported op, a missing API) sends them all to the fallback
             fallback = node.lone_call and len(body_colls) == 1
             for h in node.handlers:
-                toks = [t for t in program.tokens(h, fn) if leaf_tok(t).cat == "coll"]
+                toks = program.collectives(h, fn)
                 if toks and not fallback:
                     real = leaf_tok(toks[0])
                     out.append(
@@ -81,7 +81,7 @@ def check(program):
                         )
                     )
             body = [t for t in program.tokens(node.body, fn) if leaf_tok(t).cat != "create"]
-            final = [t for t in program.tokens(node.final, fn) if leaf_tok(t).cat == "coll"]
+            final = program.collectives(node.final, fn)
             if body and final and not _rank_split(program, fn, node.body, node.final):
                 real = leaf_tok(final[0])
                 first = leaf_tok(body[0])

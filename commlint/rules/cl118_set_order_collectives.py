@@ -16,7 +16,7 @@ def check(program):
         for node, _conds, _cont in program.walk(fn):
             if not isinstance(node, Loop) or node.unordered is None:
                 continue
-            toks = [t for t in program.tokens(node.body, fn) if leaf_tok(t).cat == "coll"]
+            toks = program.collectives(node.body, fn)
             if not toks or (fn.path, node.pos.line) in seen:
                 continue
             seen.add((fn.path, node.pos.line))

@@ -37,15 +37,20 @@ def test_lightning_trainer_ddp_is_clean_on_fake_tensors(tmp_path):
     assert "DDP gradient bucket" in saved  # the Trainer's DDP backward was recorded
 
 
-def test_lightning_rank0_only_collective_is_caught_at_the_users_line(tmp_path):
-    pytest.importorskip("lightning")
-    script = FIXTURES / "lightning_ddp.py"
-    proc = dry_run(script, "rank0", cwd=tmp_path)
+def assert_rank0_call_is_caught(script: Path, cwd: Path) -> None:
+    """The fixture run with `rank0` injects a collective on rank 0 only (the line marked
+    `# rank 0 only`): the dry-run reports a CL2xx error at that line and exits 1."""
+    proc = dry_run(script, "rank0", cwd=cwd)
     assert proc.returncode == 1, (proc.stdout + proc.stderr)[-3000:]
     line = next(
         i for i, text in enumerate(script.read_text().splitlines(), 1) if "# rank 0 only" in text
     )
-    assert f"lightning_ddp.py:{line}: CL20" in proc.stdout, proc.stdout
+    assert f"{script.name}:{line}: CL20" in proc.stdout, proc.stdout
+
+
+def test_lightning_rank0_only_collective_is_caught_at_the_users_line(tmp_path):
+    pytest.importorskip("lightning")
+    assert_rank0_call_is_caught(FIXTURES / "lightning_ddp.py", tmp_path)
 
 
 def test_transformers_trainer_ddp_is_clean_on_fake_tensors(tmp_path):
@@ -63,10 +68,4 @@ def test_transformers_trainer_ddp_is_clean_on_fake_tensors(tmp_path):
 
 def test_transformers_rank0_only_callback_collective_is_caught_at_its_line(tmp_path):
     pytest.importorskip("transformers")
-    script = FIXTURES / "hf_trainer_ddp.py"
-    proc = dry_run(script, "rank0", cwd=tmp_path)
-    assert proc.returncode == 1, (proc.stdout + proc.stderr)[-3000:]
-    line = next(
-        i for i, text in enumerate(script.read_text().splitlines(), 1) if "# rank 0 only" in text
-    )
-    assert f"hf_trainer_ddp.py:{line}: CL20" in proc.stdout, proc.stdout
+    assert_rank0_call_is_caught(FIXTURES / "hf_trainer_ddp.py", tmp_path)
