@@ -1729,6 +1729,7 @@ class WorldRun:
     executed: set[int] = field(default_factory=set)
     issues: int = 0  # checker findings on its trace (set by the judge)
     exact: bool = True  # no loop of unknown length was approximated
+    refute_only: bool = False  # called only from other files: it may refute, never report
 
 
 class FileEval:
@@ -1778,6 +1779,7 @@ class FileEval:
             if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
         ]
         self.set_loops: dict[int, ast.AST] = {}
+        self.refute_only: set[str] = set()  # entries evaluated only to refute (see entries)
         self.globals: dict = {}
         self.recorded_lines: set[int] = set()
         self.rank_read = False  # the entry asked for the rank (else callers decide who calls it)
@@ -1828,23 +1830,33 @@ class FileEval:
                 f = n.func
                 called.add(f.id if isinstance(f, ast.Name) else getattr(f, "attr", ""))
         out: list = []
-        called |= {k for k in self.defined if self.called_elsewhere(k)}
+        # called only from other files: their callers' evaluation stops at the call (it does
+        # not cross files), so they are evaluated here too — to refute taint findings inside
+        # them (`ZeroRedundancyOptimizer.consolidate_state_dict`, which Lightning calls), never
+        # to report: their callers pair what they leave unpaired (`send_forward`)
+        elsewhere = {k for k in self.defined if self.called_elsewhere(k)} - called
+        called |= elsewhere
+        refute: list = []
         for s in self.tree.body:
-            if isinstance(s, ast.FunctionDef) and s.name not in called and self._fn_communicates(s):
-                out.append((s.name, s))
+            if isinstance(s, ast.FunctionDef) and self._fn_communicates(s):
+                if s.name not in called:
+                    out.append((s.name, s))
+                elif s.name in elsewhere:
+                    refute.append((s.name, s))
             elif isinstance(s, ast.ClassDef):
                 # a method nobody in the project calls by name: every rank of its groups runs it
                 for m in s.body:
                     if (
                         isinstance(m, ast.FunctionDef)
-                        and m.name not in called
+                        and (m.name not in called or m.name in elsewhere)
                         and not m.name.startswith("__")
                         and m.args.args
                         and m.args.args[0].arg == "self"
                         and self._fn_communicates(m, f"{s.name}.")
                     ):
-                        out.append((f"{s.name}.{m.name}", m))
-        return top + out
+                        (out if m.name not in called else refute).append((f"{s.name}.{m.name}", m))
+        self.refute_only = {name for name, _ in refute}
+        return top + out + refute
 
     def _fn_communicates(self, s: ast.FunctionDef, owner: str = "") -> bool:
         fn = self.facts.functions.get(f"{self.facts.module}.{owner}{s.name}")
@@ -1861,6 +1873,7 @@ class FileEval:
             sizes = self.sizes[:1] if "." in name else self.sizes
             for w in sizes:
                 run = self.run_world(name, entry, w)
+                run.refute_only = name in self.refute_only
                 out.append(run)
                 if self.work > MAX_WORK:
                     return out

@@ -114,6 +114,9 @@ def _judge(fe: FileEval, runs: list[WorldRun]) -> list[RawFinding]:
     for run in runs:
         if not run.complete:
             continue
+        if run.creation_mismatch is not None and run.refute_only:
+            run.issues += 1  # a mismatch, not reported from here: it refutes nothing
+            continue
         if run.creation_mismatch is not None:
             line, views = run.creation_mismatch
             if ("CL117", line) not in seen:
@@ -139,6 +142,9 @@ def _judge(fe: FileEval, runs: list[WorldRun]) -> list[RawFinding]:
             continue
         if run.trace is None:
             continue
+        if run.refute_only and _one_way(run):
+            run.complete = False  # a helper whose other side its callers hold
+            continue
         if run.entry != "__main__" and _one_way(run):
             # a helper that only sends (or only receives), like `send_forward`: its peer's
             # side lives in another helper, which its callers pair with it
@@ -150,6 +156,8 @@ def _judge(fe: FileEval, runs: list[WorldRun]) -> list[RawFinding]:
             run.complete = False
             continue
         run.issues = sum(1 for f in result.findings if f.code != "CL206")
+        if run.refute_only:
+            continue  # evaluated to refute taint findings inside it, never to report
         codes_here: set[str] = set()
         if any(f.code in MISMATCH for f in result.findings):
             codes_here.add("CL115")  # the hang follows from the mismatch: one root cause
