@@ -336,3 +336,16 @@ def test_small_real_values_decide_without_real_tensors():
         assert ops(trace, rank) == ["all_reduce"] * 5
         assert [a.shape for a in trace.ranks[rank][1:]] == [[8]] * 4
     assert check_trace(trace, None).findings == []
+
+
+def test_small_integer_draws_decide_without_real_tensors():
+    """An MoE router's expert choice (`torch.randint` of 16 tokens) is drawn for real, so
+    `bincount` of it, the all_to_all of the counts and the splits built from them have values
+    on fake tensors; the splits each rank sends are what its peer expects."""
+    result, trace = record(str(PROGRAMS / "ok_moe_token_counts.py"))
+    assert result.mode == "fake"
+    assert [ops(trace, r) for r in (0, 1)] == [["all_to_all", "all_to_all"]] * 2
+    sent = {r: trace.ranks[r][1].in_splits for r in (0, 1)}
+    expected = {r: trace.ranks[r][1].out_splits for r in (0, 1)}
+    assert sent[0][1] == expected[1][0] and sent[1][0] == expected[0][1]
+    assert check_trace(trace, None).findings == []

@@ -263,6 +263,35 @@ def _small_real_only(args: tuple, kwargs: dict) -> bool:
     return seen
 
 
+# integer draws only (indices, expert choices): a small `randn` may be a parameter, which
+# stays fake like every factory's output
+_RANDOM_FACTORIES = frozenset({"randint", "randperm"})
+
+
+def _small_random(func: Any, args: tuple, kwargs: dict) -> bool:
+    """A random integer draw (`torch.randint(0, world, (16,))`, `randperm(8)`) of at most
+    `SMALL_REAL` elements on the CPU: drawn for real, like any small real tensor (a router's
+    expert choice, then `bincount`, has a value as in a real run)."""
+    name = func.__name__.split(".", 1)[0]
+    if name not in _RANDOM_FACTORIES:
+        return False
+    if any(isinstance(a, torch.Tensor) for a in (*args, *kwargs.values())):
+        return False
+    device = kwargs.get("device")
+    if device is not None and torch.device(device).type != "cpu":
+        return False
+    if name == "randperm":
+        n = args[0] if args else kwargs.get("n")
+        return isinstance(n, int) and 0 <= n <= SMALL_REAL
+    size = next((a for a in (*args, kwargs.get("size")) if isinstance(a, list | tuple)), None)
+    if size is None or not all(isinstance(d, int) for d in size):
+        return False
+    numel = 1
+    for d in size:
+        numel *= d
+    return numel <= SMALL_REAL
+
+
 def _constants(args: Any) -> list[tuple[Any, torch.Tensor]]:
     """The fake tensors among a call's arguments (lists included) that know their value."""
     out = []
@@ -1024,7 +1053,9 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
         """Real inputs become fake ones (torch's rule); a small real one (a count from the
         data, a 0-dim scalar) becomes a fake tensor that knows its value — itself."""
         flat_args = [
-            converter.from_real_tensor(self, a, make_constant=True)
+            # a view (`idx.view(-1)`) is converted from a copy: torch asserts that a constant's
+            # base is a constant too
+            converter.from_real_tensor(self, a.clone() if a._is_view() else a, make_constant=True)
             if type(a) is torch.Tensor and a.device.type == "cpu" and a.numel() <= SMALL_REAL
             else a
             for a in flat_args
@@ -1053,7 +1084,9 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
             and _has_subclass(pytree.arg_tree_leaves(*args, **kwargs))
         ):
             return NotImplemented
-        if func.namespace == "aten" and _small_real_only(args, kwargs):
+        if func.namespace == "aten" and (
+            _small_real_only(args, kwargs) or _small_random(func, args, kwargs)
+        ):
             # only small real tensors in (a count made with torch.tensor(n), then
             # all-reduced): computed for real, so `total == 0` has a value, as in a real run
             with unset_fake_temporarily():
