@@ -413,7 +413,8 @@ def _track_writes(recorder: Recorder, scratch: str) -> None:
             note(file)
             if isinstance(file, (str, bytes, os.PathLike)):
                 path = os.path.abspath(os.fsdecode(file))
-                if "a" in mode or path in private or path in recorder.delivered:
+                regular = not real_exists(path) or real_isfile(path)  # not /dev/stderr, a FIFO
+                if ("a" in mode and regular) or path in private or path in recorder.delivered:
                     file = own_copy(path)
         elif (
             private
