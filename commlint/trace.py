@@ -238,9 +238,9 @@ class CompactRow(NamedTuple):
 
     op: str
     peer: int | None = None
-    handle: str | None = None
-    handles: tuple[str, ...] = ()
-    label: str | None = None
+    handle: object = None  # any hashable, unique within the rank
+    handles: tuple[object, ...] = ()
+    label: object = None
     tag: int = 0
 
 

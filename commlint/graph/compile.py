@@ -104,9 +104,7 @@ def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
     # a lazy `ranks` (generated plans, pipelining schedules) may hold a rank as compact rows
     # (tuples laid out as `CompactRow`): read as they are, without building an `Action` each
     rows_of = getattr(ranks, "compact_rows", None)
-    count = getattr(ranks, "action_count", None)
-    # ops <= actions; trimmed at the end
-    capacity = sum(map(count, ranks)) if count else sum(len(v) for v in ranks.values())
+    capacity = trace.num_actions()  # ops <= actions; trimmed at the end
     op_next.extend([-1] * capacity)
     op_waited.extend([False] * capacity)
     op_fails.extend([False] * capacity)

@@ -642,11 +642,7 @@ class Extractor:
         """A name set in an arm of a branch on this rank's data (`if val < best: bad = 0
         else: bad += 1`) holds what that data decided, whatever value it is set to: a patience
         counter of an un-reduced validation loss differs between ranks."""
-        names = _assigned_names(node.body.body)
-        if node.orelse is not None:
-            names |= _assigned_names(
-                [node.orelse] if isinstance(node.orelse, cst.If) else node.orelse.body.body
-            )
+        names = _assigned_names([node])
         why = cond.origin or "depends on data"
         origin = f"set under `{cond.text[:40]}` (line {cond.pos.line}): {why}"
         for name in names:

@@ -1779,7 +1779,6 @@ class FileEval:
             if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
         ]
         self.set_loops: dict[int, ast.AST] = {}
-        self.refute_only: set[str] = set()  # entries evaluated only to refute (see entries)
         self.globals: dict = {}
         self.recorded_lines: set[int] = set()
         self.rank_read = False  # the entry asked for the rank (else callers decide who calls it)
@@ -1803,7 +1802,8 @@ class FileEval:
     def note_creation(self, rank: Rank, k: int, members: tuple[int, ...], line: int) -> None:
         self._creations.setdefault(k, []).append((rank.rank, line, members))
 
-    def entries(self) -> list[tuple[str, list[ast.stmt] | ast.FunctionDef]]:
+    def entries(self) -> list[tuple[str, list[ast.stmt] | ast.FunctionDef, bool]]:
+        """(name, entry, refute only) of each entry point of the file."""
         main = [
             s
             for s in self.tree.body
@@ -1813,7 +1813,7 @@ class FileEval:
             and s.test.left.id == "__name__"
         ]
         if main:
-            return [("__main__", main)]
+            return [("__main__", main, False)]
         # a script without a `__main__` guard: its top-level statements are the program
         script = [
             s
@@ -1823,7 +1823,9 @@ class FileEval:
                 ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Import | ast.ImportFrom,
             )
         ]
-        top: list = [("<module>", script)] if any(self.communicates(s) for s in script) else []
+        top: list = (
+            [("<module>", script, False)] if any(self.communicates(s) for s in script) else []
+        )
         called: set[str] = set()
         for n in self.nodes:
             if isinstance(n, ast.Call):
@@ -1840,9 +1842,9 @@ class FileEval:
         for s in self.tree.body:
             if isinstance(s, ast.FunctionDef) and self._fn_communicates(s):
                 if s.name not in called:
-                    out.append((s.name, s))
+                    out.append((s.name, s, False))
                 elif s.name in elsewhere:
-                    refute.append((s.name, s))
+                    refute.append((s.name, s, True))
             elif isinstance(s, ast.ClassDef):
                 # a method nobody in the project calls by name: every rank of its groups runs it
                 for m in s.body:
@@ -1854,8 +1856,8 @@ class FileEval:
                         and m.args.args[0].arg == "self"
                         and self._fn_communicates(m, f"{s.name}.")
                     ):
-                        (out if m.name not in called else refute).append((f"{s.name}.{m.name}", m))
-        self.refute_only = {name for name, _ in refute}
+                        only = m.name in called
+                        (refute if only else out).append((f"{s.name}.{m.name}", m, only))
         return top + out + refute
 
     def _fn_communicates(self, s: ast.FunctionDef, owner: str = "") -> bool:
@@ -1868,12 +1870,12 @@ class FileEval:
 
     def run(self) -> list[WorldRun]:
         out: list[WorldRun] = []
-        for name, entry in self.entries()[:MAX_ENTRIES]:
+        for name, entry, refute_only in self.entries()[:MAX_ENTRIES]:
             # a method's own group is seen from inside: one world size tells what the others do
             sizes = self.sizes[:1] if "." in name else self.sizes
             for w in sizes:
                 run = self.run_world(name, entry, w)
-                run.refute_only = name in self.refute_only
+                run.refute_only = refute_only
                 out.append(run)
                 if self.work > MAX_WORK:
                     return out

@@ -142,9 +142,6 @@ def _judge(fe: FileEval, runs: list[WorldRun]) -> list[RawFinding]:
             continue
         if run.trace is None:
             continue
-        if run.refute_only and _one_way(run):
-            run.complete = False  # a helper whose other side its callers hold
-            continue
         if run.entry != "__main__" and _one_way(run):
             # a helper that only sends (or only receives), like `send_forward`: its peer's
             # side lives in another helper, which its callers pair with it

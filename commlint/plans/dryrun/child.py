@@ -380,17 +380,25 @@ _WRITE_MODES = frozenset("wax+")
 
 def _track_writes(recorder: Recorder, scratch: str) -> None:
     """Note every file the program opens for writing (or renames into place), so a barrier
-    can hand them to the ranks waiting in it (see `RecordingProcessGroup._side_effects`)."""
+    can hand them to the ranks waiting in it (see `RecordingProcessGroup._side_effects`), and
+    show the rank the files as it would see them in a real run (`virtual`)."""
     real_open, real_rename, real_replace = builtins.open, os.rename, os.replace
+    real_exists, real_isfile = os.path.exists, os.path.isfile
+    real_remove, real_stat = os.remove, os.stat
+    private = recorder.private
+    copies: dict[str, tuple[bytes, str]] = {}  # handed-over content and its scratch copy
+
+    def full_path(path: Any) -> str | None:
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            return None  # a file descriptor
+        with contextlib.suppress(Exception):
+            return os.path.abspath(os.fsdecode(path))
+        return None
 
     def note(path: Any) -> None:
-        if isinstance(path, (str, bytes, os.PathLike)):
-            with contextlib.suppress(Exception):
-                recorder.written.add(os.path.abspath(os.fsdecode(path)))
-
-    copies: dict[str, str] = {}
-    private = recorder.private
-    real_exists, real_isfile = os.path.exists, os.path.isfile
+        full = full_path(path)
+        if full is not None:
+            recorder.written.add(full)
 
     def own_copy(path: str) -> str:
         """This rank's own copy of a file it appends to, or of one another rank handed over
@@ -408,31 +416,39 @@ def _track_writes(recorder: Recorder, scratch: str) -> None:
                 fh.write(content or b"")
         return private[path]
 
+    def seen_here(path: Any) -> bool:
+        """Does this rank see a file at `path` that is not (only) the one on disk?"""
+        full = full_path(path) if private or recorder.delivered else None
+        return full is not None and (full in private or full in recorder.delivered)
+
+    def virtual(path: Any) -> str | None:
+        """Where the file this rank sees at `path` is, when it is not (only) the one on
+        disk: its own copy, or a copy of what another rank wrote before a barrier this rank
+        passed (that rank runs alone and may have changed or removed it since)."""
+        full = full_path(path)
+        if full is None or not seen_here(full):
+            return None
+        if full in private:
+            return private[full]
+        content = recorder.delivered[full]
+        cached = copies.get(full)
+        if cached is None or cached[0] is not content:  # a later barrier handed over more
+            fd, copy = tempfile.mkstemp(dir=scratch)
+            with real_open(fd, "wb") as fh:
+                fh.write(content)
+            copies[full] = cached = (content, copy)
+        return cached[1]
+
     def tracked_open(file: Any, mode: str = "r", *a: Any, **k: Any) -> Any:
         if isinstance(mode, str) and _WRITE_MODES.intersection(mode):
             note(file)
-            if isinstance(file, (str, bytes, os.PathLike)):
-                path = os.path.abspath(os.fsdecode(file))
-                regular = not real_exists(path) or real_isfile(path)  # not /dev/stderr, a FIFO
-                if ("a" in mode and regular) or path in private or path in recorder.delivered:
-                    file = own_copy(path)
-        elif (
-            private
-            and isinstance(file, (str, bytes, os.PathLike))
-            and (os.path.abspath(os.fsdecode(file)) in private)
-        ):
-            file = private[os.path.abspath(os.fsdecode(file))]
-        elif recorder.delivered and isinstance(file, (str, bytes, os.PathLike)):
-            # A file another rank wrote before a barrier this rank passed: read it as that
-            # rank left it (it runs alone and may have changed or removed it since).
-            path = os.path.abspath(os.fsdecode(file))
-            content = recorder.delivered.get(path)
-            if content is not None:
-                if path not in copies:
-                    fd, copies[path] = tempfile.mkstemp(dir=scratch)
-                    with real_open(fd, "wb") as fh:
-                        fh.write(content)
-                file = copies[path]
+            full = full_path(file)
+            if full is not None:
+                regular = not real_exists(full) or real_isfile(full)  # not /dev/stderr, a FIFO
+                if ("a" in mode and regular) or full in private or full in recorder.delivered:
+                    file = own_copy(full)
+        else:
+            file = virtual(file) or file
         return real_open(file, mode, *a, **k)
 
     def rename(src: Any, dst: Any, *a: Any, **k: Any) -> None:
@@ -443,46 +459,18 @@ def _track_writes(recorder: Recorder, scratch: str) -> None:
         real_replace(src, dst, *a, **k)
         note(dst)
 
-    def delivered(path: Any) -> bool:
-        if not (recorder.delivered or private) or not isinstance(path, (str, bytes, os.PathLike)):
-            return False
-        with contextlib.suppress(Exception):
-            full = os.path.abspath(os.fsdecode(path))
-            return full in recorder.delivered or full in private
-        return False
-
     def exists(path: Any) -> bool:
         # "main process first": the others test for the file rank 0 wrote before the barrier
-        return delivered(path) or real_exists(path)
+        return seen_here(path) or real_exists(path)
 
     def isfile(path: Any) -> bool:
-        return delivered(path) or real_isfile(path)
-
-    real_remove, real_stat = os.remove, os.stat
-
-    def virtual(path: Any) -> str | None:
-        """The file this rank sees at `path` when it is not (only) the one on disk."""
-        if not isinstance(path, (str, bytes, os.PathLike)) or not (private or recorder.delivered):
-            return None
-        full = os.path.abspath(os.fsdecode(path))
-        if full in private:
-            return private[full]
-        content = recorder.delivered.get(full)
-        if content is None:
-            return None
-        if full not in copies:
-            fd, copies[full] = tempfile.mkstemp(dir=scratch)
-            with real_open(fd, "wb") as fh:
-                fh.write(content)
-        return copies[full]
+        return seen_here(path) or real_isfile(path)
 
     def remove(path: Any, *a: Any, **k: Any) -> None:
-        seen = virtual(path) is not None
-        if seen:
-            full = os.path.abspath(os.fsdecode(path))
+        seen, full = seen_here(path), full_path(path)
+        if seen and full is not None:
             private.pop(full, None)
             recorder.delivered.pop(full, None)
-            copies.pop(full, None)
         try:
             real_remove(path, *a, **k)
         except FileNotFoundError:
@@ -491,7 +479,7 @@ def _track_writes(recorder: Recorder, scratch: str) -> None:
 
     def stat(path: Any, *a: Any, **k: Any) -> os.stat_result:
         where = virtual(path) if not a and not k.get("dir_fd") else None
-        return real_stat(where if where is not None else path, *a, **k)
+        return real_stat(where or path, *a, **k)
 
     builtins.open = io.open = tracked_open
     os.rename, os.replace = rename, replace

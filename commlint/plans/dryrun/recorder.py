@@ -451,7 +451,8 @@ class Recorder(_Shared):
         self.functional_waited: set[str] = set()
         self.written: set[str] = set()  # files this rank wrote since its last barrier
         self.delivered: dict[str, bytes] = {}  # files other ranks wrote before a barrier
-        # a delivered file this rank then wrote to: its own copy (scratch path)
+        # a file this rank appended to, or wrote to after a barrier handed it over: its own
+        # copy (a scratch path), which the next barrier's merged version replaces
         self.private: dict[str, str] = {}
 
     def take_written(self) -> WrittenFiles | None:

@@ -520,8 +520,7 @@ def _lower(
                         continue
                     send = new(PipeAction, (stage, "SEND_B", mb, None))
                     recv = new(PipeAction, (stage - 1, "RECV_B", mb, None))
-                else:
-                    fsdp += kind in FSDP
+                else:  # W (single actions of other kinds took their turn above)
                     continue
                 if compact:  # the lowered actions are the handles (see `_build_rank`)
                     sent[rank].append(send)
@@ -711,10 +710,6 @@ def _peer(owner: dict[int, int], stage: int, a: PipeAction, rank: int, path: str
             rank + 1,
         )
     return peer
-
-
-def is_compute_only(rows: dict[int, list[PipeAction | None]]) -> bool:
-    return not any(a.kind in COMMS for cells in rows.values() for c in cells if c for a in _flat(c))
 
 
 def load_pipelining_csv(path: str | Path, fmt: str = "auto") -> Trace:
