@@ -340,6 +340,7 @@ class _Checked:
     source: str
     depth: int
     deepest_line: int
+    tree: ast.Module | None = None  # CPython's tree: the extractor's bindings come from it
 
 
 def precheck(
@@ -379,7 +380,6 @@ def precheck(
             )
         )
     depth, line = tree_depth(tree)
-    del tree
     if depth > limits.max_depth:
         return facts(
             not_analysed=(
@@ -389,7 +389,7 @@ def precheck(
                 f"the limit is {limits.max_depth})",
             )
         )
-    return _Checked(source, depth, line)
+    return _Checked(source, depth, line, tree)
 
 
 def analyse(path: str, module: str, checked: _Checked, extra_key: str, limits: Limits) -> FileFacts:
@@ -405,7 +405,8 @@ def analyse(path: str, module: str, checked: _Checked, extra_key: str, limits: L
     from commlint.lint.extract import Extractor
 
     try:
-        extractor = Extractor(path, module, checked.source, _table(extra_key))
+        extractor = Extractor(path, module, checked.source, _table(extra_key), checked.tree)
+        checked.tree = None
         return run_deep(extractor.run, limits.time_limit)
     except _TimeUp:
         return not_analysed(

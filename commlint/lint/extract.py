@@ -8,18 +8,14 @@ objects whose methods communicate. Nothing is imported or run.
 
 from __future__ import annotations
 
+import ast
 import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import libcst as cst
-from libcst.metadata import (
-    MetadataWrapper,
-    PositionProvider,
-    QualifiedNameSource,
-    ScopeProvider,
-)
+from libcst.helpers import get_full_name_for_node
 
 from commlint.lint.ir import (
     AsyncFact,
@@ -37,6 +33,8 @@ from commlint.lint.ir import (
     Spawn,
     Try,
 )
+from commlint.lint.names import Names, Scope, comprehension_scope
+from commlint.lint.positions import Positions
 from commlint.lint.table import ApiTable, CallFact
 
 GLOBAL = "global"
@@ -266,8 +264,16 @@ def _int(node: cst.BaseExpression) -> int | None:
 
 
 class Extractor:
-    def __init__(self, path: str, module_name: str, source: str, table: ApiTable) -> None:
+    def __init__(
+        self,
+        path: str,
+        module_name: str,
+        source: str,
+        table: ApiTable,
+        tree: ast.Module | None = None,
+    ) -> None:
         self.path = path
+        self.tree = tree
         self.module_name = module_name
         self.source = source
         self.table = table
@@ -280,13 +286,15 @@ class Extractor:
     # ---------------------------------------------------------------- entry
     def run(self) -> FileFacts:
         module = cst.parse_module(self.source)
-        self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-        self.module = self.wrapper.module
-        # QualifiedNameProvider's answers, computed on demand from the scope analysis for the
-        # few nodes the linter asks about (resolving every node costs as much as the scopes)
-        self._scopes = self.wrapper.resolve(ScopeProvider)
+        self.module = module
+        # qualified names come from the bindings of CPython's tree (LibCST's scope analysis
+        # would visit every node of this one), positions from one counting code generation
+        tree = self.tree if self.tree is not None else ast.parse(self.source)
+        self.tree = None
+        self.names = Names(tree)
+        self.scope: Scope = self.names.module
         self._qn_cache: dict[int, list[str]] = {}
-        self._pos = self.wrapper.resolve(PositionProvider)
+        self._pos = Positions(module)
         self.pending: list[tuple] = []
         self.stmt_line = 1
         self._function_body(
@@ -313,19 +321,21 @@ class Extractor:
         hit = self._qn_cache.get(key)
         if hit is not None:
             return hit
-        scope = self._scopes.get(node)
+        full = get_full_name_for_node(node)
         names: list[str] = []
-        if scope is not None:
-            try:
-                names = sorted(q.name.lstrip(".") for q in scope.get_qualified_names_for(node))
-            except Exception:  # libcst cannot name some nodes (e.g. in comprehensions)
-                names = []
+        if full is not None:
+            at = self._at(node) if isinstance(node, cst.Name) else None
+            names = sorted(q.lstrip(".") for q, _ in self.scope.qualified_names(full, at))
         self._qn_cache[key] = names
         return names
 
+    def _at(self, node: cst.CSTNode) -> tuple[int, int]:
+        line, col, _, _ = self._pos[node]
+        return (line, col)
+
     def pos(self, node: cst.CSTNode) -> Pos:
-        r = self._pos[node]
-        return Pos(r.start.line, r.start.column + 1, r.end.line, r.end.column + 1, self.stmt_line)
+        line, col, end_line, end_col = self._pos[node]
+        return Pos(line, col + 1, end_line, end_col + 1, self.stmt_line)
 
     def text(self, node: cst.CSTNode) -> str:
         t = self.module.code_for_node(node)
@@ -359,7 +369,7 @@ class Extractor:
         for dec in node.decorators:
             dname = self.text(dec.decorator).split("(")[0]
             if dname.rsplit(".", 1)[-1] in self.table.rank_zero_decorators:
-                self.stmt_line = self._pos[dec].start.line
+                self.stmt_line = self._pos.start_line(dec)
                 rank_guard = Cond(
                     text=f"@{dname}",
                     pos=self.pos(dec.decorator),
@@ -395,7 +405,11 @@ class Extractor:
             getattr(self, "_param_names", set()),
             getattr(self, "loop_depth", 0),
             getattr(self, "mod_restrict", []),
+            self.scope,
         )
+        if isinstance(fnode, cst.FunctionDef):
+            found = self.names.scope_of(self._pos.start_line(fnode.name), fnode.name.value)
+            self.scope = found if found is not None else self.names.module.child("function", name)
         self.env = env
         self.cls = class_key
         self.qualprefix = "" if qualname == "<module>" else qualname + ".<locals>."
@@ -438,6 +452,7 @@ class Extractor:
             self._param_names,
             self.loop_depth,
             self.mod_restrict,
+            self.scope,
         ) = saved
         return func
 
@@ -455,7 +470,7 @@ class Extractor:
         self.out.append(node)
 
     def statement(self, stmt: cst.CSTNode) -> None:
-        self.stmt_line = self._pos[stmt].start.line
+        self.stmt_line = self._pos.start_line(stmt)
         if isinstance(stmt, cst.SimpleStatementLine):
             for small in stmt.body:
                 self.small_statement(small)
@@ -1151,8 +1166,11 @@ class Extractor:
         fors = []
         f = node.for_in
         vals = []
+        outer = self.scope
         while f is not None:
             it = self.expr(f.iter)
+            if f is node.for_in:  # the first iterable is the enclosing scope's
+                self.scope = comprehension_scope(outer, _target_names(node.for_in))
             self.bind(f.target, replace(it, stride=None))
             vals.append(it)
             fors.append(f)
@@ -1168,6 +1186,7 @@ class Extractor:
         else:
             vals.append(self.expr(node.elt))
         self.out = saved
+        self.scope = outer
         if body:
             it = join(*vals[:1])
             cond = self._cond_from_val(fors[0].iter, it) if it.tainted() else None
@@ -1373,14 +1392,10 @@ class Extractor:
         for a in node.args:
             if not isinstance(a.value, cst.Name):
                 continue
-            scope = self._scopes.get(a.value)
-            if scope is None or isinstance(scope, cst.metadata.GlobalScope):
+            if self.scope.kind == "module":
                 continue
-            try:
-                defs = [x.node for x in scope[a.value.value]]
-            except Exception:  # libcst cannot resolve some names
-                continue
-            if not defs or not all(isinstance(d, cst.FunctionDef) for d in defs):
+            _, defs = self.scope.lookup(a.value.value)
+            if not defs or not all(d.kind == "def" for d in defs):
                 continue
             site = self.callsite_from(a.value, self.qnames(a.value))
             if site is None:
@@ -1521,14 +1536,7 @@ class Extractor:
         """`mod.f` where `mod` is bound by an import (`torch.scatter`): a module's function."""
         if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)):
             return False
-        scope = self._scopes.get(func.value)
-        if scope is None:
-            return False
-        try:
-            found = scope.get_qualified_names_for(func.value)
-        except Exception:  # libcst cannot name some nodes (e.g. in comprehensions)
-            return False
-        return any(q.source == QualifiedNameSource.IMPORT for q in found)
+        return self.scope.is_import(func.value.value, self._at(func.value))
 
     def method_call(self, node, func: cst.Attribute, recv: Val, args, text) -> Val | None:
         meth = func.attr.value
@@ -2062,3 +2070,20 @@ def _iterates_a_set(it: cst.BaseExpression) -> bool:
             and arg.func.value == "range"
         )
     return False
+
+
+def _target_names(f: cst.CompFor) -> list[str]:
+    """The names a comprehension's `for` clauses bind."""
+    out: list[str] = []
+    while f is not None:
+        stack = [f.target]
+        while stack:
+            t = stack.pop()
+            if isinstance(t, cst.Name):
+                out.append(t.value)
+            elif isinstance(t, cst.Tuple | cst.List):
+                stack.extend(e.value for e in t.elements)
+            elif isinstance(t, cst.StarredElement):
+                stack.append(t.value)
+        f = f.inner_for_in
+    return out
