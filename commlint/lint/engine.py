@@ -31,6 +31,7 @@ from commlint.findings import Finding, InputError, Location, Report
 from commlint.lint.analyze import Program, RawFinding, module_name
 from commlint.lint.config import LintConfig
 from commlint.lint.ir import FileFacts, Pos
+from commlint.lint.names import Names
 from commlint.lint.table import ApiTable, build_table, table_fingerprint
 
 SKIP_DIRS = frozenset(
@@ -307,20 +308,6 @@ def run_deep(fn: Callable[[], T], seconds: float) -> T:
     return box["value"]
 
 
-def tree_depth(tree: ast.AST) -> tuple[int, int]:
-    """Depth of CPython's syntax tree and the line of its deepest node (iterative)."""
-    best, line = 0, 1
-    stack: list[tuple[ast.AST, int, int]] = [(tree, 1, 1)]
-    children = ast.iter_child_nodes
-    while stack:
-        node, depth, at = stack.pop()
-        at = getattr(node, "lineno", at)
-        if depth > best:
-            best, line = depth, at
-        stack.extend((c, depth + 1, at) for c in children(node))
-    return best, line
-
-
 def _longest_line(source: str) -> int:
     lines = source.splitlines() or [""]
     return max(range(len(lines)), key=lambda k: len(lines[k])) + 1
@@ -340,7 +327,7 @@ class _Checked:
     source: str
     depth: int
     deepest_line: int
-    tree: ast.Module | None = None  # CPython's tree: the extractor's bindings come from it
+    names: Names | None = None  # the bindings of CPython's tree, for the extractor
 
 
 def precheck(
@@ -379,7 +366,9 @@ def precheck(
                 "too deeply nested to analyse (CPython itself cannot build its syntax tree)",
             )
         )
-    depth, line = tree_depth(tree)
+    names = Names(tree)  # the same walk measures the depth
+    depth, line = names.depth, names.deepest_line
+    del tree
     if depth > limits.max_depth:
         return facts(
             not_analysed=(
@@ -389,7 +378,7 @@ def precheck(
                 f"the limit is {limits.max_depth})",
             )
         )
-    return _Checked(source, depth, line, tree)
+    return _Checked(source, depth, line, names)
 
 
 def analyse(path: str, module: str, checked: _Checked, extra_key: str, limits: Limits) -> FileFacts:
@@ -405,8 +394,8 @@ def analyse(path: str, module: str, checked: _Checked, extra_key: str, limits: L
     from commlint.lint.extract import Extractor
 
     try:
-        extractor = Extractor(path, module, checked.source, _table(extra_key), checked.tree)
-        checked.tree = None
+        extractor = Extractor(path, module, checked.source, _table(extra_key), checked.names)
+        checked.names = None
         return run_deep(extractor.run, limits.time_limit)
     except _TimeUp:
         return not_analysed(
@@ -537,7 +526,7 @@ def _extractor_fingerprint() -> str:
     """The extraction code itself is part of the cache key (facts change when it does)."""
     h = hashlib.sha256()
     here = Path(__file__).parent
-    for name in ("extract.py", "ir.py", "table.py", "api_table.yaml"):
+    for name in ("extract.py", "names.py", "positions.py", "ir.py", "table.py", "api_table.yaml"):
         h.update((here / name).read_bytes())
     return h.hexdigest()[:16]
 
@@ -696,6 +685,7 @@ def lint_paths(paths: list[str], config: LintConfig, opts: LintOptions) -> Repor
             # with project context, only the given files (and the callers a finding can be
             # caused in) are evaluated rank by rank
             "evaluate_only": ({f.path for f in facts} - context) | callers if context else None,
+            "jobs": jobs,  # the per-rank evaluation's processes, as the extraction's
         },
     )
     raw: list[RawFinding] = []

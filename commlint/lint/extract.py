@@ -270,10 +270,10 @@ class Extractor:
         module_name: str,
         source: str,
         table: ApiTable,
-        tree: ast.Module | None = None,
+        names: Names | None = None,
     ) -> None:
         self.path = path
-        self.tree = tree
+        self.names = names
         self.module_name = module_name
         self.source = source
         self.table = table
@@ -289,9 +289,8 @@ class Extractor:
         self.module = module
         # qualified names come from the bindings of CPython's tree (LibCST's scope analysis
         # would visit every node of this one), positions from one counting code generation
-        tree = self.tree if self.tree is not None else ast.parse(self.source)
-        self.tree = None
-        self.names = Names(tree)
+        if self.names is None:
+            self.names = Names(ast.parse(self.source))
         self.scope: Scope = self.names.module
         self._qn_cache: dict[int, list[str]] = {}
         self._pos = Positions(module)

@@ -167,97 +167,118 @@ def _names_of(b: Binding, scope: Scope, full_name: str) -> set[tuple[str, str]]:
 
 class Names:
     """Every scope of a module's `ast` tree with its bindings; a function's or class's scope
-    found by the line of its `def`/`class` keyword and its name."""
+    found by the line of its `def`/`class` keyword and its name. The same walk measures the
+    tree's depth (`depth`, and `deepest_line`, the line of its deepest node), which decides
+    whether the file is safe to hand to LibCST's native parser."""
 
     def __init__(self, tree: ast.Module) -> None:
         self.module = Scope("module", "")
         self.defs: dict[tuple[int, str], Scope] = {}
-        self._scope(tree.body, self.module)
+        self.depth, self.deepest_line = self._build(tree)
 
     def scope_of(self, line: int, name: str) -> Scope | None:
         return self.defs.get((line, name))
 
     # ---------------------------------------------------------------- build
-    def _scope(self, body: list[ast.stmt], scope: Scope) -> None:
-        for stmt in body:
-            self._walk(stmt, scope)
+    def _build(self, tree: ast.Module) -> tuple[int, int]:
+        """One iterative walk over every node. An item's scope is where what it binds goes:
+        None inside a lambda's body or a comprehension (not the linter's concern), a pair
+        ("first", scope) for a comprehension's first `for` (its iterable is the enclosing
+        scope's)."""
+        best, line = 0, 1
+        children = ast.iter_child_nodes
+        stack: list[tuple[ast.AST, object, int, int]] = [(tree, self.module, 1, 1)]
+        pop, push = stack.pop, stack.append
+        while stack:
+            n, scope, depth, at = pop()
+            at = getattr(n, "lineno", at)
+            if depth > best:
+                best, line = depth, at
+            d = depth + 1
+            if scope is None:
+                for c in children(n):
+                    push((c, None, d, at))
+                continue
+            t = type(n)
+            if isinstance(scope, tuple):  # a comprehension's first `for`
+                outer = scope[1]  # type: ignore[index]
+                assert isinstance(n, ast.comprehension)
+                for c in children(n):
+                    push((c, outer if c is n.iter else None, d, at))
+                continue
+            assert isinstance(scope, Scope)
+            if t is ast.FunctionDef or t is ast.AsyncFunctionDef or t is ast.ClassDef:
+                inner = self._def(n, scope)  # type: ignore[arg-type]
+                body = {id(b) for b in n.body}  # type: ignore[attr-defined]
+                for c in reversed(list(children(n))):
+                    push((c, inner if id(c) in body else scope, d, at))
+                continue
+            if t is ast.Lambda:
+                assert isinstance(n, ast.Lambda)
+                push((n.args, scope, d, at))  # defaults: the enclosing scope's
+                push((n.body, None, d, at))
+                continue
+            if t is ast.ListComp or t is ast.SetComp or t is ast.GeneratorExp or t is ast.DictComp:
+                first = n.generators[0]  # type: ignore[attr-defined]
+                for c in children(n):
+                    push((c, ("first", scope) if c is first else None, d, at))
+                continue
+            if t is ast.Name:
+                if type(n.ctx) is ast.Store:  # type: ignore[attr-defined]
+                    self._bind_local(scope, n.id, (n.lineno, n.col_offset))  # type: ignore[attr-defined]
+            elif t is ast.Import or t is ast.ImportFrom:
+                self._import(n, scope)  # type: ignore[arg-type]
+            elif t is ast.Global or t is ast.Nonlocal:
+                how = "global" if t is ast.Global else "nonlocal"
+                for name in n.names:  # type: ignore[attr-defined]
+                    scope.overrides[name] = how
+            elif t is ast.ExceptHandler or t is ast.MatchAs or t is ast.MatchStar:
+                if n.name:  # type: ignore[attr-defined]
+                    self._bind_local(scope, n.name, (n.lineno, n.col_offset))  # type: ignore[attr-defined]
+            elif t is ast.MatchMapping and n.rest:  # type: ignore[attr-defined]
+                self._bind_local(scope, n.rest, (n.lineno, n.col_offset))  # type: ignore[attr-defined]
+            for c in reversed(list(children(n))):  # in source order: `global x` before `x = 1`
+                push((c, scope, d, at))
+        return best, line
 
-    def _def(self, node: ast.stmt, scope: Scope) -> None:
-        assert isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+    def _def(
+        self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef, scope: Scope
+    ) -> Scope:
+        """The scope `node` opens (its parameters bound), its name bound in `scope`."""
         at = (node.lineno, node.col_offset)
-        for d in node.decorator_list:
-            self._walk(d, scope)
+        key = (node.lineno, node.name)
         if isinstance(node, ast.ClassDef):
-            for e in [*node.bases, *(k.value for k in node.keywords)]:
-                self._walk(e, scope)
             inner = scope.child("class", node.name)
-            self.defs[(node.lineno, node.name)] = inner
-            self._scope(node.body, inner)
+            self.defs[key] = inner
             scope.bind(Binding(node.name, at, LOCAL))
-            return
+            return inner
+        found = self.defs.get(key)  # a second def of the same name on one line shares it
+        inner = found if found is not None else scope.child("function", node.name)
+        self.defs[key] = inner
         args = node.args
-        for e in [*args.defaults, *(d for d in args.kw_defaults if d is not None)]:
-            self._walk(e, scope)
-        inner = self.defs.get((node.lineno, node.name))
-        if inner is None:  # a second def of the same name on one line shares it
-            inner = scope.child("function", node.name)
-            self.defs[(node.lineno, node.name)] = inner
-        params = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
-        for p in params:
+        for p in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
             if p is not None:
                 inner.bind(Binding(p.arg, (node.lineno, -1), LOCAL))
-        self._scope(node.body, inner)
         scope.bind(Binding(node.name, at, DEF))
+        return inner
 
-    def _walk(self, node: ast.AST, scope: Scope) -> None:
-        """Bindings of `node` and what it contains, in `scope` (new scopes for what opens
-        one)."""
-        stack = [node]
-        while stack:
-            n = stack.pop()
-            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-                self._def(n, scope)
-                continue
-            if isinstance(n, ast.Lambda):
-                for e in [*n.args.defaults, *(d for d in n.args.kw_defaults if d is not None)]:
-                    stack.append(e)
-                continue  # the linter does not look into a lambda's body
-            if isinstance(n, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
-                stack.append(n.generators[0].iter)  # the rest is the comprehension's
-                continue
-            if isinstance(n, ast.Import):
-                for a in n.names:
-                    imp = ("", ((a.name, a.asname),))
-                    if a.asname:
-                        self._bind(scope, Binding(a.asname, (n.lineno, n.col_offset), IMPORT, imp))
-                    else:
-                        parts = a.name.split(".")
-                        for i in range(len(parts), 0, -1):
-                            name = ".".join(parts[:i])
-                            self._bind(scope, Binding(name, (n.lineno, n.col_offset), IMPORT, imp))
-                continue
-            if isinstance(n, ast.ImportFrom):
-                module = "." * n.level + (n.module or "")
-                aliases = tuple((a.name, a.asname) for a in n.names if a.name != "*")
-                for a in n.names:
-                    if a.name == "*":
-                        continue
-                    imp = (module, aliases)
-                    at = (n.lineno, n.col_offset)
-                    self._bind(scope, Binding(a.asname or a.name, at, IMPORT, imp))
-                continue
-            if isinstance(n, ast.Global | ast.Nonlocal):
-                how = "global" if isinstance(n, ast.Global) else "nonlocal"
-                for name in n.names:
-                    scope.overrides[name] = how
-                continue
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-                self._bind_local(scope, n.id, (n.lineno, n.col_offset))
-            elif isinstance(n, ast.ExceptHandler | ast.MatchAs | ast.MatchStar) and n.name:
-                self._bind_local(scope, n.name, (n.lineno, n.col_offset))
-            elif isinstance(n, ast.MatchMapping) and n.rest:
-                self._bind_local(scope, n.rest, (n.lineno, n.col_offset))
-            stack.extend(reversed(list(ast.iter_child_nodes(n))))
+    def _import(self, n: ast.Import | ast.ImportFrom, scope: Scope) -> None:
+        at = (n.lineno, n.col_offset)
+        if isinstance(n, ast.Import):
+            for a in n.names:
+                imp = ("", ((a.name, a.asname),))
+                if a.asname:
+                    self._bind(scope, Binding(a.asname, at, IMPORT, imp))
+                    continue
+                parts = a.name.split(".")
+                for i in range(len(parts), 0, -1):
+                    self._bind(scope, Binding(".".join(parts[:i]), at, IMPORT, imp))
+            return
+        module = "." * n.level + (n.module or "")
+        aliases = tuple((a.name, a.asname) for a in n.names if a.name != "*")
+        for a in n.names:
+            if a.name != "*":
+                self._bind(scope, Binding(a.asname or a.name, at, IMPORT, (module, aliases)))
 
     def _bind_local(self, scope: Scope, name: str, at: tuple[int, int]) -> None:
         self._bind(scope, Binding(name, at, LOCAL))

@@ -5,10 +5,15 @@ rules drop a finding on code that every rank of every world size ran to its end 
 
 from __future__ import annotations
 
+import multiprocessing as mp
+import os
+import pickle
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 from commlint.lint.analyze import Program, RawFinding
-from commlint.lint.ir import CallSite, Pos, iter_nodes
+from commlint.lint.ir import CallSite, Comm, Pos, iter_nodes
 from commlint.lint.perrank import DEFAULT_WORLD_SIZES, FileEval, WorldRun, evaluate_file, iter_sites
 
 HANG = frozenset({"CL201", "CL202", "CL203", "CL207", "CL209", "CL210"})
@@ -55,28 +60,100 @@ def verdicts(program: Program) -> dict[str, FileVerdict]:
                 if isinstance(n, CallSite) and n.names:
                     called.setdefault(n.names[0].rsplit(".", 1)[-1], set()).add(ff.path)
     only = program.options.get("evaluate_only")  # files given to a pre-commit run
-    for ff in program.files:
-        if only is not None and ff.path not in only:
-            continue  # context files are summarised for callers, not evaluated rank by rank
-
-        def elsewhere(name: str, here: str = ff.path) -> bool:
-            return bool(called.get(name, set()) - {here})
-
-        got = evaluate_file(
-            ff,
-            program.table,
-            sizes,
-            lambda site: _communicates(program, site),
-            elsewhere,
-        )
-        if got is None:
-            continue
-        fe, runs = got
-        v = FileVerdict(fe, runs)
-        v.findings = _judge(fe, runs)
-        out[ff.path] = v
+    # context files are summarised for callers, not evaluated rank by rank; a file without a
+    # communication of its own has no entry to evaluate
+    todo = [
+        ff
+        for ff in program.files
+        if (only is None or ff.path in only)
+        and any(isinstance(n, Comm) for fn in ff.functions.values() for n in iter_nodes(fn.body))
+    ]
+    jobs = int(program.options.get("jobs") or 1)
+    if jobs > 1 and len(todo) >= PARALLEL_FROM and "fork" in mp.get_all_start_methods():
+        results = _evaluate_parallel(program, todo, sizes, called, jobs)
+    else:
+        results = [
+            _evaluate(ff, program.table, sizes, lambda site: _communicates(program, site), called)
+            for ff in todo
+        ]
+    for ff, got in zip(todo, results, strict=True):
+        if got is not None:
+            out[ff.path] = got
     program._perrank = out
     return out
+
+
+PARALLEL_FROM = 8  # files to evaluate before a pool pays for itself
+_FORKED: tuple | None = (
+    None  # what a forked worker inherits: (files, table, sizes, answers, called)
+)
+
+
+def _evaluate(ff, table, sizes, communicating, called) -> FileVerdict | None:
+    def elsewhere(name: str, here: str = ff.path) -> bool:
+        return bool(called.get(name, set()) - {here})
+
+    got = evaluate_file(ff, table, sizes, communicating, elsewhere)
+    if got is None:
+        return None
+    fe, runs = got
+    v = FileVerdict(fe, runs)
+    v.findings = _judge(fe, runs)
+    return v
+
+
+@dataclass
+class _Evaluated:
+    """What a file's verdict keeps of its evaluation when it ran in a worker process."""
+
+    path: str
+    short: str
+    function_spans: list[tuple[int, int]]
+
+
+def _evaluate_child(i: int) -> FileVerdict | None:
+    assert _FORKED is not None
+    files, table, sizes, answers, called = _FORKED
+    v = _evaluate(files[i], table, sizes, lambda site: answers.get(id(site), False), called)
+    if v is not None:  # the evaluator (its syntax tree) stays here
+        v.fe = _Evaluated(v.fe.path, v.fe.short, v.fe.function_spans)  # type: ignore[assignment]
+    return v
+
+
+def _evaluate_parallel(program, todo, sizes, called, jobs: int) -> list[FileVerdict | None]:
+    """Files evaluated in forked workers: what the project says of each call site (whether it
+    communicates) is decided here first, and the workers inherit it with the facts (a fork
+    shares the objects, so a site is known by its id)."""
+    global _FORKED
+    answers = {
+        id(n): _communicates(program, n)
+        for ff in todo
+        for fn in ff.functions.values()
+        for n in iter_nodes(fn.body)
+        if isinstance(n, CallSite)
+    }
+    _FORKED = (todo, program.table, sizes, answers, called)
+    try:
+        ctx = mp.get_context("fork")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+            # the largest files first, so that no worker is left with one at the end
+            order = sorted(range(len(todo)), key=lambda i: -_size(todo[i]))
+            futures = {i: pool.submit(_evaluate_child, i) for i in order}
+            return [futures[i].result() for i in range(len(todo))]
+    except (BrokenProcessPool, OSError, pickle.PicklingError):
+        return [
+            _evaluate(ff, program.table, sizes, lambda site: answers.get(id(site), False), called)
+            for ff in todo
+        ]
+    finally:
+        _FORKED = None
+
+
+def _size(ff) -> int:
+    try:
+        return os.path.getsize(ff.path)
+    except OSError:
+        return 0
 
 
 def _communicates(program: Program, site) -> bool:

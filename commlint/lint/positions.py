@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from typing import Any
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState
@@ -39,9 +38,9 @@ class _Syntactic:
 
     def __exit__(self, *exc: object) -> None:
         spans = self.state.spans
-        start = spans[self.start_node][0] if self.start_node is not None else self.start
-        end = spans[self.end_node][1] if self.end_node is not None else self.state.offset
-        spans[self.node] = (start, end)
+        start = spans[id(self.start_node)][0] if self.start_node is not None else self.start
+        end = spans[id(self.end_node)][1] if self.end_node is not None else self.state.offset
+        spans[id(self.node)] = (start, end)
 
 
 class _OffsetState(CodegenState):
@@ -55,7 +54,7 @@ class _OffsetState(CodegenState):
         )
         self.offset = 0
         self.popped = ""
-        self.spans: dict[Any, tuple[int, int]] = {}
+        self.spans: dict[int, tuple[int, int]] = {}  # id(node) -> (start, end) offsets
         self.stack: list[int] = []
 
     def add_indent_tokens(self) -> None:
@@ -72,8 +71,9 @@ class _OffsetState(CodegenState):
 
     def after_codegen(self, node) -> None:
         start = self.stack.pop()
-        if node not in self.spans:  # a syntactic range recorded inside wins
-            self.spans[node] = (start, self.offset)
+        key = id(node)  # (a node's own __hash__ is a Python call; the tree keeps it alive)
+        if key not in self.spans:  # a syntactic range recorded inside wins
+            self.spans[key] = (start, self.offset)
 
     def pop_trailing_newline(self) -> None:
         if self.tokens:
@@ -100,8 +100,8 @@ class Positions:
         return line, offset - self._starts[line - 1]
 
     def __getitem__(self, node: cst.CSTNode) -> tuple[int, int, int, int]:
-        start, end = self._spans[node]
+        start, end = self._spans[id(node)]
         return (*self._at(start), *self._at(end))
 
     def start_line(self, node: cst.CSTNode) -> int:
-        return bisect_right(self._starts, self._spans[node][0])
+        return bisect_right(self._starts, self._spans[id(node)][0])
