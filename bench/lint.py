@@ -10,11 +10,14 @@ every `.py` file of them:
 
 - commlint cold: an empty cache directory; commlint cached: the same run again;
 - TorchFix (`torchfix --select ALL`, in its own virtualenv because it pins an older libcst),
-  on the same files, from this same process tree.
+  on the same files, from this same process tree;
+- ruff (`ruff check --select ALL --no-cache --exit-zero`, the ruff of this environment): the
+  speed users compare a linter with, on the same files.
 
 Prints files, wall time, files/s and CPU time (of the whole process tree, the fair figure
 on a shared machine) per run, and the ratios against the goals (commlint cold no slower than
-TorchFix; cached at least 10x faster than TorchFix). A crash (internal error,
+TorchFix; cached at least 10x faster than TorchFix; megatron-core + deepspeed cold within
+20 s wall, `--packages megatron-core,deepspeed`). A crash (internal error,
 traceback, exit code other than 0/1) on any file fails the benchmark with exit code 1. The
 findings of the cold run are kept in bench/_work/findings.json for docs/real-world.md, each
 run's stderr in bench/_work/TOOL-MODE.stderr. `--head` benchmarks the committed code (useful
@@ -227,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         help=f"comma-separated subset of {', '.join(PACKAGES)}",
     )
     parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--skip-torchfix", action="store_true", help="time commlint only")
+    parser.add_argument("--skip-torchfix", action="store_true", help="do not time TorchFix")
+    parser.add_argument("--skip-ruff", action="store_true", help="do not time ruff")
     parser.add_argument("--no-nice", action="store_true", help="do not lower our priority")
     parser.add_argument(
         "--head",
@@ -277,9 +281,26 @@ def main(argv: list[str] | None = None) -> int:
         runs.append(baseline)
         log(f"  {baseline.seconds:.1f} s wall, {baseline.cpu:.1f} s CPU")
 
+    ruff = shutil.which("ruff")
+    if not args.skip_ruff and ruff:
+        log("ruff check --select ALL on the same files ...")
+        command = [ruff, "check", "--select", "ALL", "--no-cache", "--exit-zero", "--quiet"]
+        runs.append(timed("ruff", "cold", command + list(map(str, rel_files)), len(files), {0}))
+        log(f"  {runs[-1].seconds:.1f} s wall, {runs[-1].cpu:.1f} s CPU")
+
     print()
     print(f"packages: {', '.join(PACKAGES[p] for p in packages)}")
     print_table(runs, baseline)
+    cold_run = runs[0]
+    for peer in runs[2:]:
+        if peer.seconds and not peer.crashed:
+            print(
+                f"commlint cold / {peer.tool}: {cold_run.seconds / peer.seconds:.2f}x the wall "
+                f"time, {cold_run.cpu / peer.cpu if peer.cpu else float('inf'):.2f}x the CPU time"
+            )
+    if set(packages) == {"megatron-core", "deepspeed"}:
+        verdict = "met" if cold_run.seconds <= 20.0 else "NOT met"
+        print(f"cold wall time {cold_run.seconds:.1f} s (goal <= 20 s on 2 cores: {verdict})")
     failed = [run for run in runs if run.crashed]
     for run in failed:
         print(f"CRASH {run.tool} {run.mode}: {run.crashed}")

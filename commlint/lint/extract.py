@@ -337,7 +337,10 @@ class Extractor:
         return Pos(line, col + 1, end_line, end_col + 1, self.stmt_line)
 
     def text(self, node: cst.CSTNode) -> str:
-        t = self.module.code_for_node(node)
+        try:
+            t = self._pos.code_of(node)
+        except KeyError:  # a node made here, not parsed
+            t = self.module.code_for_node(node)
         return " ".join(t.split())
 
     # ----------------------------------------------------------- functions

@@ -46,7 +46,7 @@ class _Syntactic:
 class _OffsetState(CodegenState):
     """Code generation that counts characters instead of keeping lines and columns."""
 
-    __slots__ = ("offset", "popped", "spans", "stack")
+    __slots__ = ("offset", "popped", "spans", "stack", "whole")
 
     def __init__(self, module: cst.Module) -> None:
         super().__init__(
@@ -55,6 +55,7 @@ class _OffsetState(CodegenState):
         self.offset = 0
         self.popped = ""
         self.spans: dict[int, tuple[int, int]] = {}  # id(node) -> (start, end) offsets
+        self.whole: dict[int, tuple[int, int]] = {}  # the same with the node's own whitespace
         self.stack: list[int] = []
 
     def add_indent_tokens(self) -> None:
@@ -72,6 +73,7 @@ class _OffsetState(CodegenState):
     def after_codegen(self, node) -> None:
         start = self.stack.pop()
         key = id(node)  # (a node's own __hash__ is a Python call; the tree keeps it alive)
+        self.whole[key] = (start, self.offset)
         if key not in self.spans:  # a syntactic range recorded inside wins
             self.spans[key] = (start, self.offset)
 
@@ -91,8 +93,9 @@ class Positions:
         state = _OffsetState(module)
         module._codegen(state)
         self._spans = state.spans
+        self._whole = state.whole
         # the module's code as LibCST writes it back (the final newline is outside the module)
-        code = "".join(state.tokens) + state.popped
+        self.code = code = "".join(state.tokens) + state.popped
         self._starts = [0] + [m.end() for m in _NEWLINE.finditer(code)]
 
     def _at(self, offset: int) -> tuple[int, int]:
@@ -102,6 +105,12 @@ class Positions:
     def __getitem__(self, node: cst.CSTNode) -> tuple[int, int, int, int]:
         start, end = self._spans[id(node)]
         return (*self._at(start), *self._at(end))
+
+    def code_of(self, node: cst.CSTNode) -> str:
+        """The node's code with its own whitespace and parentheses: `code_for_node`'s, but
+        for the indentation of its inner lines (a slice, not a code generation)."""
+        start, end = self._whole[id(node)]
+        return self.code[start:end]
 
     def start_line(self, node: cst.CSTNode) -> int:
         return bisect_right(self._starts, self._spans[id(node)][0])

@@ -211,7 +211,7 @@ def test_nested_calls_are_analysed_in_linear_time(tmp_path):
 
 def test_a_file_too_slow_to_analyse_is_stopped_by_the_time_limit(tmp_path):
     """A long file past the CPU limit ends as a located CL114; the other files are checked."""
-    write(tmp_path, "calls.py", HEADER + "x = f(g(rank), h(rank + 1))\n" * 3000)
+    write(tmp_path, "calls.py", HEADER + "x = f(g(rank), h(rank + 1))\n" * 12000)
     write(tmp_path, "bad.py", BAD)
     report = lint(tmp_path, jobs=1, limits=Limits(time_limit=1.0))
     hits = by_name(report)
