@@ -758,7 +758,9 @@ def lint_paths(paths: list[str], config: LintConfig, opts: LintOptions) -> Repor
                 (os.path.relpath(path) if path in context else path, pos, msg)
                 for path, pos, msg in r.related
             ]
-    findings = _apply_noqa(raw, facts, enabled, excluded - context)
+    # a context file's `# noqa` still suppresses what is located there, but is not itself
+    # judged (CL113): the file was not given
+    findings = _apply_noqa(raw, facts, enabled, excluded)
     if opts.diff_ref:
         changed, err = changed_lines(opts.diff_ref, [str(f) for f in files])
         if err:
@@ -1013,7 +1015,8 @@ def _apply_noqa(
         if ident in seen:
             continue
         seen.add(ident)
-        ff = by_path.get(r.path)
+        # (a context file's finding is named by its relative path by now)
+        ff = by_path.get(r.path) or by_path.get(os.path.abspath(r.path))
         suppressed = False
         if ff is not None and r.code not in ENGINE_CODES:
             for line in dict.fromkeys((r.pos.line, r.pos.stmt_line)):
@@ -1023,7 +1026,7 @@ def _apply_noqa(
                     break
                 hit = next((c for c in codes if r.code.startswith(c)), None)
                 if hit:
-                    used.add((r.path, line, hit))
+                    used.add((ff.path, line, hit))
                     suppressed = True
                     break
         if not suppressed:

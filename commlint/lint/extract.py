@@ -9,7 +9,9 @@ objects whose methods communicate. Nothing is imported or run.
 from __future__ import annotations
 
 import ast
+import io
 import re
+import tokenize
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -1938,14 +1940,31 @@ NOQA_RE = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]
 
 
 def parse_noqa(source: str) -> dict[int, frozenset[str] | None]:
-    """Line -> codes suppressed there (None: a blanket `# noqa`)."""
+    """Line -> codes suppressed there (None: a blanket `# noqa`). Only comments count: a
+    `# noqa` inside a string literal (a test's source text) suppresses nothing."""
     out: dict[int, frozenset[str] | None] = {}
     if "noqa" not in source:
         return out
-    for k, line in enumerate(source.splitlines(), 1):
-        if "#" not in line or "noqa" not in line.lower():
-            continue
-        m = NOQA_RE.search(line)
+    candidates = {
+        k
+        for k, line in enumerate(source.splitlines(), 1)
+        if "#" in line and "noqa" in line.lower() and NOQA_RE.search(line)
+    }
+    if not candidates:
+        return out
+    comments: dict[int, str] = {}
+    try:
+        last = max(candidates)
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.start[0] > last:
+                break
+            if tok.type == tokenize.COMMENT and tok.start[0] in candidates:
+                comments[tok.start[0]] = tok.string
+    except (tokenize.TokenError, SyntaxError):  # CPython compiled it: not expected
+        lines = source.splitlines()
+        comments = {k: lines[k - 1] for k in candidates}
+    for k, text in comments.items():
+        m = NOQA_RE.search(text)
         if not m:
             continue
         codes = m.group("codes")

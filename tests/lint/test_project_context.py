@@ -101,3 +101,23 @@ def test_a_folder_is_checked_as_before(project):
     code, found, _ = check(project, "pkg")
     assert code == 1
     assert found == [("pkg/other.py", 6, "CL101"), ("pkg/train.py", 8, "CL101")]
+
+
+def test_noqa_in_an_unchanged_file(project):
+    """A context file's `# noqa` suppresses what is located there (the finding caused through
+    the changed helper), and is not itself judged: an unused one in it is not reported."""
+    caller = CALLER.replace("sync_metrics(t)", "sync_metrics(t)  # noqa: CL101")
+    (project / "pkg" / "train.py").write_text(caller, encoding="utf-8")
+    other = OTHER.replace("def save():", "def save():  # noqa: CL102")
+    (project / "pkg" / "other.py").write_text(other, encoding="utf-8")
+    code, found, _ = check(project, "pkg/helpers.py")
+    assert (code, found) == (0, [])
+    code, found, _ = check(project, "pkg/other.py")  # given: its unused noqa is judged
+    assert ("pkg/other.py", 4, "CL113") in found
+
+
+def test_noqa_inside_a_string_is_not_a_comment(project):
+    src = OTHER + '\nSNIPPET = "dist.barrier()  # noqa: CL101"\n'
+    (project / "pkg" / "other.py").write_text(src, encoding="utf-8")
+    code, found, _ = check(project, "pkg/other.py")
+    assert found == [("pkg/other.py", 6, "CL101")]  # no CL113 for the string's text
