@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -307,20 +308,29 @@ def _record(options):
 
 
 def _crashed_everywhere(result, ranks: list[int], program: str) -> InputError | None:
-    """Every rank raised the same exception at the same line: the program itself is broken."""
+    """Every rank raised the same exception at the same line: the program itself is broken
+    (or something the dry-run cannot stand in for): nothing after that line was seen. The
+    messages may differ between ranks in numbers only (`... cuda:0` on rank 0, `cuda:1` on
+    rank 1)."""
     from commlint.plans.dryrun.merge import split_site
 
     ends = [result.runs[r].end for r in ranks]
     if not ends or any(not e or e.get("kind") != "exception" for e in ends):
         return None
     first = ends[0]
-    if any((e["message"], e.get("site")) != (first["message"], first.get("site")) for e in ends):
+
+    def shape(e: dict) -> tuple[str, str | None]:
+        return re.sub(r"\d+", "N", e["message"]), e.get("site")
+
+    if any(shape(e) != shape(first) for e in ends):
         return None
     path, line = split_site(first.get("site"))
+    same = all(e["message"] == first["message"] for e in ends)
     return InputError(
         path=path or program,
         line=line,
-        message=f"every rank raised {first['message']}",
+        message=f"every rank raised {first['message']}"
+        + ("" if same else f" (on rank {ranks[0]}; the others' messages differ in numbers)"),
     )
 
 

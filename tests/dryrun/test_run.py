@@ -349,3 +349,21 @@ def test_small_integer_draws_decide_without_real_tensors():
     expected = {r: trace.ranks[r][1].out_splits for r in (0, 1)}
     assert sent[0][1] == expected[1][0] and sent[1][0] == expected[0][1]
     assert check_trace(trace, None).findings == []
+
+
+def test_cli_every_rank_raising_a_message_with_its_rank_is_not_an_all_clear(tmp_path: Path):
+    """The same exception at the same line on every rank, its message naming the rank
+    (`... cuda:0`, `... cuda:1`): nothing after it was seen, so no "All checks passed"."""
+    crash = tmp_path / "crash.py"
+    crash.write_text(
+        "import torch.distributed as dist\ndist.init_process_group('gloo')\n"
+        "raise RuntimeError(f'parameters on cpu, expected cuda:{dist.get_rank()}')\n"
+    )
+    out = cli("--nproc-per-node", "2", str(crash))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "All checks passed" not in out.stdout
+    errors = [ln for ln in out.stderr.splitlines() if "error" in ln]
+    assert errors == [
+        f"commlint: error: {crash}:3: every rank raised RuntimeError: parameters on cpu, "
+        "expected cuda:0 (on rank 0; the others' messages differ in numbers)"
+    ]

@@ -120,4 +120,5 @@ def test_noqa_inside_a_string_is_not_a_comment(project):
     src = OTHER + '\nSNIPPET = "dist.barrier()  # noqa: CL101"\n'
     (project / "pkg" / "other.py").write_text(src, encoding="utf-8")
     code, found, _ = check(project, "pkg/other.py")
+    assert code == 1
     assert found == [("pkg/other.py", 6, "CL101")]  # no CL113 for the string's text

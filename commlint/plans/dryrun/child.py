@@ -111,6 +111,10 @@ class CudaOnCpu(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is torch.device:
+            if len(args) == 1 and not kwargs and type(args[0]) is int:
+                # `torch.device(0)`: index 0 of the current accelerator, which a GPU machine
+                # has (FSDP's `device_id=local_rank`); the CPU build has none and raises
+                return func("cuda", args[0])
             return func(*args, **kwargs)
         if func in self._IDENTITY:
             return args[0]
@@ -934,8 +938,16 @@ def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
         if os.environ.get("COMMLINT_DEBUG"):  # where in the program (or torch) it came from
             import traceback
 
-            with open(f"commlint-debug-rank{spec.rank}-{spec.mode}.txt", "a") as fh:
-                traceback.print_exc(file=fh)
+            # a raw descriptor: the dry-run's own file patches give an append to a regular
+            # file a private copy, which would hide this
+            fd = os.open(
+                f"commlint-debug-rank{spec.rank}-{spec.mode}.txt",
+                os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+            )
+            try:
+                os.write(fd, traceback.format_exc().encode())
+            finally:
+                os.close(fd)
         if spec.mode == "fake" and not str(exc).startswith(_DDP_UNFINISHED):
             # DDP's own check failed (its reducer state, not tensor data): no need to see
             # whether real tensors raise it too.
