@@ -531,6 +531,16 @@ def _extractor_fingerprint() -> str:
     return h.hexdigest()[:16]
 
 
+def _renamed(ff: FileFacts, path: str) -> FileFacts:
+    """Cached facts under the name this run gives the file."""
+    if ff.path == path:
+        return ff
+    from dataclasses import replace
+
+    functions = {k: replace(f, path=path) for k, f in ff.functions.items()}
+    return replace(ff, path=path, functions=functions)
+
+
 class Cache:
     """Extracted facts per file, keyed by content hash + table/config + commlint version."""
 
@@ -540,7 +550,10 @@ class Cache:
 
     def key(self, path: str, module: str, data: bytes) -> str:
         h = hashlib.sha256(data)
-        h.update(f"\0{path}\0{module}\0{self.fingerprint}\0{__version__}".encode())
+        # the file, however it is named: `check .` names it `./pkg/a.py`, a pre-commit run's
+        # context the absolute path (the facts are renamed on a hit)
+        where = os.path.abspath(path)
+        h.update(f"\0{where}\0{module}\0{self.fingerprint}\0{__version__}".encode())
         h.update(_extractor_fingerprint().encode())
         return h.hexdigest()
 
@@ -648,7 +661,7 @@ def lint_paths(paths: list[str], config: LintConfig, opts: LintOptions) -> Repor
             key = cache_obj.key(path, module, data)
             hit = cache_obj.get(key)
             if hit is not None:
-                facts.append(hit)
+                facts.append(_renamed(hit, path))
                 continue
             keys[path] = key
         todo.append((path, module, data, extra_key, limits))

@@ -122,3 +122,15 @@ def test_noqa_inside_a_string_is_not_a_comment(project):
     code, found, _ = check(project, "pkg/other.py")
     assert code == 1
     assert found == [("pkg/other.py", 6, "CL101")]  # no CL113 for the string's text
+
+
+def test_a_folder_run_warms_the_cache_for_pre_commit(project):
+    """`check pkg` names files `pkg/a.py`, a pre-commit run names its context files by
+    absolute path: the same file is one cache entry, so the first pre-commit run after a
+    folder run analyses nothing again, and its findings keep this run's names."""
+    check(project, "pkg")
+    entries = sorted(p.name for p in (project / ".commlint_cache").rglob("*.pkl"))
+    assert len(entries) == 4  # __init__, helpers, train, other
+    code, found, _ = check(project, "pkg/helpers.py")
+    assert (code, found) == (1, [("pkg/train.py", 8, "CL101")])
+    assert sorted(p.name for p in (project / ".commlint_cache").rglob("*.pkl")) == entries
