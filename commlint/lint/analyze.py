@@ -190,6 +190,23 @@ class Program:
             out.extend(self.node_tokens(n, fn))
         return out
 
+    def live_arms(self, n: Branch, fn: Function) -> list[list[Tok]]:
+        """The tokens of a branch's arms, less the arms that raise (`else: raise
+        RuntimeError("unknown rank")`) whose calls before the raise are where every other arm
+        begins: a rank that raises ends, and the launcher stops the job (a crash with a
+        traceback, not a hang), so what the others do past that point is not its to match."""
+        arms = [self.tokens(a, fn) for a in n.arms]
+        crash = [i for i, a in enumerate(n.arms) if any(_raises(x) for x in a)]
+        if not crash or len(crash) == len(arms):
+            return arms
+        live = [a for i, a in enumerate(arms) if i not in crash]
+        for i in crash:
+            before = n.arms[i][: next(k for k, x in enumerate(n.arms[i]) if _raises(x))]
+            head = [t.key() for t in self.tokens(before, fn)]
+            if any([t.key() for t in a[: len(head)]] != head for a in live):
+                return arms  # it communicates differently before it raises: compared as is
+        return live
+
     def collectives(self, nodes: list[Node], fn: Function) -> list[Tok]:
         """The tokens of `nodes` whose first real call is a collective."""
         return [t for t in self.tokens(nodes, fn) if leaf_tok(t).cat == "coll"]
@@ -218,7 +235,7 @@ class Program:
             mapping = self._group_mapping(n, callee)
             return [self.rebase(t, n, fn.path, mapping) for t in inner]
         if isinstance(n, Branch):
-            arms = [self.tokens(a, fn) for a in n.arms]
+            arms = self.live_arms(n, fn)
             keys = [tuple(t.key() for t in a) for a in arms]
             if all(k == keys[0] for k in keys):
                 return arms[0]
@@ -537,3 +554,7 @@ def leaf_tok(t: Tok) -> Tok:
     while t.kids:
         t = next(x for arm in t.kids for x in arm)
     return t
+
+
+def _raises(n: Node) -> bool:
+    return isinstance(n, Exit) and n.kind == "raise"

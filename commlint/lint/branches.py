@@ -246,7 +246,11 @@ def _iter_ints(expr: ast.AST):
 
 
 def _compare_arms(program: Program, fn: Function, node: Branch, cond: Cond) -> list[RawFinding]:
-    arms = [program.tokens(a, fn) for a in node.arms]
+    arms = program.live_arms(node, fn)
+    if len(arms) < len(node.arms):  # an arm raises (a crash, not a hang)
+        if len(arms) < 2:
+            return []
+        arms = [program.tokens(a, fn) for a in node.arms]  # (arm labels follow the indices)
     out: list[RawFinding] = []
     reported: set[tuple] = set()
     for group in program.groups_of([t for a in arms for t in a]):

@@ -1726,6 +1726,8 @@ class WorldRun:
     trace: object | None = None  # commlint.trace.Trace
     decided: dict[int, set[bool]] = field(default_factory=dict)
     creation_mismatch: tuple[int, dict[int, tuple[int, ...]]] | None = None
+    # (line, ranks that call it, ranks that never do) of a new_group only some ranks call
+    creation_missing: tuple[int, tuple[int, ...], tuple[int, ...]] | None = None
     executed: set[int] = field(default_factory=set)
     issues: int = 0  # checker findings on its trace (set by the judge)
     exact: bool = True  # no loop of unknown length was approximated
@@ -1948,6 +1950,14 @@ class FileEval:
                 # without use_local_synchronization every rank must pass the same list
                 mismatch = (seen[0][1], views)
                 break
+        missing = None
+        for _k, seen in sorted(self._creations.items()):
+            callers = {r for r, _line, _m in seen}
+            if callers != set(ranks):
+                # new_group waits for every rank of the default group: the ranks that never
+                # call it this often leave the others waiting there
+                missing = (seen[0][1], tuple(sorted(callers)), tuple(sorted(set(ranks) - callers)))
+                break
         all_ends = [rk.end for rk in ranks.values()]
         if all(end is not None for end in all_ends) and len({(e[1]) for e in all_ends}) == 1:
             # every rank stops at the same place: this world size is not one the program runs
@@ -1983,6 +1993,7 @@ class FileEval:
             trace=trace,
             decided=decided,
             creation_mismatch=mismatch,
+            creation_missing=missing,
             executed=executed,
             exact=not self.approx,
         )

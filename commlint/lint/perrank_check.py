@@ -217,6 +217,27 @@ def _judge(fe: FileEval, runs: list[WorldRun]) -> list[RawFinding]:
                     )
                 )
             continue
+        if run.creation_missing is not None:
+            run.issues += 1  # a hang: it refutes nothing
+            line, callers, missing = run.creation_missing
+            if not run.refute_only and ("CL115", line) not in seen:
+                seen.add(("CL115", line))
+                reported.add(("CL115", run.entry))
+                out.append(
+                    RawFinding(
+                        "CL115",
+                        f"with {run.world} ranks (evaluated rank by rank from `{run.entry}`): "
+                        f"{_ranks(callers)} create a group with new_group at line {line}, "
+                        f"{_ranks(missing)} never do: new_group waits for every rank of the "
+                        f"default group, so {_ranks(callers)} hang there",
+                        fe.path,
+                        _pos(fe, line),
+                        "Create every group on every rank, in the same order (even on ranks "
+                        "that are not its members), or pass use_local_synchronization=True "
+                        "when only the members create it.",
+                    )
+                )
+            continue
         if run.trace is None:
             continue
         if run.entry != "__main__" and _one_way(run):
@@ -268,6 +289,15 @@ def _judge(fe: FileEval, runs: list[WorldRun]) -> list[RawFinding]:
                 )
             )
     return out
+
+
+def _ranks(rs: tuple[int, ...]) -> str:
+    """`rank 0`, `ranks 1-3`, `ranks 0, 2`."""
+    if len(rs) == 1:
+        return f"rank {rs[0]}"
+    if list(rs) == list(range(rs[0], rs[-1] + 1)):
+        return f"ranks {rs[0]}-{rs[-1]}"
+    return "ranks " + ", ".join(map(str, rs))
 
 
 def _one_way(run: WorldRun) -> bool:

@@ -61,9 +61,16 @@ EXPECTED = {
     "send_padded_recv_raw.py": [(10, "CL116")],
     # tied-embedding groups that the first and the last stage build from different lists
     "tied_embedding_groups.py": [(12, "CL117")],
+    # one role per rank (torch's ddp_under_dist_autograd_test), the trainers forget the group
+    # the other roles create: new_group waits for them (evaluated rank by rank at the declared
+    # 4 ranks), and the roles' arms differ
+    "role_dispatch_missing_group.py": [(8, "CL115"), (22, "CL108"), (24, "CL108")],
 }
 # Correct programs that look like one of the above: no finding.
 CLEAN = {
+    # one role per rank, each creating the same groups; an unknown rank raises (a crash with
+    # a traceback, not a hang): the raising arm is not compared with the others
+    "role_dispatch_raise.py",
     # transformers' main_process_first: the `try` barrier on the others, the `finally`
     # barrier on the main process: one barrier per rank, raise or not
     "finally_main_first.py",
