@@ -117,6 +117,7 @@ class Program:
         self._membership: dict[tuple[str, str], tuple | None] = {}  # membership()'s memo
         self._branch_findings: list[RawFinding] | None = None  # branches.branch_findings()'s
         self._perrank: dict | None = None  # perrank_check.verdicts()'s, per file
+        self._classes: dict[str, list] | None = None  # simple class name -> (key, info)
         self._taint_lines: set[tuple[str, int]] | None = None  # perrank_check's dedup memo
         self.siblings: dict[int, tuple[list[Node], int]] = {}
         self.group_dims: dict[str, frozenset[str]] = {}
@@ -166,7 +167,40 @@ class Program:
             dims = self.returns_rank(cond.deps)
             if dims:
                 return replace(cond, dims=dims, origin=cond.origin or "a helper returns a rank")
+        if cond.vs_attr is not None:
+            _op, name, cls = cond.vs_attr  # == or !=: one value on every rank either way
+            value = self.class_constant(cls, name)
+            if value is not None and value < 0:
+                # no rank is negative (`MAIN_PROCESS_RANK = -1`, the launcher): the test
+                # takes one value on every rank
+                return replace(cond, dims=frozenset(), true_ranks=None, false_ranks=None)
         return cond
+
+    def class_constant(self, cls: str, name: str, depth: int = 0) -> int | None:
+        """An integer class attribute of `cls` or of its bases, across the project's files
+        (bases named as the file imports them, found by their qualified name's suffix)."""
+        if self._classes is None:
+            self._classes = {}
+            for f in self.files:
+                for key, info in f.classes.items():
+                    self._classes.setdefault(key.rsplit(".", 1)[-1], []).append((key, info))
+        found = [info for key, info in self._classes.get(cls.rsplit(".", 1)[-1], []) if key == cls]
+        if not found or depth > 10:
+            return None
+        bases, consts = found[0]
+        if name in consts:
+            return consts[name]
+        for base in bases:
+            cands = [
+                key
+                for key, _info in self._classes.get(base.rsplit(".", 1)[-1], [])
+                if key == base or key.endswith("." + base) or base.endswith("." + key)
+            ]
+            if len(cands) == 1:
+                value = self.class_constant(cands[0], name, depth + 1)
+                if value is not None:
+                    return value
+        return None
 
     # ------------------------------------------------------------- summaries
     def summary(self, fn: Function) -> list[Tok]:
@@ -458,8 +492,13 @@ class Program:
         return out
 
     def all_functions(self) -> Iterator[Function]:
+        """The functions the rules look for findings in: every one, but with project context
+        (a pre-commit run) only those of the given files and of the callers a finding can be
+        caused in; the other context files are summarised for callers, never reported."""
+        only = self.options.get("evaluate_only")
         for f in self.files:
-            yield from f.functions.values()
+            if only is None or f.path in only:
+                yield from f.functions.values()
 
 
 def root_of(c: Comm) -> str | None:

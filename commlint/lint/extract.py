@@ -619,6 +619,22 @@ class Extractor:
                     self.lightning_classes.add(class_key)
             if self.text(base.value).rsplit(".", 1)[-1] == "LightningModule":
                 self.lightning_classes.add(class_key)
+        bases = tuple(q for base in node.bases for q in self.qnames(base.value))
+        consts: dict[str, int] = {}
+        if isinstance(node.body, cst.IndentedBlock):
+            for st in node.body.body:
+                if isinstance(st, cst.SimpleStatementLine):
+                    for small in st.body:
+                        if (
+                            isinstance(small, cst.Assign)
+                            and len(small.targets) == 1
+                            and isinstance(small.targets[0].target, cst.Name)
+                        ):
+                            value = _int(small.value)
+                            if value is not None:
+                                consts[small.targets[0].target.value] = value
+        if bases or consts:
+            self.facts.classes[class_key] = (bases, consts)
         methods = (
             [s for s in node.body.body if isinstance(s, cst.FunctionDef)]
             if isinstance(node.body, cst.IndentedBlock)
@@ -871,7 +887,20 @@ class Extractor:
     # ----------------------------------------------------------- conditions
     def cond(self, test: cst.BaseExpression) -> Cond:
         v = read_tensor(self.expr(test), self.text(test))
-        return self._cond_from_val(test, v)
+        c = self._cond_from_val(test, v)
+        if c.dims and self.cls and isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+            target = test.comparisons[0]
+            attr = target.comparator
+            op = {cst.Equal: "==", cst.NotEqual: "!="}.get(type(target.operator))
+            if (
+                op is not None
+                and isinstance(attr, cst.Attribute)
+                and isinstance(attr.value, cst.Name)
+                and attr.value.value == "self"
+                and self.lookup(f"self.{attr.attr.value}") is None
+            ):
+                c = replace(c, vs_attr=(op, attr.attr.value, self.cls))
+        return c
 
     def _cond_from_val(self, node: cst.BaseExpression, v: Val) -> Cond:
         true_ranks, false_ranks = self.rank_sets(node)

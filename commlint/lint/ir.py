@@ -34,6 +34,9 @@ class Cond:
     approx: bool = False  # and/or: true_ranks/false_ranks may hold more ranks than the truth
     deps: tuple[str, ...] = ()  # project calls whose return value may carry rank taint
     decorator: bool = False  # a rank-zero-only decorator
+    # `rank != self.NAME` with NAME a class attribute this file does not give: (op, NAME,
+    # the method's class key), resolved through the project's classes
+    vs_attr: tuple[str, str, str] | None = None
 
     @property
     def divergent(self) -> bool:
@@ -175,6 +178,8 @@ class FileFacts:
     skipped: bool = False  # never mentions distributed code
     internal_error: str | None = None  # the extractor failed on this file (a bug of ours)
     not_analysed: tuple[int, int, str] | None = None  # valid Python left unanalysed (CL114)
+    # class key -> (qualified names of its bases, its integer class attributes)
+    classes: dict[str, tuple[tuple[str, ...], dict[str, int]]] = field(default_factory=dict)
 
 
 def iter_nodes(nodes: list[Node]):

@@ -145,3 +145,40 @@ def test_megatron_single_stage_idiom_is_uniform(tmp_path):
     )
     codes = [f.code for f in lint_source(src, tmp_path).findings]
     assert "CL101" not in codes
+
+
+BASE = """\
+# the launcher process, not a distributed rank
+class MultiProcessTestCase:
+    MAIN_PROCESS_RANK = {value}
+"""
+
+SUBCLASS = """\
+import torch.distributed as dist
+
+from testing.common import MultiProcessTestCase
+
+
+class FSDPTest(MultiProcessTestCase):
+    def setUp(self):
+        if self.rank != self.MAIN_PROCESS_RANK:
+            dist.barrier()
+"""
+
+
+@pytest.mark.parametrize(("value", "codes"), [("-1", []), ("0", ["CL101"])])
+def test_a_base_class_constant_from_another_file_decides_a_rank_test(value, codes, tmp_path):
+    """torch's common_fsdp: `self.rank != self.MAIN_PROCESS_RANK` with the constant -1 on a
+    base class in another file holds on every rank (no rank is negative); with 0 it is a
+    rank test like any other."""
+    from tests.lint.helpers import lint_files
+
+    report = lint_files(
+        {
+            "testing/__init__.py": "",
+            "testing/common.py": BASE.format(value=value),
+            "testing/fsdp.py": SUBCLASS,
+        },
+        tmp_path,
+    )
+    assert [f.code for f in report.findings] == codes
