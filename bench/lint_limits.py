@@ -110,10 +110,10 @@ def largest(make, mode: str, lo: int, hi: int, steps: int) -> tuple[int, dict, d
 def depth_of(src: str) -> int:
     import ast
 
-    from commlint.lint.engine import tree_depth
+    from commlint.lint.names import Names  # the pre-check's walk measures the depth
 
     try:
-        return tree_depth(ast.parse(src))[0]
+        return Names(ast.parse(src)).depth
     except (SyntaxError, RecursionError, MemoryError):
         return -1
 
