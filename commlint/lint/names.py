@@ -59,8 +59,10 @@ class Scope:
         return Scope(kind, prefix, self)
 
     # --------------------------------------------------------------- lookup
-    def _visible_parent(self, start: Scope | None = None) -> Scope | None:
-        p = start if start is not None else self.parent
+    def _visible_parent(self) -> Scope | None:
+        """The nearest enclosing scope whose names this one sees (class bodies are not seen
+        from the functions inside them)."""
+        p = self.parent
         while p is not None and p.kind == "class":
             p = p.parent
         return p
@@ -93,10 +95,6 @@ class Scope:
         s = self._target(name)
         return (s, s.bindings[name]) if s is not None else (None, [])
 
-    def contains(self, name: str) -> bool:
-        return self._target(name) is not None or ("." not in name and hasattr(builtins, name))
-
-    # ------------------------------------------------------ qualified names
     def _before(self, name: str, at: tuple[int, int]) -> tuple[Scope | None, list[Binding]]:
         """The bindings an access of plain `name` at `at` sees: in this scope only those bound
         before it; if none, the parent's (LibCST asks the direct parent, a class included)."""
