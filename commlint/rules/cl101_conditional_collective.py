@@ -40,6 +40,11 @@ other functions (in any file given) are followed, and the message shows the chai
 Hidden collectives count too: a DDP/FSDP-wrapped module's forward, `accelerator.gather` /
 `wait_for_everyone` / `save_state`, DeepSpeed `engine.save_checkpoint`, Lightning
 `self.log(..., sync_dist=True)` and `self.all_gather`.
+
+A rank compared with a negative integer class attribute (`if self.rank !=
+self.MAIN_PROCESS_RANK:` with `MAIN_PROCESS_RANK = -1` on torch's `MultiProcessTestCase`, the
+launcher process) holds alike on every rank, also when the constant is on a base class in
+another file of the project.
 """,
     severity="error",
     kind="source",

@@ -21,6 +21,12 @@ member of — in the same order. The classic bug is `if rank in ranks: g = new_g
 the ranks outside skip the call, the next `new_group` disagrees on the group's name, and the
 job hangs in the store (or much later, in the first collective on the group). Pass
 `use_local_synchronization=True` if only members are meant to call it.
+
+An arm that raises (`else: raise RuntimeError(f"unknown rank {rank}")` after a dispatch of
+roles by rank) is not compared with the other arms past the calls it makes before raising: that
+rank crashes with a traceback and the launcher stops the job; the roles' arms are still
+compared with each other (`tests/lint/patterns/role_dispatch_raise.py` is clean,
+`role_dispatch_missing_group.py`, whose trainers skip a group the other roles create, is not).
 """,
     severity="error",
     kind="source",

@@ -9,7 +9,10 @@ RULE = Rule(
     explanation="""
 Like ruff's RUF100: a suppression that no longer suppresses anything hides nothing today but
 will silently hide the next real problem on that line. Only commlint codes (`CL...`) are
-checked; codes of other tools are left alone, and so is a blanket `# noqa`.
+checked; codes of other tools are left alone, and so is a blanket `# noqa`. Only comments
+count: `# noqa: CL101` inside a string literal (a test's source text) suppresses nothing and is
+not reported. With project context (pre-commit), a context file's `# noqa` still suppresses
+what is located on its line, but is not judged: only the given files are.
 """,
     severity="warning",
     kind="source",

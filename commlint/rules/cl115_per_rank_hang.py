@@ -24,10 +24,12 @@ classes defined in the file are followed. The per-rank trace goes through the sa
 `commlint run` and `commlint plan`. This rule reports what hangs there: two ranks that both
 send first (guarded pipeline exchanges, halo exchanges), a stage that receives one message
 more than its peer sends (1F1B), a collective some ranks issue more often than others (a
-metrics helper called on the main process only), an `isend`/`irecv` with no partner, and ranks
-stranded in a collective after another rank raised. Where a value is not known to the linter
-(data, an opaque call that communicates), the world size is not evaluated and the taint rules
-(CL101-CL103) decide; a finding they already make is not repeated here.
+metrics helper called on the main process only), an `isend`/`irecv` with no partner, ranks
+stranded in a collective after another rank raised, and a `new_group` that only some ranks
+call (without `use_local_synchronization=True` it waits for every rank of the default group).
+Where a value is not known to the linter (data, an opaque call that communicates), the world
+size is not evaluated and the taint rules (CL101-CL103) decide; a finding they already make is
+not repeated here.
 """,
     severity="error",
     kind="source",
