@@ -919,6 +919,26 @@ def _small_tree(root: Path) -> bool:
     return True
 
 
+def _git_ignored(root: Path, found: list[Path]) -> set[str]:
+    """The files of `found` that git ignores in the repository at `root` (as ruff leaves
+    what .gitignore names out); nothing when `root` is not a git work tree or git is missing."""
+    if not (root / ".git").exists() or not found:
+        return set()
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(root), "check-ignore", "--stdin", "-z"],
+            input="\0".join(str(f) for f in found) + "\0",
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return set()
+    if proc.returncode not in (0, 1):  # 1: nothing ignored
+        return set()
+    return {x for x in proc.stdout.split("\0") if x}
+
+
 def project_context(files: list[Path], config: LintConfig) -> tuple[list[Path], set[str], set[str]]:
     """`files` plus the files of their projects they are connected to by imports: what they
     import (and what that imports, a few levels deep) and what imports them (two levels up).
@@ -943,6 +963,9 @@ def project_context(files: list[Path], config: LintConfig) -> tuple[list[Path], 
     callers: set[str] = set()
     for root in sorted(roots):
         found, _errors, excluded = discover([str(root)], config)
+        ignored = _git_ignored(root, found)
+        if ignored:  # what git ignores is not the project (build output, downloads, venvs)
+            found = [f for f in found if str(f) not in ignored or str(f.resolve()) in have]
         skip = {str(f.resolve()) for f in found if str(f) in excluded} - have
         project = _Project(root, found, skip)
         given = [k for k in (str(f.resolve()) for f in files) if k in project.by_path]

@@ -5,6 +5,7 @@ changed helper that now all-reduces makes its unchanged rank-0-only caller one."
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -134,3 +135,20 @@ def test_a_folder_run_warms_the_cache_for_pre_commit(project):
     code, found, _ = check(project, "pkg/helpers.py")
     assert (code, found) == (1, [("pkg/train.py", 8, "CL101")])
     assert sorted(p.name for p in (project / ".commlint_cache").rglob("*.pkl")) == entries
+
+
+def test_what_git_ignores_is_not_context(project):
+    """A build or download folder that .gitignore names (`vendor/`, holding a copy of a
+    caller) is not part of the project a pre-commit run checks against, as ruff leaves it out."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    (project / ".gitignore").write_text("vendor/\n", encoding="utf-8")
+    vendor = project / "vendor" / "pkg"
+    vendor.mkdir(parents=True)
+    (vendor / "copy.py").write_text(CALLER, encoding="utf-8")
+    code, found, _ = check(project, "pkg/helpers.py")
+    assert (code, found) == (1, [("pkg/train.py", 8, "CL101")])
+    (project / ".gitignore").write_text("", encoding="utf-8")  # not ignored: it is a caller
+    code, found, _ = check(project, "pkg/helpers.py")
+    assert ("vendor/pkg/copy.py", 8, "CL101") in found
