@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from io import BytesIO
 from pathlib import Path
@@ -535,8 +535,6 @@ def _renamed(ff: FileFacts, path: str) -> FileFacts:
     """Cached facts under the name this run gives the file."""
     if ff.path == path:
         return ff
-    from dataclasses import replace
-
     functions = {k: replace(f, path=path) for k, f in ff.functions.items()}
     return replace(ff, path=path, functions=functions)
 

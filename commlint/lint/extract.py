@@ -620,19 +620,7 @@ class Extractor:
             if self.text(base.value).rsplit(".", 1)[-1] == "LightningModule":
                 self.lightning_classes.add(class_key)
         bases = tuple(q for base in node.bases for q in self.qnames(base.value))
-        consts: dict[str, int] = {}
-        if isinstance(node.body, cst.IndentedBlock):
-            for st in node.body.body:
-                if isinstance(st, cst.SimpleStatementLine):
-                    for small in st.body:
-                        if (
-                            isinstance(small, cst.Assign)
-                            and len(small.targets) == 1
-                            and isinstance(small.targets[0].target, cst.Name)
-                        ):
-                            value = _int(small.value)
-                            if value is not None:
-                                consts[small.targets[0].target.value] = value
+        consts = _int_class_attributes(node)
         if bases or consts:
             self.facts.classes[class_key] = (bases, consts)
         methods = (
@@ -2136,4 +2124,20 @@ def _target_names(f: cst.CompFor) -> list[str]:
             elif isinstance(t, cst.StarredElement):
                 stack.append(t.value)
         f = f.inner_for_in
+    return out
+
+
+def _int_class_attributes(node: cst.ClassDef) -> dict[str, int]:
+    """`NAME = <integer literal>` statements of a class body (`MAIN_PROCESS_RANK = -1`)."""
+    out: dict[str, int] = {}
+    if not isinstance(node.body, cst.IndentedBlock):
+        return out
+    for st in node.body.body:
+        if not isinstance(st, cst.SimpleStatementLine):
+            continue
+        for small in st.body:
+            if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                target, value = small.targets[0].target, _int(small.value)
+                if isinstance(target, cst.Name) and value is not None:
+                    out[target.value] = value
     return out

@@ -1943,21 +1943,16 @@ class FileEval:
         if not isinstance(entry, list) and not self.rank_read:
             # a helper that never asks for the rank: its callers decide which ranks run it
             return WorldRun(name, world, False, "does not depend on the rank")
-        mismatch = None
+        mismatch = missing = None
         for _k, seen in sorted(self._creations.items()):
             views = {r: m for r, _line, m in seen}
-            if len(set(views.values())) > 1:
+            if mismatch is None and len(set(views.values())) > 1:
                 # without use_local_synchronization every rank must pass the same list
                 mismatch = (seen[0][1], views)
-                break
-        missing = None
-        for _k, seen in sorted(self._creations.items()):
-            callers = {r for r, _line, _m in seen}
-            if callers != set(ranks):
+            if missing is None and set(views) != set(ranks):
                 # new_group waits for every rank of the default group: the ranks that never
                 # call it this often leave the others waiting there
-                missing = (seen[0][1], tuple(sorted(callers)), tuple(sorted(set(ranks) - callers)))
-                break
+                missing = (seen[0][1], tuple(sorted(views)), tuple(sorted(set(ranks) - set(views))))
         all_ends = [rk.end for rk in ranks.values()]
         if all(end is not None for end in all_ends) and len({(e[1]) for e in all_ends}) == 1:
             # every rank stops at the same place: this world size is not one the program runs

@@ -84,9 +84,8 @@ def verdicts(program: Program) -> dict[str, FileVerdict]:
 
 
 PARALLEL_FROM = 8  # files to evaluate before a pool pays for itself
-_FORKED: tuple | None = (
-    None  # what a forked worker inherits: (files, table, sizes, answers, called)
-)
+# what a forked worker inherits: (files, table, sizes, answers, called)
+_FORKED: tuple | None = None
 
 
 def _evaluate(ff, table, sizes, communicating, called) -> FileVerdict | None:
@@ -133,6 +132,10 @@ def _evaluate_parallel(program, todo, sizes, called, jobs: int) -> list[FileVerd
         if isinstance(n, CallSite)
     }
     _FORKED = (todo, program.table, sizes, answers, called)
+
+    def communicating(site) -> bool:
+        return answers.get(id(site), False)
+
     try:
         ctx = mp.get_context("fork")
         with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
@@ -141,10 +144,7 @@ def _evaluate_parallel(program, todo, sizes, called, jobs: int) -> list[FileVerd
             futures = {i: pool.submit(_evaluate_child, i) for i in order}
             return [futures[i].result() for i in range(len(todo))]
     except (BrokenProcessPool, OSError, pickle.PicklingError):
-        return [
-            _evaluate(ff, program.table, sizes, lambda site: answers.get(id(site), False), called)
-            for ff in todo
-        ]
+        return [_evaluate(ff, program.table, sizes, communicating, called) for ff in todo]
     finally:
         _FORKED = None
 
@@ -292,12 +292,10 @@ def _judge(fe: FileEval, runs: list[WorldRun]) -> list[RawFinding]:
 
 
 def _ranks(rs: tuple[int, ...]) -> str:
-    """`rank 0`, `ranks 1-3`, `ranks 0, 2`."""
-    if len(rs) == 1:
-        return f"rank {rs[0]}"
-    if list(rs) == list(range(rs[0], rs[-1] + 1)):
-        return f"ranks {rs[0]}-{rs[-1]}"
-    return "ranks " + ", ".join(map(str, rs))
+    """`rank 0`, `ranks 1-3`, `ranks 0, 2` (the checker's own rank lists)."""
+    from commlint.graph.verdict import format_ranks  # (loaded with the checker, when judged)
+
+    return f"rank{'s' if len(rs) > 1 else ''} {format_ranks(list(rs))}"
 
 
 def _one_way(run: WorldRun) -> bool:
