@@ -141,8 +141,11 @@ def memory_child(folder: str, share: bool) -> None:
     gc.disable()
     files = fr.dump_files(Path(folder))
     before = rss()
-    held = [fr._checked_dump(fr.read_dump(f), str(f), share=share) for f in files.values()]
-    n = sum(len(entries) for entries, _, _ in held)
+    held = [
+        fr._checked_dump(fr.read_dump(f), str(f), share=share, reread=fr._reader(f))
+        for f in files.values()
+    ]
+    n = sum(len(cols) for cols, _, _ in held)
     print((rss() - before) / n)
 
 

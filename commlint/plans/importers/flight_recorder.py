@@ -41,7 +41,8 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
-from operator import attrgetter
+from itertools import compress, islice
+from operator import attrgetter, itemgetter, lt
 from pathlib import Path
 from typing import Any
 
@@ -258,8 +259,15 @@ def load_flight_recorder(
         # SHARE_AFTER entries, equal payloads are shared (see `_check_entry`)
         checked = {}
         seen = 0
+        payloads: dict[bytes, tuple] = {}
         for rank, f in files.items():
-            checked[rank] = _checked_dump(read_dump(f), str(f), share=seen >= SHARE_AFTER)
+            checked[rank] = _checked_dump(
+                read_dump(f),
+                str(f),
+                share=seen >= SHARE_AFTER,
+                reread=_reader(f),
+                payloads=payloads,
+            )
             seen += len(checked[rank][0])
         return _to_trace(
             checked,
@@ -274,6 +282,35 @@ def load_flight_recorder(
             gc.enable()
 
 
+def _reader(path: Path) -> Any:
+    """The entries of a dump read again (for frames not kept), if the file did not change."""
+    try:
+        before = path.stat()
+    except OSError as exc:
+        raise CommlintInputError(f"cannot read: {exc.strerror}", str(path)) from None
+
+    def entries() -> list:
+        try:
+            now = path.stat()
+        except OSError:
+            now = None
+        if now is None or (now.st_size, now.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+            raise _Bad("the dump changed while it was being read")
+        gc_was = gc.isenabled()
+        gc.disable()
+        try:
+            data = read_dump(path)
+        finally:
+            if gc_was:
+                gc.enable()
+        rows = data.get("entries")
+        if not isinstance(rows, (list, tuple)):
+            raise _Bad("the dump changed while it was being read")
+        return rows
+
+    return entries
+
+
 # --- one dump, checked field by field ------------------------------------------------------
 
 
@@ -283,6 +320,7 @@ class _Entry:
     __slots__ = (
         "backend",
         "checked",
+        "cols",
         "desc",
         "detail",
         "frames",
@@ -295,6 +333,7 @@ class _Entry:
         "p2p",
         "p2p_seq",
         "pg",
+        "pos",
         "raw",
         "record_id",
         "seq",
@@ -302,7 +341,8 @@ class _Entry:
         "walk",
     )
 
-    # `group` (the trace group) is set once membership is known, in `_to_trace`.
+    # `group` (the trace group) is set once membership is known, in `_to_trace`; `cols` and
+    # `pos`: the rank's `_Columns` and the entry's place in them (frames read again from there)
 
 
 class _Bad(Exception):
@@ -485,38 +525,290 @@ def _check_payload(e: _Entry) -> None:
 
 
 def _checked_dump(
-    data: Any, where: str | None, share: bool = True
-) -> tuple[list[_Entry], dict[str, tuple[str, tuple[int, ...] | None]], str]:
-    """(entries in record_id order, pg name → (description, ranks or None), version).
-    `share`: entries with equal frames, sizes and dtypes share one copy (`_check_entry`)."""
+    data: Any,
+    where: str | None,
+    share: bool = True,
+    reread: Any = None,
+    payloads: dict[bytes, tuple] | None = None,
+) -> tuple[_Columns, dict[str, tuple[str, tuple[int, ...] | None]], str]:
+    """(entries as `_Columns` in record_id order, pg name → (description, ranks or None),
+    version). `share`: the frames kept for entries that are not `completed` are shared between
+    entries that hold equal ones (`_share_frames`). `reread`: returns the dump's entries again,
+    for the frames of `completed` entries, which are not kept (None: keep every entry's
+    frames). `payloads`: equal sizes and dtypes are one tuple across the dumps read with it."""
     if not isinstance(data, dict):
         raise CommlintInputError(
             f"not a Flight Recorder dump: the top level is {_kind(data)}", where
         )
-    walk = _Walk(data.get("_budget") if isinstance(data.get("_budget"), int) else None)
-    if not share:
-        walk.shared = None
+    budget = data.get("_budget") if isinstance(data.get("_budget"), int) else None
     entries = data.get("entries", [])
     if not isinstance(entries, (list, tuple)):
         raise CommlintInputError(f"'entries' is {_kind(entries)}, not a list of entries", where)
-    try:
-        out = [_check_entry(i, e, walk) for i, e in enumerate(entries)]
-        walk.shared = None
-    except _Bad:
-        walk = _Walk(data.get("_budget") if isinstance(data.get("_budget"), int) else None)
-        for i, e in enumerate(entries):  # again, to say which entry (error path only)
-            try:
-                _check_entry(i, e, walk)
-            except _Bad as exc:
-                raise CommlintInputError(f"entry {i}: {exc}", where) from None
-        raise
-    out.sort(key=attrgetter("record_id"))
+    walk = _Walk(budget)
+    cols = _fast_columns(entries, walk, {} if payloads is None else payloads, reread is not None)
+    if cols is None:  # some entry is not plain: entry by entry, to say which and what
+        walk = _Walk(budget)
+        cols = _columns_of(_slow_entries(entries, walk, where), walk)
+    else:
+        cols.reread = reread if reread is not None else lambda: entries
+        cols.frames = _kept_frames(entries, cols, share)
+    walk.shared = None
     try:
         config = _pg_config(data.get("pg_config"), walk)
     except _Bad as exc:
         raise CommlintInputError(f"pg_config: {exc}", where) from None
     version = data.get("version")
-    return out, config, version if isinstance(version, (str, int, float)) else "?"
+    return cols, config, version if isinstance(version, (str, int, float)) else "?"
+
+
+def _slow_entries(entries: list | tuple, walk: _Walk, where: str | None) -> list[_Entry]:
+    """Every entry checked on its own (sizes and dtypes too), in record_id order; raises a
+    located error for the first that is not what Flight Recorder writes."""
+    out = []
+    for i, e in enumerate(entries):
+        try:
+            x = _check_entry(i, e, walk)
+            _check_payload(x)
+        except _Bad as exc:
+            raise CommlintInputError(f"entry {i}: {exc}", where) from None
+        out.append(x)
+    out.sort(key=attrgetter("record_id"))
+    return out
+
+
+class _Columns:
+    """One rank's checked entries, field by field, in record_id order.
+
+    A job holds millions of entries and uses few of them one by one (the ones kept in the
+    trace, compared or located): those become `_Entry` objects on demand (`entry`). Frames
+    are kept for the entries that are not `completed` (`_kept_frames`); the others' frames are
+    read again from the dump when a site is needed (`fetch`), so a big job does not hold
+    millions of frame dicts."""
+
+    __slots__ = (
+        "cache",
+        "desc",
+        "frames",
+        "group",
+        "index",
+        "p2p",
+        "p2p_seq",
+        "payload",
+        "pg",
+        "raw",
+        "record_id",
+        "reread",
+        "seq",
+        "split",
+        "state",
+        "walk",
+    )
+
+    def __len__(self) -> int:
+        return len(self.pg)
+
+    def entry(self, i: int) -> _Entry:
+        e = self.cache.get(i)
+        if e is None:
+            e = self.cache[i] = _Entry()
+            e.cols, e.pos, e.index, e.record_id = self, i, self.index[i], self.record_id[i]
+            e.pg, e.desc, e.seq, e.p2p_seq = self.pg[i], self.desc[i], self.seq[i], self.p2p_seq[i]
+            e.backend, e.raw, e.detail = self.split[i]
+            e.state, e.p2p = self.state[i], self.p2p[i]
+            e.in_sizes, e.out_sizes, e.in_dtypes, e.out_dtypes = self.payload[i]
+            e.checked, e.walk = True, self.walk
+            e.frames = self.frames.get(i, _MISSING)
+            e.group = self.group[i] if self.group is not None else None
+        return e
+
+    def fetch(self, positions: Iterable[int]) -> None:
+        """Read again (once) the frames of these entries that were not kept; raises `_Bad`."""
+        need = [i for i in positions if i not in self.frames]
+        if not need:
+            return
+        if self.reread is None:
+            raise _Bad("its frames are no longer available")
+        entries = self.reread()
+        for i in need:
+            raw = entries[self.index[i]] if self.index[i] < len(entries) else None
+            if type(raw) is not dict:
+                raise _Bad("the dump changed while it was being read")
+            frames = self.frames[i] = raw.get("frames")
+            e = self.cache.get(i)
+            if e is not None and e.frames is _MISSING:
+                e.frames = frames
+
+
+_MISSING: Any = object()  # an entry's frames, not kept: `_Columns.fetch` reads them again
+
+_FIELDS = itemgetter(
+    "profiling_name",
+    "process_group",
+    "collective_seq_id",
+    "record_id",
+    "p2p_seq_id",
+    "state",
+    "is_p2p",
+    "input_sizes",
+    "output_sizes",
+    "input_dtypes",
+    "output_dtypes",
+)
+_P2P_OPS = frozenset(("send", "recv"))
+_LISTS = {list, tuple}
+
+
+def _exact_payload(p: tuple, walk: _Walk) -> None:
+    """Sizes and dtypes exactly as NCCL and gloo write them (lists of lists of integers,
+    lists of names), else `_Bad`: the entry-by-entry path then says which entry and what."""
+    for sizes in p[:2]:
+        _sizes(sizes, "", walk)
+    for dtypes in p[2:]:
+        if type(dtypes) is str:
+            raise _Bad("a dtype written as one name")
+        _dtypes(dtypes, "", walk)
+
+
+def _types(column: Iterable[Any]) -> set[type]:
+    return set(map(type, column))
+
+
+def _fill_optional(entries: list | tuple) -> bool:
+    """Add the optional fields an entry leaves out (older torch versions, torch's own tests),
+    as the entry-by-entry check reads them; False when a required one is missing."""
+    for i, e in enumerate(entries):
+        if len(e) >= len(_OPTIONAL) + 3 and all(map(e.__contains__, _OPTIONAL)):
+            continue
+        if "profiling_name" not in e or "process_group" not in e or "collective_seq_id" not in e:
+            return False
+        for key, value in _OPTIONAL.items():
+            if e.get(key) is None:
+                e[key] = i if key == "record_id" else value
+    return True
+
+
+_OPTIONAL: dict[str, Any] = {
+    "record_id": None,  # the entry's position
+    "p2p_seq_id": 0,
+    "state": "",
+    "is_p2p": False,
+    "input_sizes": [],
+    "output_sizes": [],
+    "input_dtypes": [],
+    "output_dtypes": [],
+}
+
+
+def _fast_columns(
+    entries: list | tuple, walk: _Walk, payloads: dict[bytes, tuple], mutable: bool
+) -> _Columns | None:
+    """Columns of a dump whose entries are all plain (every key present, each field of the
+    type NCCL and gloo write), checked a field at a time over all entries; None otherwise."""
+    if not entries or _types(entries) != {dict}:
+        return None
+    try:
+        rows = list(map(_FIELDS, entries))
+    except KeyError:
+        if not mutable or not _fill_optional(entries):
+            return None
+        rows = list(map(_FIELDS, entries))
+    prof, pgs, seqs, rids, p2p_seqs, states, is_p2p, ins, outs, in_dt, out_dt = zip(
+        *rows, strict=True
+    )
+    del rows
+    if _types(prof) != {str} or _types(states) != {str} or not _types(is_p2p) <= {bool}:
+        return None
+    if _types(seqs) != {int} or _types(rids) != {int} or _types(p2p_seqs) != {int}:
+        return None
+    if not _types(pgs) <= {tuple, list} or set(map(len, pgs)) != {2}:
+        return None
+    names, descs = list(map(itemgetter(0), pgs)), list(map(itemgetter(1), pgs))
+    if _types(names) != {str} or _types(descs) != {str}:
+        return None
+    if not _types(ins) <= _LISTS or not _types(outs) <= _LISTS:
+        return None
+    if not _types(in_dt) <= _LISTS or not _types(out_dt) <= _LISTS:
+        return None
+    cols = _Columns()
+    n = len(entries)
+    order: Any = range(n)
+    permuted = n > 1 and not all(map(lt, rids, islice(rids, 1, None)))
+    if permuted:
+        order = sorted(order, key=rids.__getitem__)  # stable, as the entry-by-entry path
+
+    def column(values: Any) -> Any:
+        return list(map(values.__getitem__, order)) if permuted else values
+
+    cols.index = order
+    cols.record_id = column(rids)
+    cols.pg, cols.desc = column(names), column(descs)
+    cols.seq, cols.p2p_seq, cols.state = column(seqs), column(p2p_seqs), column(states)
+    cols.split = list(map(_split_profiling_name, column(prof)))
+    cols.raw = list(map(itemgetter(1), cols.split))
+    cols.p2p = [p or r in _P2P_OPS for p, r in zip(column(is_p2p), cols.raw, strict=True)]
+    # Equal sizes and dtypes are one tuple: a rank repeats a few shapes thousands of times.
+    # An entry's are compared with the last ones of its group; those that differ are checked
+    # (`_exact_payload`), then shared by value across the dumps. Compared with `==`, a dimension
+    # written `1.0` or `true` next to an earlier `1` of its group reads as that `1`.
+    payload = list(column(list(zip(ins, outs, in_dt, out_dt, strict=True))))
+    last: dict[str, tuple] = {}
+    try:
+        for i, (pg, p) in enumerate(zip(cols.pg, payload, strict=True)):
+            q = last.get(pg)
+            if q is not None and q == p:
+                payload[i] = q
+                continue
+            _exact_payload(p, walk)
+            try:
+                q = payloads.setdefault(marshal.dumps(p), p)
+            except ValueError:  # nested too deeply to serialise: kept as it is
+                q = p
+            last[pg] = payload[i] = q
+    except _Bad:
+        return None
+    cols.payload = payload
+    cols.cache, cols.group, cols.walk = {}, None, walk
+    return cols
+
+
+def _kept_frames(entries: list | tuple, cols: _Columns, share: bool) -> dict[int, Any]:
+    """The frames of the entries that are not `completed`: the ones a trace keeps, mostly.
+    With `share`, equal frames are one object (a stuck job of gloo dumps keeps every entry,
+    and the frames' dicts were 60% of the memory of a 16M-entry job); `marshal` tells 1,
+    1.0 and True apart, as the frames' check does."""
+    out: dict[int, Any] = {}
+    shared: dict[bytes, Any] = {}
+    index = cols.index
+    for i, state in enumerate(cols.state):
+        if state == "completed":
+            continue
+        frames = entries[index[i]].get("frames")
+        if share:
+            try:  # noqa: SIM105  (a `with suppress` costs more than the lookup, per entry)
+                frames = shared.setdefault(marshal.dumps(frames), frames)
+            except ValueError:  # nested too deeply to serialise: kept as it is
+                pass
+        out[i] = frames
+    return out
+
+
+def _columns_of(entries: list[_Entry], walk: _Walk) -> _Columns:
+    """Columns over entries checked one by one (every entry's frames kept)."""
+    cols = _Columns()
+    cols.cache = dict(enumerate(entries))
+    for i, e in enumerate(entries):
+        e.cols, e.pos = cols, i
+    cols.index = [e.index for e in entries]
+    cols.record_id = [e.record_id for e in entries]
+    cols.pg, cols.desc = [e.pg for e in entries], [e.desc for e in entries]
+    cols.seq, cols.p2p_seq = [e.seq for e in entries], [e.p2p_seq for e in entries]
+    cols.state, cols.p2p = [e.state for e in entries], [e.p2p for e in entries]
+    cols.split = [(e.backend, e.raw, e.detail) for e in entries]
+    cols.raw = [e.raw for e in entries]
+    cols.payload = [(e.in_sizes, e.out_sizes, e.in_dtypes, e.out_dtypes) for e in entries]
+    cols.frames = {i: e.frames for i, e in enumerate(entries)}
+    cols.group, cols.reread, cols.walk = None, None, walk
+    return cols
 
 
 def _pg_config(value: Any, walk: _Walk) -> dict[str, tuple[str, tuple[int, ...] | None]]:
@@ -624,6 +916,8 @@ def _internal(filename: str) -> bool:
 
 def _site(e: _Entry) -> tuple[str | None, list[str]]:
     """The entry's user frame and stack; its `frames` are checked here, once (raises `_Bad`)."""
+    if e.frames is _MISSING:
+        e.cols.fetch((e.pos,))
     if e.frames is not None and not isinstance(e.frames, _CheckedFrames):
         e.frames = _CheckedFrames(_frames(e.frames, e.walk))
     return user_frame(e.frames)
@@ -663,7 +957,7 @@ class _Groups:
 
     def __init__(
         self,
-        checked: Mapping[int, tuple[list[_Entry], dict[str, tuple[str, Any]], Any]],
+        checked: Mapping[int, tuple[_Columns, dict[str, tuple[str, Any]], Any]],
         given: Mapping[str, Iterable[int]] | None,
         world_size: int | None,
         where: Any,
@@ -690,13 +984,12 @@ class _Groups:
         self.by_rank: dict[int, dict[str, _Instance]] = {}
         missing: dict[str, tuple[str, int, int]] = {}  # pg name → (desc, first rank, entry)
         for rank in sorted(checked):
-            entries, cfg, _ = checked[rank]
-            seen: dict[str, int] = {}
-            for e in entries:
-                if e.pg not in seen:
-                    seen[e.pg] = e.index
+            cols, cfg, _ = checked[rank]
+            # each pg name with its first entry (the reversed dict keeps the first position)
+            firsts = dict(zip(reversed(cols.pg), range(len(cols) - 1, -1, -1), strict=True))
+            seen = {n: cols.index[i] for n, i in sorted(firsts.items(), key=itemgetter(1))}
             for name, first in seen.items():
-                desc = cfg.get(name, ("", None))[0] or _desc_of(entries, name)
+                desc = cfg.get(name, ("", None))[0] or _desc_of(cols, name)
                 default = _is_default(name, desc)
                 members = given_ranks.get(name)
                 if members is None and desc and desc in given_ranks:
@@ -766,11 +1059,8 @@ class _Groups:
         }
 
 
-def _desc_of(entries: list[_Entry], name: str) -> str:
-    for e in entries:
-        if e.pg == name and e.desc:
-            return e.desc
-    return ""
+def _desc_of(cols: _Columns, name: str) -> str:
+    return next((d for pg, d in zip(cols.pg, cols.desc, strict=True) if pg == name and d), "")
 
 
 def _given(given: Mapping[str, Iterable[int]] | None) -> dict[str, tuple[int, ...]]:
@@ -822,137 +1112,134 @@ def _unknown_members(
 
 
 def _aligned_entries(
-    per_rank: Mapping[int, list[_Entry]], pgs: _Groups, keep_completed: bool, where: Any
-) -> tuple[dict[int, list[_Entry]], dict[int, int], _Collectives]:
-    """Per rank, the entries to check (evicted-on-some-rank and done-everywhere ones dropped);
-    and every aligned collective, dropped ones included (`_Collectives`)."""
+    per_rank: Mapping[int, _Columns], pgs: _Groups, keep_completed: bool
+) -> tuple[dict[int, list[int]], dict[int, int], _Collectives]:
+    """Per rank, the positions of the entries to check (evicted-on-some-rank and
+    done-everywhere ones dropped); and every aligned collective, dropped ones included."""
     start: dict[str, int] = {}  # first collective seq every dumped member still holds
     done: dict[str, int] = {}  # last seq completed on every dumped member
-    for rows in per_rank.values():
+    for c in per_rank.values():
         first: dict[str, int] = {}
         leading: dict[str, int] = {}
         broken: set[str] = set()
-        for e in rows:
-            if e.p2p or not e.raw:
+        for g, seq, state, raw, p2p in zip(c.group, c.seq, c.state, c.raw, c.p2p, strict=True):
+            if p2p or not raw:
                 continue
-            g = e.group
-            first.setdefault(g, e.seq)
-            if g not in broken and e.state == "completed":
-                leading[g] = e.seq
+            if g not in first:
+                first[g] = seq
+            if g not in broken and state == "completed":
+                leading[g] = seq
             else:
                 broken.add(g)
         for g, seq in first.items():
             start[g] = max(start.get(g, seq), seq)
             last_done = leading.get(g, seq - 1)
             done[g] = min(done.get(g, last_done), last_done)
-    dropped_ids: set[int] = set()
+    dropped_p2p: set[tuple[int, int]] = set()
     if not keep_completed:
-        _drop_completed_p2p(per_rank, pgs, dropped_ids)
-    out: dict[int, list[_Entry]] = {}
+        _drop_completed_p2p(per_rank, pgs, dropped_p2p)
+    out: dict[int, list[int]] = {}
     dropped: dict[int, int] = {}
-    colls = _Collectives(per_rank, start, where)
+    colls = _Collectives(per_rank, start)
     first_of, differ, finished = colls.first_of, colls.differ, colls.finished
     start_of, done_of, first_get = start.get, done.get, first_of.get
-    for r, rows in per_rank.items():
+    markers = MARKERS
+    for r, c in per_rank.items():
         kept = []
         n = 0
         previous = None
-        for e in rows:
-            if not e.raw:
+        for i, (raw, p2p, g, seq, payload) in enumerate(
+            zip(c.raw, c.p2p, c.group, c.seq, c.payload, strict=True)
+        ):
+            if not raw:
                 n += 1
                 continue
-            if e.p2p:
-                if id(e) in dropped_ids:
+            if p2p:
+                if (r, i) in dropped_p2p:
                     n += 1
                     continue
             else:
-                g, seq = e.group, e.seq
                 if seq < start_of(g, 0):
                     n += 1
                     continue
                 key = (g, seq)
                 is_done = not keep_completed and seq <= done_of(g, -1)
-                if e.raw not in MARKERS:
+                if raw not in markers:
                     f = first_get(key)
                     if f is None:
-                        _located(_check_payload, e, r, where)
-                        first_of[key] = e
+                        first_of[key] = (raw, payload, r, i)
                         if is_done:
                             finished.add(key)
                     elif (
                         previous == key  # coalesced: several entries of one rank
-                        or e.raw != f.raw
-                        or e.in_sizes != f.in_sizes
-                        or e.out_sizes != f.out_sizes
-                        or e.in_dtypes != f.in_dtypes
-                        or e.out_dtypes != f.out_dtypes
+                        or raw != f[0]
+                        or (payload is not f[1] and payload != f[1])
                     ):
                         differ.add(key)
                     previous = key
                 if is_done:
                     n += 1
                     continue
-            kept.append(e)
+            kept.append(i)
         dropped[r] = n
         out[r] = kept
     return out, dropped, colls
 
 
 class _Collectives:
-    """Every aligned collective (group, seq): its first entry, and whether any rank's entry
-    differs from it (compared while aligning: most never do, and then no per-rank table of
-    entries is built)."""
+    """Every aligned collective (group, seq): its first entry as (raw op, payload, rank,
+    position), and whether any rank's entry differs from it (compared while aligning: most
+    never do, and then no per-rank table of entries is built)."""
 
-    def __init__(
-        self, per_rank: Mapping[int, list[_Entry]], start: dict[str, int], where: Any
-    ) -> None:
-        self.per_rank, self.start, self.where = per_rank, start, where
-        self.first_of: dict[tuple[str, int], _Entry] = {}
+    def __init__(self, per_rank: Mapping[int, _Columns], start: dict[str, int]) -> None:
+        self.per_rank, self.start = per_rank, start
+        self.first_of: dict[tuple[str, int], tuple[str, tuple, int, int]] = {}
         self.differ: set[tuple[str, int]] = set()
         self.finished: set[tuple[str, int]] = set()
 
     def by_rank(self, keys: set[tuple[str, int]]) -> dict[tuple[str, int], dict[int, list]]:
-        """(group, seq) → rank → its entries, for `keys` only."""
+        """(group, seq) → rank → its entries, for `keys` only (their frames read, once)."""
         out: dict[tuple[str, int], dict[int, list[_Entry]]] = {}
-        for r, rows in self.per_rank.items():
-            for e in rows:
-                if e.p2p or not e.raw or e.raw in MARKERS:
+        start = self.start
+        for r, c in self.per_rank.items():
+            for i, (g, seq, raw, p2p) in enumerate(zip(c.group, c.seq, c.raw, c.p2p, strict=True)):
+                if p2p or not raw or raw in MARKERS:
                     continue
-                key = (e.group, e.seq)
-                if key in keys and e.seq >= self.start.get(e.group, 0):
-                    _located(_check_payload, e, r, self.where)
-                    out.setdefault(key, {}).setdefault(r, []).append(e)
+                key = (g, seq)
+                if key in keys and seq >= start.get(g, 0):
+                    out.setdefault(key, {}).setdefault(r, []).append(c.entry(i))
         return out
 
 
 def _drop_completed_p2p(
-    per_rank: Mapping[int, list[_Entry]], pgs: _Groups, dropped_ids: set[int]
+    per_rank: Mapping[int, _Columns], pgs: _Groups, dropped: set[tuple[int, int]]
 ) -> None:
     """Per channel, the leading send/recv pairs completed on both sides are done."""
-    sends: dict[tuple[str, int, int], list[_Entry]] = {}
-    recvs: dict[tuple[str, int, int], list[_Entry]] = {}
-    for r, rows in per_rank.items():
-        for e in rows:
-            if not e.p2p or e.raw not in ("send", "recv"):
+    sends: dict[tuple[str, int, int], list[tuple[int, _Entry]]] = {}
+    recvs: dict[tuple[str, int, int], list[tuple[int, _Entry]]] = {}
+    for r, c in per_rank.items():
+        for i in compress(range(len(c)), c.p2p):
+            e = c.entry(i)
+            if e.raw not in ("send", "recv"):
                 continue
             peer = _p2p_peer(e, pgs.of[(r, e.pg)].members)
             if peer is None:
                 continue
             if e.raw == "send":
-                sends.setdefault((e.group, r, peer), []).append(e)
+                sends.setdefault((e.group, r, peer), []).append((r, e))
             else:
-                recvs.setdefault((e.group, peer, r), []).append(e)
+                recvs.setdefault((e.group, peer, r), []).append((r, e))
     for chan, ss in sends.items():
         rs = recvs.get(chan, [])
         k = 0
         while (
             k < len(ss)
             and k < len(rs)
-            and ss[k].state == "completed"
-            and rs[k].state == "completed"
+            and ss[k][1].state == "completed"
+            and rs[k][1].state == "completed"
         ):
-            dropped_ids.add(id(ss[k]))
-            dropped_ids.add(id(rs[k]))
+            dropped.add((ss[k][0], ss[k][1].pos))
+            dropped.add((rs[k][0], rs[k][1].pos))
             k += 1
 
 
@@ -996,13 +1283,13 @@ def _by_value(values: dict[int, Any], sites: dict[int, str | None]) -> str:
     return ", ".join(parts)
 
 
-def _consistent(op: str, e: _Entry, k: int) -> bool:
+def _consistent(op: str, in_sizes: list, out_sizes: list, k: int) -> bool:
     """One rank's entry adds up on its own (output from input and the group size)."""
-    if not e.in_sizes or not e.out_sizes:
-        return op != "all_to_all" or not (e.in_sizes or e.out_sizes)
-    n_in, n_out = _total(e.in_sizes), _total(e.out_sizes)
+    if not in_sizes or not out_sizes:
+        return op != "all_to_all" or not (in_sizes or out_sizes)
+    n_in, n_out = _total(in_sizes), _total(out_sizes)
     if op == "all_reduce":
-        return e.in_sizes == e.out_sizes
+        return in_sizes == out_sizes
     if op == "all_gather":
         return n_out == n_in * k
     if op == "reduce_scatter":
@@ -1089,16 +1376,33 @@ def _payload_findings(
 ) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     suspect = set(colls.differ)
-    for key, f in colls.first_of.items():
+    adds_up: dict[tuple[str, int, int], bool] = {}  # (op, payload, group size): payloads shared
+    for key, (raw, payload, _, _) in colls.first_of.items():
         if key in suspect:
             continue
-        op = OP_NAMES.get(f.raw)
-        if op is not None and not _consistent(op, f, len(members_of.get(key[0], ()))):
+        op = OP_NAMES.get(raw)
+        if op is None:
+            continue
+        k = len(members_of.get(key[0], ()))
+        ok = adds_up.get((op, id(payload), k))
+        if ok is None:
+            ok = adds_up[(op, id(payload), k)] = _consistent(op, payload[0], payload[1], k)
+        if not ok:
             suspect.add(key)  # every rank agrees with this entry, which does not add up
     if not suspect:
         return out
     finished = colls.finished
-    for (group, seq), per in sorted(colls.by_rank(suspect).items()):
+    table = colls.by_rank(suspect)
+    firsts: dict[int, list[_Entry]] = {}
+    for per in table.values():
+        for r, es in per.items():
+            firsts.setdefault(r, []).append(es[0])
+    for r, es in firsts.items():  # the frames of the entries named: each dump read once
+        try:
+            es[0].cols.fetch(e.pos for e in es)
+        except _Bad as exc:
+            raise CommlintInputError(f"entry {es[0].index}: {exc}", located.where(r)) from None
+    for (group, seq), per in sorted(table.items()):
         op = OP_NAMES.get(next(iter(per.values()))[0].raw)
         if op is None or op == "barrier":
             continue
@@ -1254,7 +1558,11 @@ def dumps_to_trace(
     files: Mapping[int, str] | None = None,
 ) -> Trace:
     """Parsed dumps (rank → dump dict) → `Trace`. See the module docstring for the rules."""
-    checked = {rank: _checked_dump(d, (files or {}).get(rank, path)) for rank, d in dumps.items()}
+    payloads: dict[bytes, tuple] = {}
+    checked = {
+        rank: _checked_dump(d, (files or {}).get(rank, path), payloads=payloads)
+        for rank, d in dumps.items()
+    }
     return _to_trace(
         checked,
         groups=groups,
@@ -1266,7 +1574,7 @@ def dumps_to_trace(
 
 
 def _to_trace(
-    checked: dict[int, tuple[list[_Entry], dict[str, tuple[str, Any]], Any]],
+    checked: dict[int, tuple[_Columns, dict[str, tuple[str, Any]], Any]],
     *,
     groups: Mapping[str, Iterable[int]] | None,
     world_size: int | None,
@@ -1278,18 +1586,27 @@ def _to_trace(
         return (files or {}).get(rank, path)
 
     pgs = _Groups(checked, groups, world_size, where)
-    per_rank: dict[int, list[_Entry]] = {}
-    for rank, (entries, _, _) in checked.items():
+    per_rank: dict[int, _Columns] = {}
+    for rank, (cols, _, _) in checked.items():
         if not 0 <= rank < pgs.world_size:
             raise CommlintInputError(
                 f"dump for rank {rank}, but the default group has {pgs.world_size} ranks",
                 where(rank),
             )
         names = {pg: inst.trace_name for pg, inst in pgs.by_rank.get(rank, {}).items()}
-        for e in entries:
+        cols.group = list(map(names.__getitem__, cols.pg))
+        for e in cols.cache.values():
             e.group = names[e.pg]
-        per_rank[rank] = entries
-    kept, dropped, colls = _aligned_entries(per_rank, pgs, keep_completed, where)
+        per_rank[rank] = cols
+    positions, dropped, colls = _aligned_entries(per_rank, pgs, keep_completed)
+    kept: dict[int, list[_Entry]] = {}
+    for rank, at in positions.items():
+        cols = per_rank[rank]
+        try:
+            cols.fetch(at)  # frames of kept entries that completed here: the dump read once
+        except _Bad as exc:
+            raise CommlintInputError(f"{exc}", where(rank)) from None
+        kept[rank] = [cols.entry(i) for i in at]
     located = _Located(where)
     backends: set[str] = set()
     ranks: dict[int, list[Action]] = {}
@@ -1312,7 +1629,7 @@ def _to_trace(
     findings = _payload_findings(colls, members_of, located)
     # gloo keeps every entry `scheduled`: the states then say nothing about where ranks stop
     states_known = any(
-        e.state not in ("", "scheduled") for entries in per_rank.values() for e in entries
+        state not in ("", "scheduled") for c in per_rank.values() for state in set(c.state)
     )
     if not states_known:
         stuck = {}
