@@ -195,6 +195,14 @@ def main(argv: list[str]) -> int:
         if "--memory" in argv:
             memory(folder)
             return 0
+        # both tools run from bytecode, as installed packages do (torch's wheel ships it; a
+        # checkout under PYTHONDONTWRITEBYTECODE would compile commlint's modules every run)
+        import commlint
+
+        subprocess.run(
+            [sys.executable, "-m", "compileall", "-q", str(Path(commlint.__file__).parent)],
+            check=True,
+        )
         cpu, wall, rss, code = run_child(
             [sys.executable, "-m", "commlint", "plan", str(folder), "--format", "json"]
         )

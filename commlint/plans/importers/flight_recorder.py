@@ -39,10 +39,10 @@ import pickle
 import re
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from functools import lru_cache
-from itertools import compress, islice
-from operator import attrgetter, itemgetter, lt
+from itertools import compress, count, islice, repeat
+from operator import and_, attrgetter, eq, ge, gt, itemgetter, lt, ne, not_, truth
 from pathlib import Path
 from typing import Any
 
@@ -615,7 +615,7 @@ class _Columns:
             e.pg, e.desc, e.seq, e.p2p_seq = self.pg[i], self.desc[i], self.seq[i], self.p2p_seq[i]
             e.backend, e.raw, e.detail = self.split[i]
             e.state, e.p2p = self.state[i], self.p2p[i]
-            e.in_sizes, e.out_sizes, e.in_dtypes, e.out_dtypes = self.payload[i]
+            _, e.in_sizes, e.out_sizes, e.in_dtypes, e.out_dtypes = self.payload[i]
             e.checked, e.walk = True, self.walk
             e.frames = self.frames.get(i, _MISSING)
             e.group = self.group[i] if self.group is not None else None
@@ -661,9 +661,9 @@ _LISTS = {list, tuple}
 def _exact_payload(p: tuple, walk: _Walk) -> None:
     """Sizes and dtypes exactly as NCCL and gloo write them (lists of lists of integers,
     lists of names), else `_Bad`: the entry-by-entry path then says which entry and what."""
-    for sizes in p[:2]:
+    for sizes in p[1:3]:
         _sizes(sizes, "", walk)
-    for dtypes in p[2:]:
+    for dtypes in p[3:]:
         if type(dtypes) is str:
             raise _Bad("a dtype written as one name")
         _dtypes(dtypes, "", walk)
@@ -745,12 +745,17 @@ def _fast_columns(
     cols.seq, cols.p2p_seq, cols.state = column(seqs), column(p2p_seqs), column(states)
     cols.split = list(map(_split_profiling_name, column(prof)))
     cols.raw = list(map(itemgetter(1), cols.split))
-    cols.p2p = [p or r in _P2P_OPS for p, r in zip(column(is_p2p), cols.raw, strict=True)]
+    if not any(is_p2p) and _P2P_OPS.isdisjoint(cols.raw):
+        cols.p2p = [False] * n
+    else:
+        cols.p2p = [p or r in _P2P_OPS for p, r in zip(column(is_p2p), cols.raw, strict=True)]
     # Equal sizes and dtypes are one tuple: a rank repeats a few shapes thousands of times.
     # An entry's are compared with the last ones of its group; those that differ are checked
     # (`_exact_payload`), then shared by value across the dumps. Compared with `==`, a dimension
     # written `1.0` or `true` next to an earlier `1` of its group reads as that `1`.
-    payload = list(column(list(zip(ins, outs, in_dt, out_dt, strict=True))))
+    payload = list(
+        zip(cols.raw, column(ins), column(outs), column(in_dt), column(out_dt), strict=True)
+    )
     last: dict[str, tuple] = {}
     try:
         for i, (pg, p) in enumerate(zip(cols.pg, payload, strict=True)):
@@ -805,7 +810,7 @@ def _columns_of(entries: list[_Entry], walk: _Walk) -> _Columns:
     cols.state, cols.p2p = [e.state for e in entries], [e.p2p for e in entries]
     cols.split = [(e.backend, e.raw, e.detail) for e in entries]
     cols.raw = [e.raw for e in entries]
-    cols.payload = [(e.in_sizes, e.out_sizes, e.in_dtypes, e.out_dtypes) for e in entries]
+    cols.payload = [(e.raw, e.in_sizes, e.out_sizes, e.in_dtypes, e.out_dtypes) for e in entries]
     cols.frames = {i: e.frames for i, e in enumerate(entries)}
     cols.group, cols.reread, cols.walk = None, None, walk
     return cols
@@ -1115,90 +1120,167 @@ def _aligned_entries(
     per_rank: Mapping[int, _Columns], pgs: _Groups, keep_completed: bool
 ) -> tuple[dict[int, list[int]], dict[int, int], _Collectives]:
     """Per rank, the positions of the entries to check (evicted-on-some-rank and
-    done-everywhere ones dropped); and every aligned collective, dropped ones included."""
+    done-everywhere ones dropped); and every aligned collective, dropped ones included.
+
+    Works a process group at a time: a rank's entries of one group, in order, are compared
+    with the first rank's as whole lists (equal sizes and dtypes are one shared tuple, so
+    this is mostly identity checks); entry by entry only where they differ."""
     start: dict[str, int] = {}  # first collective seq every dumped member still holds
     done: dict[str, int] = {}  # last seq completed on every dumped member
-    for c in per_rank.values():
-        first: dict[str, int] = {}
-        leading: dict[str, int] = {}
-        broken: set[str] = set()
-        for g, seq, state, raw, p2p in zip(c.group, c.seq, c.state, c.raw, c.p2p, strict=True):
-            if p2p or not raw:
-                continue
-            if g not in first:
-                first[g] = seq
-            if g not in broken and state == "completed":
-                leading[g] = seq
-            else:
-                broken.add(g)
-        for g, seq in first.items():
+    runs = {r: _runs(c) for r, c in per_rank.items()}
+    for r, rank_runs in runs.items():
+        states = per_rank[r].state
+        for g, run in rank_runs.items():
+            seqs = run.seqs
+            seq = seqs[0]
+            # the leading entries that completed: up to the first one that did not
+            ended = map(ne, map(states.__getitem__, run.at), repeat("completed"))
+            k = next(compress(count(), ended), len(seqs))
+            last_done = seqs[k - 1] if k else seq - 1
             start[g] = max(start.get(g, seq), seq)
-            last_done = leading.get(g, seq - 1)
             done[g] = min(done.get(g, last_done), last_done)
     dropped_p2p: set[tuple[int, int]] = set()
     if not keep_completed:
         _drop_completed_p2p(per_rank, pgs, dropped_p2p)
+    colls = _Collectives(per_rank, start, done, keep_completed)
     out: dict[int, list[int]] = {}
     dropped: dict[int, int] = {}
-    colls = _Collectives(per_rank, start)
-    first_of, differ, finished = colls.first_of, colls.differ, colls.finished
-    start_of, done_of, first_get = start.get, done.get, first_of.get
-    markers = MARKERS
     for r, c in per_rank.items():
-        kept = []
-        n = 0
-        previous = None
-        for i, (raw, p2p, g, seq, payload) in enumerate(
-            zip(c.raw, c.p2p, c.group, c.seq, c.payload, strict=True)
-        ):
-            if not raw:
-                n += 1
-                continue
-            if p2p:
-                if (r, i) in dropped_p2p:
-                    n += 1
-                    continue
-            else:
-                if seq < start_of(g, 0):
-                    n += 1
-                    continue
-                key = (g, seq)
-                is_done = not keep_completed and seq <= done_of(g, -1)
-                if raw not in markers:
-                    f = first_get(key)
-                    if f is None:
-                        first_of[key] = (raw, payload, r, i)
-                        if is_done:
-                            finished.add(key)
-                    elif (
-                        previous == key  # coalesced: several entries of one rank
-                        or raw != f[0]
-                        or (payload is not f[1] and payload != f[1])
-                    ):
-                        differ.add(key)
-                    previous = key
-                if is_done:
-                    n += 1
-                    continue
-            kept.append(i)
-        dropped[r] = n
+        kept: list[int] = []
+        for g, run in runs[r].items():
+            kept.extend(colls.align(g, run, keep_completed))
+        if any(c.p2p):
+            for i in compress(range(len(c)), c.p2p):
+                if c.raw[i] and (r, i) not in dropped_p2p:
+                    kept.append(i)
+        kept.sort()
+        dropped[r] = len(c) - len(kept)
         out[r] = kept
     return out, dropped, colls
 
 
-class _Collectives:
-    """Every aligned collective (group, seq): its first entry as (raw op, payload, rank,
-    position), and whether any rank's entry differs from it (compared while aligning: most
-    never do, and then no per-rank table of entries is built)."""
+class _Run:
+    """One rank's collective entries of one process group, in order: positions, seqs, and
+    (raw op, sizes, dtypes) as shared tuples."""
 
-    def __init__(self, per_rank: Mapping[int, _Columns], start: dict[str, int]) -> None:
-        self.per_rank, self.start = per_rank, start
-        self.first_of: dict[tuple[str, int], tuple[str, tuple, int, int]] = {}
+    __slots__ = ("at", "payloads", "seqs")
+
+    def __init__(self, c: _Columns, at: Any) -> None:
+        self.at = at
+        self.seqs = list(map(c.seq.__getitem__, at))
+        self.payloads = list(map(c.payload.__getitem__, at))
+
+
+def _runs(c: _Columns) -> dict[str, _Run]:
+    """A rank's collective entries (not p2p, with an op name), split by process group."""
+    n = len(c)
+    groups: Any = c.group
+    if not any(c.p2p) and all(c.raw):
+        at: Any = range(n)
+    else:
+        at = list(compress(range(n), map(and_, map(not_, c.p2p), map(truth, c.raw))))
+        groups = list(map(groups.__getitem__, at))
+    if not at:
+        return {}
+    names = dict.fromkeys(groups)
+    if len(names) == 1:
+        return {next(iter(names)): _Run(c, at)}
+    if len(names) <= 8:
+        return {g: _Run(c, list(compress(at, map(eq, groups, repeat(g))))) for g in names}
+    split: dict[str, list[int]] = {g: [] for g in names}
+    for g, i in zip(groups, at, strict=True):
+        split[g].append(i)
+    return {g: _Run(c, ps) for g, ps in split.items()}
+
+
+class _Collectives:
+    """Every aligned collective (group, seq): the first entry any rank holds of it, as its
+    (raw op, sizes, dtypes) tuple, and whether some rank's entry differs from it."""
+
+    def __init__(
+        self,
+        per_rank: Mapping[int, _Columns],
+        start: dict[str, int],
+        done: dict[str, int],
+        keep_completed: bool,
+    ) -> None:
+        self.per_rank, self.start, self.done = per_rank, start, done
+        self.keep_completed = keep_completed
         self.differ: set[tuple[str, int]] = set()
-        self.finished: set[tuple[str, int]] = set()
+        # per group, the first entries' seqs and (raw op, sizes, dtypes) in order (`seqs`,
+        # `vals`) while every rank so far agrees with them as a list; past the first
+        # disagreement, a dict by seq (`firsts`)
+        self.seqs: dict[str, list[int]] = {}
+        self.vals: dict[str, list[tuple]] = {}
+        self.firsts: dict[str, dict[int, tuple]] = {}
+
+    def finished(self, key: tuple[str, int]) -> bool:
+        """Completed on every member that holds it (and so dropped from the trace)."""
+        return not self.keep_completed and key[1] <= self.done.get(key[0], -1)
+
+    def align(self, g: str, run: _Run, keep_completed: bool) -> list[int]:
+        """Compare one rank's run of group `g` with the first entries; its kept positions."""
+        first = self.start[g]
+        seqs, payloads, at = run.seqs, run.payloads, run.at
+        if seqs[0] < first:  # evicted on some member: not aligned
+            inside = list(map(ge, seqs, repeat(first)))
+            seqs, payloads, at = (list(compress(x, inside)) for x in (seqs, payloads, at))
+            if not seqs:
+                return []
+        keys, vals = seqs, payloads
+        if not MARKERS.isdisjoint(map(itemgetter(0), payloads)):
+            compared = [p[0] not in MARKERS for p in payloads]
+            keys, vals = list(compress(seqs, compared)), list(compress(payloads, compared))
+        if keys:
+            self._compare(g, keys, vals)
+        if keep_completed:
+            return at
+        last_done = self.done[g]
+        return list(compress(at, map(gt, seqs, repeat(last_done))))
+
+    def _compare(self, g: str, keys: list[int], vals: list[tuple]) -> None:
+        increasing = all(map(lt, keys, islice(keys, 1, None)))
+        ref_seqs = self.seqs.get(g)
+        if g not in self.firsts and increasing:
+            if ref_seqs is None:
+                self.seqs[g], self.vals[g] = list(keys), vals
+                return
+            m = min(len(keys), len(ref_seqs))
+            ref_vals = self.vals[g]
+            if keys[:m] == ref_seqs[:m]:
+                if vals[:m] != ref_vals[:m]:
+                    pairs = zip(keys[:m], vals[:m], ref_vals[:m], strict=True)
+                    self.differ.update((g, k) for k, a, b in pairs if a != b)
+                if len(keys) > m:  # this rank went further: its entries are the first ones
+                    ref_seqs.extend(keys[m:])
+                    ref_vals.extend(vals[m:])
+                return
+        firsts = self.firsts.get(g)
+        if firsts is None:  # from here on, entry by entry
+            pairs = zip(reversed(ref_seqs or ()), reversed(self.vals.get(g, ())), strict=True)
+            firsts = self.firsts[g] = dict(pairs)
+            self.seqs.pop(g, None)
+            self.vals.pop(g, None)
+        previous = None
+        for key, val in zip(keys, vals, strict=True):
+            f = firsts.get(key)
+            if f is None:
+                firsts[key] = val
+            elif key == previous or val != f:  # the same seq twice in a row: coalesced
+                self.differ.add((g, key))
+            previous = key
+
+    def first_items(self) -> Iterator[tuple[tuple[str, int], tuple]]:
+        """((group, seq), (raw op, payload)) of every aligned collective."""
+        for g, seqs in self.seqs.items():
+            for seq, val in zip(seqs, self.vals[g], strict=True):
+                yield (g, seq), val
+        for g, firsts in self.firsts.items():
+            for seq, val in firsts.items():
+                yield (g, seq), val
 
     def by_rank(self, keys: set[tuple[str, int]]) -> dict[tuple[str, int], dict[int, list]]:
-        """(group, seq) → rank → its entries, for `keys` only (their frames read, once)."""
+        """(group, seq) → rank → its entries, for `keys` only."""
         out: dict[tuple[str, int], dict[int, list[_Entry]]] = {}
         start = self.start
         for r, c in self.per_rank.items():
@@ -1377,7 +1459,8 @@ def _payload_findings(
     out: list[dict[str, Any]] = []
     suspect = set(colls.differ)
     adds_up: dict[tuple[str, int, int], bool] = {}  # (op, payload, group size): payloads shared
-    for key, (raw, payload, _, _) in colls.first_of.items():
+    for key, payload in colls.first_items():
+        raw = payload[0]
         if key in suspect:
             continue
         op = OP_NAMES.get(raw)
@@ -1386,12 +1469,11 @@ def _payload_findings(
         k = len(members_of.get(key[0], ()))
         ok = adds_up.get((op, id(payload), k))
         if ok is None:
-            ok = adds_up[(op, id(payload), k)] = _consistent(op, payload[0], payload[1], k)
+            ok = adds_up[(op, id(payload), k)] = _consistent(op, payload[1], payload[2], k)
         if not ok:
             suspect.add(key)  # every rank agrees with this entry, which does not add up
     if not suspect:
         return out
-    finished = colls.finished
     table = colls.by_rank(suspect)
     firsts: dict[int, list[_Entry]] = {}
     for per in table.values():
@@ -1408,7 +1490,7 @@ def _payload_findings(
             continue
         if len({OP_NAMES.get(es[0].raw) for es in per.values()}) != 1:
             continue  # different collectives: the checker's CL203
-        done = (group, seq) in finished
+        done = colls.finished((group, seq))
         problems = _payload_problems(op, per, members_of.get(group, ()), done, located)
         if not problems:
             continue
