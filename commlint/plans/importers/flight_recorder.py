@@ -704,12 +704,14 @@ def _fast_columns(
 ) -> _Columns | None:
     """Columns of a dump whose entries are all plain (every key present, each field of the
     type NCCL and gloo write), checked a field at a time over all entries; None otherwise."""
-    if not entries or _types(entries) != {dict}:
+    if not entries:
         return None
     try:
         rows = list(map(_FIELDS, entries))
+    except TypeError:  # an entry that is not a dict
+        return None
     except KeyError:
-        if not mutable or not _fill_optional(entries):
+        if not mutable or _types(entries) != {dict} or not _fill_optional(entries):
             return None
         rows = list(map(_FIELDS, entries))
     prof, pgs, seqs, rids, p2p_seqs, states, is_p2p, ins, outs, in_dt, out_dt = zip(
