@@ -19,6 +19,7 @@ import traceback
 from typing import Any
 
 from commlint.guard.core import CommlintGuardError, Guard, Options
+from commlint.guard.ring import DONE, FAILED
 
 __all__ = ["CommlintGuardError", "Options", "install", "installed"]
 
@@ -123,10 +124,19 @@ def _patch(guard: Guard) -> None:
             return backward(*args, **kwargs)
         site, _ = guard.site()
         ring.enter_backward(site)
+        buckets: list[dict[str, Any]] = []
         try:
-            return backward(*args, **kwargs)
+            guard.record_ddp_buckets(site, buckets)
+            result = backward(*args, **kwargs)
+        except BaseException:
+            for e in buckets:
+                ring.finish(e, FAILED)
+            raise
         finally:
             ring.leave_backward()
+        for e in buckets:  # backward() returns once DDP has waited for every bucket
+            ring.finish(e, DONE)
+        return result
 
     torch.autograd.backward = guarded_backward
 
@@ -171,11 +181,14 @@ def _patch_funcol(guard: Guard) -> None:
 
 
 def _patch_ddp(guard: Guard) -> None:
-    """DDP's reducer all-reduces gradient buckets in C++, out of the wrappers' sight. Unless
-    the program registers its own comm hook, the guard registers the Python twin of the
-    default one (`default_hooks.allreduce_hook`: divide, all-reduce) before the first
-    forward, so each bucket's all_reduce is recorded and fingerprinted."""
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    """DDP's reducer all-reduces gradient buckets in C++, out of the wrappers' sight, during
+    `backward()`. A DDP forward that will sync gradients (not under `no_sync`) queues its
+    module; the next `backward()` records one async all_reduce per bucket, in bucket order
+    (the order the reducer launches them), complete when `backward()` returns
+    (`Guard.record_ddp_buckets`). Nothing runs per bucket: a Python comm hook (the twin of
+    the default C++ one) cost 7-10 % of a DDP step. A program that registers its own comm hook
+    is recorded through the calls its hook makes instead."""
+    import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     register = DDP.register_comm_hook
@@ -186,11 +199,17 @@ def _patch_ddp(guard: Guard) -> None:
         return register(self, state, hook)
 
     def guarded_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not self.__dict__.get("_commlint_hooked"):
-            self.__dict__["_commlint_hooked"] = True
-            if guard.started() and getattr(self, "reducer", None) is not None:
-                register(self, self.process_group, default_hooks.allreduce_hook)
-        return forward(self, *args, **kwargs)
+        out = forward(self, *args, **kwargs)
+        if (
+            guard.enabled
+            and not self.__dict__.get("_commlint_hooked")
+            and getattr(self, "reducer", None) is not None
+            and self.require_backward_grad_sync
+            and torch.is_grad_enabled()
+            and guard.started()
+        ):
+            guard.ddp_forward(self)
+        return out
 
     DDP.register_comm_hook = register_comm_hook
     DDP.forward = guarded_forward

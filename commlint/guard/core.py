@@ -141,6 +141,8 @@ class Guard:
         self.publisher: _Publisher | None = None
         self.originals: dict[str, Any] = {}
         self._start_lock = threading.Lock()
+        # DDP modules whose forward ran since the last backward() and will sync gradients
+        self.ddp_pending: list[Any] = []
 
     # -- side channel -------------------------------------------------------------------------
 
@@ -245,6 +247,65 @@ class Guard:
         if threading.current_thread() is not threading.main_thread():
             e["thread"] = threading.current_thread().name
         return e, key
+
+    # -- DDP's gradient buckets (see `commlint.guard._patch_ddp`) ---------------------------
+
+    # the first forwards read the module's buckets again: DDP rebuilds them once, in the
+    # second iteration's forward, in the order the gradients became ready
+    DDP_BUCKET_READS = 3
+
+    def ddp_forward(self, ddp: Any) -> None:
+        """A DDP forward that will sync gradients: its buckets are all-reduced in the next
+        backward(). Reads (and caches) their sizes: one flat tensor per bucket."""
+        if not any(m is ddp for m in self.ddp_pending):
+            self.ddp_pending.append(ddp)
+        reads, _ = ddp.__dict__.get("_commlint_buckets", (0, None))
+        if reads >= self.DDP_BUCKET_READS:
+            return
+        try:
+            grads = ddp.reducer._get_zeros_like_grad_buckets()
+            buckets = [
+                (b.buffer().numel(), str(b.buffer().dtype).removeprefix("torch."))
+                for b in sorted(grads, key=lambda b: b.index())
+            ]
+        except Exception:  # a torch without it: the module's all-reduces stay unrecorded
+            buckets = []
+        ddp.__dict__["_commlint_buckets"] = (reads + 1, buckets)
+
+    def record_ddp_buckets(self, site: str | None, out: list[dict[str, Any]]) -> None:
+        """At backward(): one async all_reduce entry per bucket of each queued DDP module, in
+        bucket order (appended to `out`), pending until backward() returns; each one
+        fingerprinted as a `dist.*` call is (the reducer launches them inside backward(): a
+        peer in another collective is told here, before gloo aborts on the sizes)."""
+        pending, self.ddp_pending = self.ddp_pending, []
+        ring = self.ring
+        if not pending or ring is None:
+            return
+        for ddp in pending:
+            name, members = self.group_of(ddp.process_group)
+            call = Call(op="all_reduce", group=ddp.process_group, is_async=True)
+            for k, (numel, dtype) in enumerate(ddp.__dict__.get("_commlint_buckets", (0, []))[1]):
+                e: dict[str, Any] = {
+                    "op": "all_reduce",
+                    "group": name,
+                    "state": PENDING,
+                    "shape": [numel],
+                    "dtype": dtype,
+                    "async": True,
+                    "bwd": ring.backward_id,
+                    "handle": ring.new_handle(),
+                    "label": f"DDP gradient bucket {k}",
+                }
+                if site:
+                    e["site"] = site
+                out.append(ring.add(e, f"coll:{name}"))
+                if self.every and self.rank in members and e["seq"] % self.every == 0:
+                    t0 = time.perf_counter()
+                    try:
+                        self.fingerprint(e, call)
+                    finally:
+                        self.fp_seconds += time.perf_counter() - t0
+                        self.fp_calls += 1
 
     def wrap(self, name: str, fn: Any) -> Any:
         guard = self

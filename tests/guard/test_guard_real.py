@@ -142,3 +142,25 @@ def test_auto_check_trusts_only_paths_seen_matched() -> None:
     s.step(b, False)  # b compared with only some members: not verified
     s.step(a, True)
     assert (b, a) not in s.verified
+
+
+def test_ddp_buckets_are_recorded_without_a_comm_hook(tmp_path: Path) -> None:
+    """DDP's bucket all-reduces (C++) are recorded at backward(), one per bucket in bucket
+    order, with their sizes, none under `no_sync`: a step taken on rank 0 only while rank 1
+    waits in a barrier of another group is diagnosed as a cycle at both lines."""
+    proc, seconds = _launch(["ddp_extra"], guard=["--save-trace", str(tmp_path)], cwd=tmp_path)
+    assert proc.returncode != 0
+    err = proc.stderr
+    assert "CL201 deadlock-cycle" in err, err[-3000:]
+    assert "guarded.py:96" in err, err[-3000:]  # rank 0's backward() line
+    assert "guarded.py:98" in err, err[-3000:]  # rank 1's barrier
+    from commlint.plans.io import load_trace
+
+    trace = load_trace(str(tmp_path / "commlint-guard-trace.yaml")).trace
+    buckets = {
+        r: [a.shape for a in acts if (a.label or "").startswith("DDP gradient bucket")]
+        for r, acts in trace.ranks.items()
+    }
+    params = 64 * 64 + 64 + 64 * 4 + 4  # one bucket holds them all (under DDP's first cap)
+    assert buckets == {0: [[params]] * 4, 1: [[params]] * 3}, buckets  # none under no_sync
+    assert seconds < 120

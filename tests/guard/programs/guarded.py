@@ -79,6 +79,23 @@ def body(mode: str) -> None:
                 dist.all_reduce(torch.ones(8))
             else:
                 dist.all_reduce(t)
+    elif mode == "ddp_extra":
+        # three DDP steps (DDP rebuilds its buckets in the second), one under no_sync (no
+        # all-reduce), then rank 0 takes one more step while rank 1 all-reduces its loss
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        torch.manual_seed(0)
+        side = dist.new_group([0, 1], timeout=timedelta(seconds=30))
+        model = DDP(torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 4)))
+        x = torch.ones(2, 64)
+        for _ in range(3):
+            model(x).sum().backward()
+        with model.no_sync():
+            model(x).sum().backward()
+        if rank == 0:
+            model(x).sum().backward()  # waits for a bucket all-reduce rank 1 never joins
+        else:
+            dist.barrier(group=side)  # waits for a barrier rank 0 never joins
     elif mode == "p2psize":
         if rank == 0:
             dist.send(torch.ones(8), 1)
