@@ -19,7 +19,7 @@ import traceback
 from typing import Any
 
 from commlint.guard.core import CommlintGuardError, Guard, Options
-from commlint.guard.ring import DONE, FAILED
+from commlint.guard.ring import DONE, FAILED, PENDING
 
 __all__ = ["CommlintGuardError", "Options", "install", "installed"]
 
@@ -187,12 +187,15 @@ def _patch_ddp(guard: Guard) -> None:
     (the order the reducer launches them), complete when `backward()` returns
     (`Guard.record_ddp_buckets`). Nothing runs per bucket: a Python comm hook (the twin of
     the default C++ one) cost 7-10 % of a DDP step. A program that registers its own comm hook
-    is recorded through the calls its hook makes instead."""
+    is recorded through the calls its hook makes instead. The broadcasts DDP makes before the
+    module runs (`_pre_forward`) are recorded as one blocking broadcast
+    (`Guard.record_ddp_sync`)."""
     import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     register = DDP.register_comm_hook
     forward = DDP.forward
+    pre_forward = DDP._pre_forward
 
     def register_comm_hook(self: Any, state: object, hook: Any) -> Any:
         self.__dict__["_commlint_hooked"] = True
@@ -211,8 +214,26 @@ def _patch_ddp(guard: Guard) -> None:
             guard.ddp_forward(self)
         return out
 
+    def guarded_pre_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # DDP's own collectives before the module runs (C++, unseen by the wrappers): the
+        # bucket order synced once after the first backward, module buffers broadcast
+        sync: list[dict[str, Any]] = []
+        try:
+            if guard.enabled and guard.started():
+                guard.record_ddp_sync(self, sync)
+            return pre_forward(self, *args, **kwargs)
+        except BaseException:
+            for e in sync:
+                guard.ring.finish(e, FAILED)  # type: ignore[union-attr]
+            raise
+        finally:
+            for e in sync:
+                if e["state"] == PENDING:
+                    guard.ring.finish(e, DONE)  # type: ignore[union-attr]
+
     DDP.register_comm_hook = register_comm_hook
     DDP.forward = guarded_forward
+    DDP._pre_forward = guarded_pre_forward
 
 
 def _user_site(tb: Any) -> str | None:

@@ -272,6 +272,57 @@ class Guard:
             buckets = []
         ddp.__dict__["_commlint_buckets"] = (reads + 1, buckets)
 
+    def record_ddp_sync(self, ddp: Any, out: list[dict[str, Any]]) -> None:
+        """Before a DDP forward: when DDP will broadcast from its group's first rank — the
+        bucket order, in the first forward after the first backward (unless it finds unused
+        parameters), or its module buffers — one blocking broadcast entry (appended to
+        `out`), fingerprinted: a peer blocked in another call is then seen waiting on this
+        rank, and this rank on it."""
+        import torch
+
+        ring = self.ring
+        if ring is None or threading.current_thread() is not threading.main_thread():
+            return
+        what = []
+        d = ddp.__dict__
+        if (
+            torch.is_grad_enabled()
+            and d.get("_commlint_backwards", 0) > 0
+            and not getattr(ddp, "_has_rebuilt_buckets", True)
+            and (getattr(ddp, "static_graph", False) or not ddp.find_unused_parameters)
+        ):
+            what.append("bucket order")
+        try:
+            if ddp._check_sync_bufs_pre_fwd():
+                what.append("module buffers")
+        except Exception:  # another torch's DDP: its buffer sync stays unrecorded
+            pass
+        if not what:
+            return
+        name, members = self.group_of(ddp.process_group)
+        site, stack = self.site(3)
+        e: dict[str, Any] = {
+            "op": "broadcast",
+            "group": name,
+            "state": PENDING,
+            "root": members[0],
+            "label": f"DDP forward syncs its {' and '.join(what)} from rank {members[0]}",
+        }
+        if site:
+            e["site"] = site
+        if stack:
+            e["stack"] = stack
+        out.append(ring.add(e, f"coll:{name}"))
+        if self.every and self.rank in members and e["seq"] % self.every == 0:
+            call = Call(op="broadcast", group=ddp.process_group, is_async=False, root=members[0])
+            t0 = time.perf_counter()
+            try:
+                self.fingerprint(e, call)
+            finally:
+                self.fp_seconds += time.perf_counter() - t0
+                self.fp_calls += 1
+        ring.block(e)
+
     def record_ddp_buckets(self, site: str | None, out: list[dict[str, Any]]) -> None:
         """At backward(): one async all_reduce entry per bucket of each queued DDP module, in
         bucket order (appended to `out`), pending until backward() returns; each one
@@ -282,6 +333,7 @@ class Guard:
         if not pending or ring is None:
             return
         for ddp in pending:
+            ddp.__dict__["_commlint_backwards"] = ddp.__dict__.get("_commlint_backwards", 0) + 1
             name, members = self.group_of(ddp.process_group)
             call = Call(op="all_reduce", group=ddp.process_group, is_async=True)
             for k, (numel, dtype) in enumerate(ddp.__dict__.get("_commlint_buckets", (0, []))[1]):

@@ -164,3 +164,18 @@ def test_ddp_buckets_are_recorded_without_a_comm_hook(tmp_path: Path) -> None:
     params = 64 * 64 + 64 + 64 * 4 + 4  # one bucket holds them all (under DDP's first cap)
     assert buckets == {0: [[params]] * 4, 1: [[params]] * 3}, buckets  # none under no_sync
     assert seconds < 120
+
+
+def test_ddp_forward_sync_is_a_blocking_broadcast() -> None:
+    """DDP broadcasts its rebuilt bucket order (C++) in the first forward after the first
+    backward: a rank blocked there is blocked in a broadcast on DDP's group, so a peer
+    all-reducing on another group makes a cycle the guard proves at once (it used to wait for
+    the process-group timeout: the rank looked like it was still computing)."""
+    proc, seconds = _launch(["ddp_rebuild"], guard=[])
+    assert proc.returncode != 0
+    err = proc.stderr
+    assert "CL201 deadlock-cycle" in err, err[-3000:]
+    assert "all_reduce(WORLD) @" in err and "guarded.py:109" in err, err[-3000:]
+    assert "broadcast(" in err and "guarded.py:110" in err, err[-3000:]
+    assert "Timed out" not in err  # diagnosed before gloo's 30 s timeout
+    assert seconds < 60

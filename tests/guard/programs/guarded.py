@@ -96,6 +96,18 @@ def body(mode: str) -> None:
             model(x).sum().backward()  # waits for a bucket all-reduce rank 1 never joins
         else:
             dist.barrier(group=side)  # waits for a barrier rank 0 never joins
+    elif mode == "ddp_rebuild":
+        # DDP syncs its rebuilt bucket order (C++ broadcasts) in the first forward after the
+        # first backward: rank 1 is there while rank 0 all-reduces on another group
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        dp = dist.new_group([0, 1], timeout=timedelta(seconds=30))
+        model = DDP(torch.nn.Linear(8, 4), process_group=dp)
+        x = torch.ones(2, 8)
+        model(x).sum().backward()
+        if rank == 0:
+            dist.all_reduce(t)  # rank 1 never joins: it is in DDP's forward sync
+        model(x).sum().backward()
     elif mode == "p2psize":
         if rank == 0:
             dist.send(torch.ones(8), 1)
