@@ -313,14 +313,9 @@ class Guard:
         if stack:
             e["stack"] = stack
         out.append(ring.add(e, f"coll:{name}"))
-        if self.every and self.rank in members and e["seq"] % self.every == 0:
+        if self.rank in members:
             call = Call(op="broadcast", group=ddp.process_group, is_async=False, root=members[0])
-            t0 = time.perf_counter()
-            try:
-                self.fingerprint(e, call)
-            finally:
-                self.fp_seconds += time.perf_counter() - t0
-                self.fp_calls += 1
+            self.sampled_fingerprint(e, call)
         ring.block(e)
 
     def record_ddp_buckets(self, site: str | None, out: list[dict[str, Any]]) -> None:
@@ -351,13 +346,19 @@ class Guard:
                 if site:
                     e["site"] = site
                 out.append(ring.add(e, f"coll:{name}"))
-                if self.every and self.rank in members and e["seq"] % self.every == 0:
-                    t0 = time.perf_counter()
-                    try:
-                        self.fingerprint(e, call)
-                    finally:
-                        self.fp_seconds += time.perf_counter() - t0
-                        self.fp_calls += 1
+                if self.rank in members:
+                    self.sampled_fingerprint(e, call)
+
+    def sampled_fingerprint(self, e: dict[str, Any], call: Call) -> None:
+        """`fingerprint` when `--check` samples this call (timed for the overhead bench)."""
+        if not self.every or e["seq"] % self.every:
+            return
+        t0 = time.perf_counter()
+        try:
+            self.fingerprint(e, call)
+        finally:
+            self.fp_seconds += time.perf_counter() - t0
+            self.fp_calls += 1
 
     def wrap(self, name: str, fn: Any) -> Any:
         guard = self
