@@ -195,7 +195,7 @@ def _patch_ddp(guard: Guard) -> None:
 
     register = DDP.register_comm_hook
     forward = DDP.forward
-    pre_forward = DDP._pre_forward
+    pre_forward = getattr(DDP, "_pre_forward", None)  # torch 2.0 on
 
     def register_comm_hook(self: Any, state: object, hook: Any) -> Any:
         self.__dict__["_commlint_hooked"] = True
@@ -233,7 +233,8 @@ def _patch_ddp(guard: Guard) -> None:
 
     DDP.register_comm_hook = register_comm_hook
     DDP.forward = guarded_forward
-    DDP._pre_forward = guarded_pre_forward
+    if pre_forward is not None:
+        DDP._pre_forward = guarded_pre_forward
 
 
 def _user_site(tb: Any) -> str | None:

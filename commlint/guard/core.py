@@ -252,7 +252,11 @@ class Guard:
 
     # the first forwards read the module's buckets again: DDP rebuilds them once, in the
     # second iteration's forward, in the order the gradients became ready
-    DDP_BUCKET_READS = 3
+    DDP_BUCKET_READS = 4
+    # up to this many bytes of gradients, the buckets are read exactly from the reducer (which
+    # allocates zeros of their size); above, from DDP's logging data, which allocates nothing
+    # and shows the rebuilt buckets one forward late
+    DDP_BUCKET_PROBE_BYTES = 64 << 20
 
     def ddp_forward(self, ddp: Any) -> None:
         """A DDP forward that will sync gradients: its buckets are all-reduced in the next
@@ -263,12 +267,8 @@ class Guard:
         if reads >= self.DDP_BUCKET_READS:
             return
         try:
-            grads = ddp.reducer._get_zeros_like_grad_buckets()
-            buckets = [
-                (b.buffer().numel(), str(b.buffer().dtype).removeprefix("torch."))
-                for b in sorted(grads, key=lambda b: b.index())
-            ]
-        except Exception:  # a torch without it: the module's all-reduces stay unrecorded
+            buckets = _ddp_buckets(ddp, self.DDP_BUCKET_PROBE_BYTES)
+        except Exception:  # another torch's DDP: its bucket all-reduces stay unrecorded
             buckets = []
         ddp.__dict__["_commlint_buckets"] = (reads + 1, buckets)
 
@@ -837,6 +837,24 @@ class _Publisher(threading.Thread):
         except Exception as exc:  # the guard must never take the job down by itself
             if not self.guard.ended:
                 print(f"commlint guard: publisher stopped: {exc!r}", file=sys.stderr, flush=True)
+
+
+def _ddp_buckets(ddp: Any, probe_bytes: int) -> list[tuple[int, str]]:
+    """(elements, dtype) of each gradient bucket of a DDP module, in bucket order."""
+    params = [p for p in ddp.parameters() if p.requires_grad]
+    nbytes = sum(p.numel() * p.element_size() for p in params)
+    if nbytes <= probe_bytes:
+        grads = ddp.reducer._get_zeros_like_grad_buckets()
+        return [
+            (b.buffer().numel(), str(b.buffer().dtype).removeprefix("torch."))
+            for b in sorted(grads, key=lambda b: b.index())
+        ]
+    data = ddp._get_ddp_logging_data()
+    sizes = data.get("rebuilt_bucket_sizes") or data.get("bucket_sizes") or ""
+    first = params[0] if params else None
+    size = first.element_size() if first is not None else 1
+    dtype = str(first.dtype).removeprefix("torch.") if first is not None else "uint8"
+    return [(int(b) // size, dtype) for b in str(sizes).replace(" ", "").split(",") if b]
 
 
 def _tracing() -> bool:
