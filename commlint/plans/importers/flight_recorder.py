@@ -122,9 +122,9 @@ WORLD_KEYS = (WORLD, "default_pg")
 # far above any real dump (a few per byte), far below what shared references can fake.
 NODES_PER_BYTE = 16
 _MAX_RANK = 1 << 20  # as the trace format (trace.MAX_WORLD_SIZE)
-# Entries of a job read before equal payloads start to be shared: sharing costs about 2 µs
-# per entry and saves about 2.4 kB (frames dicts); a job of up to half a million entries
-# (about 1.4 GB as read) keeps the speed, a 16M-entry one fits in a few GB.
+# Entries of a job read before the kept frames (of entries that did not complete) start to be
+# shared: sharing costs about 2 µs per kept entry and saves about 1.7 kB (frames dicts), which
+# matters for gloo dumps, whose entries all stay `scheduled` and are all kept.
 SHARE_AFTER = 1 << 19
 
 
@@ -256,7 +256,7 @@ def load_flight_recorder(
     gc.disable()  # millions of small dicts: the cyclic collector would rescan them repeatedly
     try:
         # one raw dump at a time: only what the checked entries keep stays in memory; past
-        # SHARE_AFTER entries, equal payloads are shared (see `_check_entry`)
+        # SHARE_AFTER entries, equal kept frames are shared (see `_kept_frames`)
         checked = {}
         seen = 0
         payloads: dict[bytes, tuple] = {}
@@ -533,9 +533,11 @@ def _checked_dump(
 ) -> tuple[_Columns, dict[str, tuple[str, tuple[int, ...] | None]], str]:
     """(entries as `_Columns` in record_id order, pg name → (description, ranks or None),
     version). `share`: the frames kept for entries that are not `completed` are shared between
-    entries that hold equal ones (`_share_frames`). `reread`: returns the dump's entries again,
-    for the frames of `completed` entries, which are not kept (None: keep every entry's
-    frames). `payloads`: equal sizes and dtypes are one tuple across the dumps read with it."""
+    entries that hold equal ones (`_kept_frames`). `reread`: returns the dump's entries again,
+    for the frames of `completed` entries, which are not kept (None: `data` itself stays
+    referenced and is read instead; a reader of files passes `_reader`, so the unpickled dump
+    can be freed). `payloads`: equal sizes and dtypes are one tuple across the dumps read with
+    it. With `reread`, entries that leave out optional fields get them filled in."""
     if not isinstance(data, dict):
         raise CommlintInputError(
             f"not a Flight Recorder dump: the top level is {_kind(data)}", where
