@@ -22,7 +22,8 @@ either may take 10% longer than the next.
     nice -n 10 python bench/flight_recorder.py 64 4000 --memory       # bytes per entry
 
 `--memory`: bytes of resident memory per checked entry held after reading every dump, with
-equal payloads shared (as past `SHARE_AFTER` entries) and not shared, each in a child process.
+the kept frames (of entries that did not complete) shared when equal (as past `SHARE_AFTER`
+entries) and not shared, each in a child process.
 """
 
 from __future__ import annotations

@@ -296,14 +296,7 @@ def _reader(path: Path) -> Any:
             now = None
         if now is None or (now.st_size, now.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
             raise _Bad("the dump changed while it was being read")
-        gc_was = gc.isenabled()
-        gc.disable()
-        try:
-            data = read_dump(path)
-        finally:
-            if gc_was:
-                gc.enable()
-        rows = data.get("entries")
+        rows = read_dump(path).get("entries")  # (called while the collector is off)
         if not isinstance(rows, (list, tuple)):
             raise _Bad("the dump changed while it was being read")
         return rows
@@ -315,11 +308,10 @@ def _reader(path: Path) -> Any:
 
 
 class _Entry:
-    """One checked entry: the fields the reader uses (sizes and dtypes: see `_check_payload`)."""
+    """One checked entry: the fields the reader uses (frames checked when a site is needed)."""
 
     __slots__ = (
         "backend",
-        "checked",
         "cols",
         "desc",
         "detail",
@@ -444,13 +436,6 @@ def _pg_field(value: Any) -> tuple[str, str]:
     return str(value[0]), str(value[1]) if len(value) > 1 else ""
 
 
-def _located(check: Any, e: _Entry, rank: int, where: Any) -> None:
-    try:
-        check(e)
-    except _Bad as exc:
-        raise CommlintInputError(f"entry {e.index}: {exc}", where(rank)) from None
-
-
 def _check_entry(index: int, e: Any, walk: _Walk) -> _Entry:
     if type(e) is not dict:
         raise _Bad(f"is {_kind(e)}, not a dict")
@@ -487,13 +472,11 @@ def _check_entry(index: int, e: Any, walk: _Walk) -> _Entry:
     if is_p2p is not None and not isinstance(is_p2p, (bool, int)):
         raise _Bad(f"'is_p2p' is {_kind(is_p2p)}, not a boolean")
     x.p2p = bool(is_p2p) or x.raw in ("send", "recv")
-    # sizes and dtypes are checked by `_check_payload` when first used: an entry that equals
-    # the checked first entry of its collective (most of them) is never walked itself
     # An entry's frames, sizes and dtypes (frames checked when a site is needed, `_site`;
-    # sizes and dtypes when first compared) are shared with the earlier entries of the dump
-    # that hold the same values: a rank repeats a few call sites and shapes thousands of
-    # times, and the frames' dicts were 60% of the memory of a 16M-entry job. `marshal`
-    # tells 1, 1.0 and True apart, as the checks do.
+    # sizes and dtypes by `_check_payload`) are shared with the earlier entries of the dump
+    # that hold the same values: this path reads dumps the column reader (`_fast_columns`)
+    # does not take, which may still be big. `marshal` tells 1, 1.0 and True apart, as the
+    # checks do.
     payload = (
         e.get("frames"),
         e.get("input_sizes"),
@@ -508,20 +491,17 @@ def _check_entry(index: int, e: Any, walk: _Walk) -> _Entry:
         except ValueError:  # nested too deeply to serialise: kept as it is
             pass
     x.frames, x.in_sizes, x.out_sizes, x.in_dtypes, x.out_dtypes = payload
-    x.checked = False
     x.walk = walk
     return x
 
 
 def _check_payload(e: _Entry) -> None:
-    """Check (once) an entry's sizes and dtypes; raises `_Bad`."""
-    if e.checked:
-        return
+    """Check an entry's sizes and dtypes (normalised: a dtype written as one name becomes a
+    list); raises `_Bad`."""
     e.in_sizes = _sizes(e.in_sizes, "input_sizes", e.walk)
     e.out_sizes = _sizes(e.out_sizes, "output_sizes", e.walk)
     e.in_dtypes = _dtypes(e.in_dtypes, "input_dtypes", e.walk)
     e.out_dtypes = _dtypes(e.out_dtypes, "output_dtypes", e.walk)
-    e.checked = True
 
 
 def _checked_dump(
@@ -618,7 +598,7 @@ class _Columns:
             e.backend, e.raw, e.detail = self.split[i]
             e.state, e.p2p = self.state[i], self.p2p[i]
             _, e.in_sizes, e.out_sizes, e.in_dtypes, e.out_dtypes = self.payload[i]
-            e.checked, e.walk = True, self.walk
+            e.walk = self.walk
             e.frames = self.frames.get(i, _MISSING)
             e.group = self.group[i] if self.group is not None else None
         return e
@@ -1152,7 +1132,7 @@ def _aligned_entries(
     for r, c in per_rank.items():
         kept: list[int] = []
         for g, run in runs[r].items():
-            kept.extend(colls.align(g, run, keep_completed))
+            kept.extend(colls.align(g, run))
         if any(c.p2p):
             for i in compress(range(len(c)), c.p2p):
                 if c.raw[i] and (r, i) not in dropped_p2p:
@@ -1222,7 +1202,7 @@ class _Collectives:
         """Completed on every member that holds it (and so dropped from the trace)."""
         return not self.keep_completed and key[1] <= self.done.get(key[0], -1)
 
-    def align(self, g: str, run: _Run, keep_completed: bool) -> list[int]:
+    def align(self, g: str, run: _Run) -> list[int]:
         """Compare one rank's run of group `g` with the first entries; its kept positions."""
         first = self.start[g]
         seqs, payloads, at = run.seqs, run.payloads, run.at
@@ -1237,7 +1217,7 @@ class _Collectives:
             keys, vals = list(compress(seqs, compared)), list(compress(payloads, compared))
         if keys:
             self._compare(g, keys, vals)
-        if keep_completed:
+        if self.keep_completed:
             return at
         last_done = self.done[g]
         return list(compress(at, map(gt, seqs, repeat(last_done))))
@@ -1581,7 +1561,6 @@ class _RankBuilder:
             return
         group = e.group
         site, stack = self.located.site(self.rank, e)
-        _located(_check_payload, e, self.rank, self.located.where)
         shape, dtype = _payload(e)
         common = {"shape": shape, "dtype": dtype, "site": site, "stack": stack or None}
         state = e.state
@@ -1770,7 +1749,6 @@ def _trace(pgs: _Groups, ranks: dict, ends: dict, backend: str | None, meta: dic
 
 
 def _payload(e: _Entry) -> tuple[list[int] | None, str | None]:
-    _check_payload(e)
     dtype = _dtype(e.in_dtypes[0]) if e.in_dtypes else None
     if not e.in_sizes:
         return None, dtype
