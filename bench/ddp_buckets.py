@@ -18,10 +18,15 @@ Model: 16 x Linear(512, 512) (1 MiB of fp32 weights each, ~16.5 MiB in all), so 
 
 from __future__ import annotations
 
-import multiprocessing as mp
+import json
 import os
+import shutil
+import socket
+import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 BUCKET_CAPS = (1, 2, 4, 8, 64)
 LAYERS = 16
@@ -30,7 +35,7 @@ ITERATIONS = 3
 WORLD = 2
 
 
-def _worker(rank: int, port: int, out, caps: tuple[int, ...] = BUCKET_CAPS) -> None:
+def _worker(rank: int, port: int, out: str, caps: tuple[int, ...] = BUCKET_CAPS) -> None:
     from datetime import timedelta
 
     import torch
@@ -42,58 +47,92 @@ def _worker(rank: int, port: int, out, caps: tuple[int, ...] = BUCKET_CAPS) -> N
     dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=timeout)
     aux = dist.new_group(list(range(WORLD)), timeout=timeout)
     results = {}
+    for cap in caps:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(*[torch.nn.Linear(WIDTH, WIDTH) for _ in range(LAYERS)])
+        ddp = DDP(model, bucket_cap_mb=cap)
+        events: list[tuple] = []
+        pending: list = []
+        first_weight = model[0].weight
+
+        def comm_hook(state, bucket, events=events, first_weight=first_weight):
+            params = bucket.parameters()
+            holds = any(p is first_weight for p in params)
+            events.append(("bucket", bucket.index(), bucket.buffer().numel() * 4, holds))
+            fut = dist.all_reduce(bucket.buffer(), async_op=True).get_future()
+            return fut.then(lambda f: f.value()[0].div_(WORLD))
+
+        def grad_hook(grad, events=events, pending=pending):
+            stat = grad.norm().reshape(1)
+            pending.append(dist.all_reduce(stat, group=aux, async_op=True))
+            events.append(("hook",))
+            return grad
+
+        ddp.register_comm_hook(None, comm_hook)
+        handle = first_weight.register_hook(grad_hook)
+        per_iter = []
+        for _ in range(ITERATIONS):
+            events.clear()
+            ddp.zero_grad()
+            ddp(torch.randn(8, WIDTH)).sum().backward()
+            for w in pending:
+                w.wait()
+            pending.clear()
+            per_iter.append(list(events))
+        handle.remove()
+        results[str(cap)] = per_iter
+    Path(out).write_text(json.dumps(results))
+    sys.stdout.flush()
+    os._exit(0)  # gloo's shutdown can race after every rank finished; the file says enough
+
+
+def _free_port() -> int:
+    """A port nobody listens on now (the OS picks it); a fixed formula collided between runs."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def record(caps: tuple[int, ...] = BUCKET_CAPS, timeout: float = 240.0) -> dict:
+    """Per rank, per cap: the events of every iteration (one launch of WORLD processes).
+
+    Each rank is a fresh interpreter (not a fork of the caller, whose torch thread pools may
+    be mid-use: a forked child can hang in them); a rank that does not finish within
+    `timeout` seconds is killed and the call raises with every rank's stderr.
+    """
+    port = _free_port()
+    scratch = Path(tempfile.mkdtemp(prefix="commlint-ddp-buckets-"))
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    procs = []
     try:
-        for cap in caps:
-            torch.manual_seed(0)
-            model = torch.nn.Sequential(*[torch.nn.Linear(WIDTH, WIDTH) for _ in range(LAYERS)])
-            ddp = DDP(model, bucket_cap_mb=cap)
-            events: list[tuple] = []
-            pending: list = []
-            first_weight = model[0].weight
-
-            def comm_hook(state, bucket, events=events, first_weight=first_weight):
-                params = bucket.parameters()
-                holds = any(p is first_weight for p in params)
-                events.append(("bucket", bucket.index(), bucket.buffer().numel() * 4, holds))
-                fut = dist.all_reduce(bucket.buffer(), async_op=True).get_future()
-                return fut.then(lambda f: f.value()[0].div_(WORLD))
-
-            def grad_hook(grad, events=events, pending=pending):
-                stat = grad.norm().reshape(1)
-                pending.append(dist.all_reduce(stat, group=aux, async_op=True))
-                events.append(("hook",))
-                return grad
-
-            ddp.register_comm_hook(None, comm_hook)
-            handle = first_weight.register_hook(grad_hook)
-            per_iter = []
-            for _ in range(ITERATIONS):
-                events.clear()
-                ddp.zero_grad()
-                ddp(torch.randn(8, WIDTH)).sum().backward()
-                for w in pending:
-                    w.wait()
-                pending.clear()
-                per_iter.append(list(events))
-            handle.remove()
-            results[cap] = per_iter
-        out.put((rank, results))
+        for r in range(WORLD):
+            cmd = [sys.executable, __file__, "--worker", str(r), str(port)]
+            cmd += [str(scratch / f"{r}.json"), ",".join(map(str, caps))]
+            err = open(scratch / f"{r}.err", "w")  # noqa: SIM115  (closed below)
+            procs.append((subprocess.Popen(cmd, stdout=err, stderr=err, env=env), err))
+        deadline = time.monotonic() + timeout
+        for p, _ in procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                break
+        got = {}
+        for r in range(WORLD):
+            out = scratch / f"{r}.json"
+            if not out.exists():
+                tails = "; ".join(
+                    f"rank {k}: {(scratch / f'{k}.err').read_text()[-400:]!r}" for k in range(WORLD)
+                )
+                raise RuntimeError(f"rank {r} recorded nothing within {timeout:.0f} s ({tails})")
+            got[r] = {int(k): v for k, v in json.loads(out.read_text()).items()}
+        return got
     finally:
-        dist.destroy_process_group()
-
-
-def record(caps: tuple[int, ...] = BUCKET_CAPS) -> dict:
-    """Per rank, per cap: the events of every iteration (one launch of WORLD processes)."""
-    ctx = mp.get_context("fork")
-    q = ctx.Queue()
-    port = 29500 + os.getpid() % 2000
-    procs = [ctx.Process(target=_worker, args=(r, port, q, caps)) for r in range(WORLD)]
-    for p in procs:
-        p.start()
-    got = dict(q.get(timeout=300) for _ in procs)
-    for p in procs:
-        p.join(timeout=60)
-    return got
+        for p, err in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            err.close()
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def trace_for(events: list[tuple]) -> dict:
@@ -171,6 +210,10 @@ def table(recorded: dict, caps: tuple[int, ...] = BUCKET_CAPS) -> list[dict]:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--worker"]:
+        rank, port, out, caps = sys.argv[2:6]
+        _worker(int(rank), int(port), out, tuple(int(c) for c in caps.split(",")))
+        return
     t0 = time.perf_counter()
     recorded = record()
     print(

@@ -11,3 +11,13 @@ CORPUS = Path(__file__).resolve().parent / "corpus"
 @pytest.fixture
 def corpus_dir() -> Path:
     return CORPUS
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Kill processes a failed real-run test left behind: multiprocessing joins its
+    non-daemon children at exit, so one wedged rank would otherwise hang the whole run."""
+    import multiprocessing
+
+    for child in multiprocessing.active_children():
+        child.kill()
+        child.join(5)
