@@ -1,9 +1,10 @@
 """Flight Recorder: commlint vs PyTorch's fr_trace on the same synthetic dumps (issue 12).
 
 Writes NCCL-shaped dumps (one pickle per rank, `rank_<r>`, `pg_config` filled as NCCL fills
-it, 8 frames per entry) for R ranks × E entries: all-reduces alternating between TP groups of
-8 and DP groups of R/8, every entry `completed` except each rank's last one (`started`, the
-collective the job hangs in). Then runs, each as a child process of this one:
+it, 8 frames per entry, each distinct frame pickled once and referenced by every entry that
+has it, as torch's own dump writer does) for R ranks × E entries: all-reduces alternating
+between TP groups of 8 and DP groups of R/8, every entry `completed` except each rank's last
+one (`started`, the collective the job hangs in). Then runs, each as a child process of this one:
 
 - peer: `python -m torch.distributed.flight_recorder.fr_trace DIR` (torch's analyzer);
 - `python -m commlint plan DIR --format json` (read, align, compare, check, report);
@@ -55,6 +56,20 @@ USER_FRAMES = [
 ]
 
 
+_FRAMES: dict[tuple, dict] = {}
+
+
+def _frame(name: str, filename: str, line: int) -> dict:
+    """One frame dict per distinct frame, referenced by every entry that has it: torch's
+    dump writer memoizes frames this way (in a real dump, `e1["frames"][0] is
+    e2["frames"][0]` for two calls from one line), so the pickle holds each frame once."""
+    key = (name, filename, line)
+    frame = _FRAMES.get(key)
+    if frame is None:
+        frame = _FRAMES[key] = {"name": name, "filename": filename, "line": line}
+    return frame
+
+
 def write_dumps(folder: Path, ranks: int, entries: int, scheduled: bool = False) -> None:
     dp = ranks // TP
     pg_config = {"0": {"name": "0", "desc": "default_pg", "ranks": json.dumps(list(range(ranks)))}}
@@ -81,10 +96,9 @@ def write_dumps(folder: Path, ranks: int, entries: int, scheduled: bool = False)
             pg, desc = (tp_pg, "tp") if i % 2 == 0 else (dp_pg, "dp")
             seq[pg] += 1
             line = 120 + (i % 7)
-            frames = [{"name": n, "filename": f, "line": ln} for n, f, ln in TORCH_FRAMES]
+            frames = [_frame(n, f, ln) for n, f, ln in TORCH_FRAMES]
             frames += [
-                {"name": n, "filename": f, "line": line if k == 0 else ln}
-                for k, (n, f, ln) in enumerate(USER_FRAMES)
+                _frame(n, f, line if k == 0 else ln) for k, (n, f, ln) in enumerate(USER_FRAMES)
             ]
             last = i == entries - 1
             rows.append(
