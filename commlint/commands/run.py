@@ -54,6 +54,21 @@ def _seconds(text: str) -> float:
     return value
 
 
+def parse_size(text: str) -> int | None:
+    """`1G`, `512M`, `2GiB`, `0`, `none` (no limit) → bytes; ArgumentTypeError otherwise."""
+    t = text.strip().lower().removesuffix("ib").removesuffix("b")
+    if t in ("none", "inf", "unlimited"):
+        return None
+    scale = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}.get(t[-1:], 1)
+    try:
+        value = float(t[:-1] if scale != 1 else t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size like 512M, 2G or none") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is negative")
+    return int(value * scale)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "run",
@@ -134,6 +149,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="passes to deliver values between ranks (default: 12)",
     )
     p.add_argument(
+        "--real-budget",
+        type=parse_size,
+        default=1 << 30,
+        metavar="SIZE",
+        help="largest automatic re-run with real tensors, in tensor memory per rank (e.g. "
+        "512M, 4G; 0: never; none: no limit). When fake tensors cannot compute a value the "
+        "program steers by and its tensors exceed this, the rank is reported as stopped "
+        "there instead (default: 1G)",
+    )
+    p.add_argument(
         "--tee",
         default="0",
         metavar="SPEC",
@@ -193,6 +218,7 @@ def run(args: argparse.Namespace) -> int:
         jobs=args.jobs or default_jobs(),
         max_passes=args.max_passes,
         mode=args.tensors,
+        real_budget=args.real_budget,
     )
     result = _record(options)
     _show_output(result, tee)
@@ -317,6 +343,8 @@ def _crashed_everywhere(result, ranks: list[int], program: str) -> InputError | 
     ends = [result.runs[r].end for r in ranks]
     if not ends or any(not e or e.get("kind") != "exception" for e in ends):
         return None
+    if any(result.runs[r].stopped for r in ranks):
+        return None  # stopped by the dry-run's limits (said per rank), not by the program
     first = ends[0]
 
     def shape(e: dict) -> tuple[str, str | None]:

@@ -254,6 +254,52 @@ def test_a_read_value_that_steers_falls_back_to_real_tensors_at_that_line(tmp_pa
     assert check_trace(trace, None).findings == []
 
 
+_BIG_STEER = (
+    "import torch\n"
+    "import torch.distributed as dist\n"
+    "dist.init_process_group('gloo')\n"
+    "layer = torch.nn.Linear({width}, {width})  # {width}^2 fp32 weights\n"
+    "loss = layer(torch.randn(2, {width})).sum()\n"
+    "if loss.item() > 100.0:  # each rank's own loss decides\n"
+    "    dist.barrier()\n"
+    "dist.all_reduce(torch.ones(2))\n"
+)
+
+
+def test_a_steering_read_on_a_model_over_the_budget_stops_instead_of_computing(tmp_path: Path):
+    """A 1 GiB layer (16,384²·4 bytes, never allocated): its read value steers, and
+    recording it with real tensors would cost that much per rank, so the ranks are reported
+    as stopped at the steering line (exit 2) without any real compute."""
+    program = tmp_path / "big_steer.py"
+    program.write_text(_BIG_STEER.format(width=16384))
+    out = cli("--nproc-per-node", "2", str(program))
+    assert out.returncode == 2, out.stderr
+    lines = errors(out)
+    for rank in (0, 1):
+        line = next(ln for ln in lines if f"rank {rank} did not reach the end" in ln)
+        assert line.startswith(f"commlint: error: {program}:6: "), line
+        assert "a number read from a fake tensor" in line
+        assert "at least 1 GiB per rank, over the real re-run budget of 1 GiB" in line
+        assert "--tensors real" in line
+    assert "every rank raised" not in out.stderr  # the dry-run stopped them, not the program
+    assert "All checks passed" not in out.stdout + out.stderr
+
+
+def test_the_real_rerun_budget_is_the_users_to_set(tmp_path: Path):
+    """`--real-budget 0` never re-runs with real tensors, even for a tiny model; a budget
+    above the model's size lets the same program fall back and pass."""
+    program = tmp_path / "small_steer.py"
+    program.write_text(_BIG_STEER.format(width=8))
+    never = cli("--nproc-per-node", "2", "--real-budget", "0", str(program))
+    assert never.returncode == 2, never.stderr
+    assert "over the real re-run budget of 0 bytes" in never.stderr
+    allowed = cli("--nproc-per-node", "2", "--real-budget", "64M", str(program))
+    assert allowed.returncode == 0, allowed.stderr
+    assert f"stopped under fake tensors at {program}:6" in allowed.stderr
+    bad = cli("--nproc-per-node", "2", "--real-budget", "lots", str(program))
+    assert bad.returncode == 2 and "not a size like 512M" in bad.stderr
+
+
 def test_follow_on_mismatches_are_folded_under_their_root_cause(tmp_path: Path):
     program = tmp_path / "shift.py"
     program.write_text(

@@ -44,6 +44,7 @@ from commlint.plans.dryrun.values import ValueTable
 # Exceptions that mean "fake tensors cannot answer this", not "the program is wrong".
 FAKE_LIMITS = (
     "DataDependentOutputException",
+    "UnreadValueSteers",
     "DynamicOutputShapeException",
     "UnsupportedOperatorException",
     "UnsupportedFakeTensorException",
@@ -814,6 +815,28 @@ _DDP_UNFINISHED = "Expected to have finished reduction in the prior iteration"
 _DDP_NO_GRAD = re.compile(r"Parameter indices which did not receive grad for rank \d+: ([\d ]+)")
 
 
+def live_fake_bytes() -> int:
+    """Bytes the rank's live fake tensors stand for (each storage once): what the same
+    tensors would hold with real values, so a lower bound of a real re-run's memory."""
+    import gc
+
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    seen: set[int] = set()
+    total = 0
+    for obj in gc.get_objects():
+        if issubclass(type(obj), FakeTensor):  # type(): a proxy's __class__ may raise
+            try:
+                storage = obj.untyped_storage()
+                key = storage._cdata
+            except Exception:  # a tensor whose storage cannot be asked for (sparse, nested)
+                continue
+            if key not in seen:
+                seen.add(key)
+                total += storage.nbytes()
+    return total
+
+
 def _one_line(exc: BaseException) -> str:
     """The exception's first line; DDP's unused-parameter error (whose first line stops
     mid-sentence) summed up."""
@@ -952,7 +975,7 @@ def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
             # DDP's own check failed (its reducer state, not tensor data): no need to see
             # whether real tensors raise it too.
             limit = type(exc).__name__ in FAKE_LIMITS
-            recorder.send(("fake-limit", message, site, limit))
+            recorder.send(("fake-limit", message, site, limit, live_fake_bytes()))
         return {"kind": "exception", "message": message, "site": site}
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)

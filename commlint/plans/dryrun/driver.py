@@ -29,6 +29,7 @@ from commlint.plans.dryrun.values import Key, ValueTable
 from commlint.trace import Action, RankEnd, Trace
 
 GRACE_SECONDS = 3.0
+REAL_BUDGET = 1 << 30  # default --real-budget: 1 GiB of tensors per rank
 _STABLE_PASSES = 2  # reruns in a row with unchanged traces that count as settled
 
 
@@ -43,6 +44,8 @@ class RankRun:
     end: dict[str, Any] | None = None
     ended: bool = False
     fake_limit: tuple[str, str | None, bool] | None = None
+    # bytes the rank's live fake tensors stood for when fake tensors stopped it
+    fake_bytes: int = 0
     backend: str | None = None
     seconds: float = 0.0
     cpu_seconds: float | None = None
@@ -67,6 +70,9 @@ class DryRunOptions:
     jobs: int = 2
     max_passes: int = 12
     mode: str = "fake"
+    # Largest real re-run allowed, in bytes of tensors per rank (the live fake tensors when
+    # fake tensors stopped a rank); None: no limit. Past it the rank is reported as stopped.
+    real_budget: int | None = REAL_BUDGET
 
 
 @dataclass
@@ -298,6 +304,14 @@ def _read(path: str) -> str:
         return ""
 
 
+def format_bytes(n: int) -> str:
+    """`1.5 GiB`, `300 MiB`: a size for a message."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}".replace(".0 ", " ")
+    return f"{n} bytes"
+
+
 def _last_site(run: RankRun) -> str | None:
     """The call site of the last action a rank recorded that has one."""
     return next((a["site"] for a in reversed(run.actions) if a.get("site")), None)
@@ -320,6 +334,7 @@ def _handle(run: RankRun, msg: tuple) -> None:
         run.ended = True
     elif kind == "fake-limit":
         run.fake_limit = (msg[1], msg[2], msg[3])
+        run.fake_bytes = msg[4] if len(msg) > 4 else 0
     elif kind == "assume":
         if not run.assumes:
             run.assumes = msg[1]
@@ -408,6 +423,24 @@ def _dry_run(
         if mode == "fake" and (hard or (limited and converged)) and passes < options.max_passes:
             rank, (message, site, _) = min((hard or limited).items())
             where = f" at {site}" if site else ""
+            need = max(runs[r].fake_bytes for r in limited)
+            if options.real_budget is not None and need > options.real_budget:
+                # Real tensors of this size cost the real model's memory and compute on
+                # every rank: never done unasked. The ranks are reported as stopped.
+                over_budget = (
+                    f"recording it again with real tensors would hold at least "
+                    f"{format_bytes(need)} per rank, over the real re-run budget of "
+                    f"{format_bytes(options.real_budget)} (--real-budget); run with "
+                    "--tensors real to compute it anyway"
+                )
+                for r, (msg, _, is_limit) in (hard or limited).items():
+                    why = (
+                        f"fake tensors cannot go on ({msg})"
+                        if is_limit
+                        else f"it raised {msg} under fake tensors, which a real run may not"
+                    )
+                    runs[r].stopped = f"{why}; {over_budget}"
+                break
             fallback_note = (
                 f"rank {rank} stopped under fake tensors{where} ({message}); every rank was "
                 "recorded again with small real CPU tensors"

@@ -23,8 +23,18 @@ from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTens
 _ITEM = torch.ops.aten._local_scalar_dense.default
 
 
+class UnreadValueSteers(DataDependentOutputException):
+    """A number read from a fake tensor decides what the program does next."""
+
+    def __str__(self) -> str:
+        return (
+            "a number read from a fake tensor (.item(), .tolist()) decides what the program "
+            "does here, and fake tensors do not compute it"
+        )
+
+
 def _steer(self: Any, *a: Any) -> Any:
-    raise DataDependentOutputException(_ITEM)
+    raise UnreadValueSteers(_ITEM)
 
 
 # Reads whose outcome the dry-run assumes instead of computing: (file suffix, function) of the
@@ -47,7 +57,7 @@ def _truth(self: Any) -> bool:
             if _on_assume is not None:
                 _on_assume(what)
             return truth
-    raise DataDependentOutputException(_ITEM)
+    raise UnreadValueSteers(_ITEM)
 
 
 _STEERING = (
