@@ -122,6 +122,10 @@ def check_trace(
         from commlint.graph.group_names import group_name_findings
 
         result.findings.extend(group_name_findings(trace))
+    if "steering" in trace.meta:
+        from commlint.graph.steering import steering_findings
+
+        result.findings.extend(steering_findings(trace))
     if reorder:
         from commlint.graph.reorder import potential_deadlocks
 

@@ -260,18 +260,32 @@ _BIG_STEER = (
     "dist.init_process_group('gloo')\n"
     "layer = torch.nn.Linear({width}, {width})  # {width}^2 fp32 weights\n"
     "loss = layer(torch.randn(2, {width})).sum()\n"
-    "if loss.item() > 100.0:  # each rank's own loss decides\n"
+    "{test}\n"
     "    dist.barrier()\n"
     "dist.all_reduce(torch.ones(2))\n"
 )
 
 
-def test_a_steering_read_on_a_model_over_the_budget_stops_instead_of_computing(tmp_path: Path):
-    """A 1 GiB layer (16,384²·4 bytes, never allocated): its read value steers, and
-    recording it with real tensors would cost that much per rank, so the ranks are reported
-    as stopped at the steering line (exit 2) without any real compute."""
+def test_a_tested_value_of_a_model_over_the_budget_is_explored_not_computed(tmp_path: Path):
+    """A 1 GiB layer (16,384²·4 bytes, never allocated) whose loss each rank tests: a real
+    re-run would cost that much per rank, so the test is decided alike on every rank and its
+    other outcome explored — the barrier under it is CL211, found without real compute."""
     program = tmp_path / "big_steer.py"
-    program.write_text(_BIG_STEER.format(width=16384))
+    program.write_text(_BIG_STEER.format(width=16384, test="if loss.item() > 100.0:"))
+    out = cli("--nproc-per-node", "2", "--format", "json", str(program))
+    assert out.returncode == 1, out.stderr
+    findings = json.loads(out.stdout)["findings"]
+    assert [(f["code"], f["line"], f["ranks"]) for f in findings] == [("CL211", 6, [0])]
+    assert f"a rank-local value read at {program}:6 decides" in findings[0]["message"]
+    assert {r["line"] for r in findings[0]["related"]} == {6, 7, 8}
+    assert "at least 1 GiB per rank, over the real re-run budget of 1 GiB" in out.stderr
+
+
+def test_a_number_used_as_a_count_over_the_budget_stops_the_ranks_there(tmp_path: Path):
+    """`int()` of a value fake tensors did not compute (a loop bound) has no outcome to
+    explore: over the budget the ranks are reported as stopped at that line (exit 2)."""
+    program = tmp_path / "big_count.py"
+    program.write_text(_BIG_STEER.format(width=16384, test="for _ in range(int(loss.item())):"))
     out = cli("--nproc-per-node", "2", str(program))
     assert out.returncode == 2, out.stderr
     lines = errors(out)
@@ -286,18 +300,56 @@ def test_a_steering_read_on_a_model_over_the_budget_stops_instead_of_computing(t
 
 
 def test_the_real_rerun_budget_is_the_users_to_set(tmp_path: Path):
-    """`--real-budget 0` never re-runs with real tensors, even for a tiny model; a budget
-    above the model's size lets the same program fall back and pass."""
+    """`--real-budget 0` never re-runs with real tensors, even for a tiny model (the test is
+    explored: CL211); a budget above the model's size lets it fall back to real values, under
+    which no rank's loss passes 100 and the program is clean."""
     program = tmp_path / "small_steer.py"
-    program.write_text(_BIG_STEER.format(width=8))
+    program.write_text(_BIG_STEER.format(width=8, test="if loss.item() > 100.0:"))
     never = cli("--nproc-per-node", "2", "--real-budget", "0", str(program))
-    assert never.returncode == 2, never.stderr
+    assert never.returncode == 1, never.stderr
     assert "over the real re-run budget of 0 bytes" in never.stderr
+    assert f"{program}:6:1: CL211" in never.stdout
     allowed = cli("--nproc-per-node", "2", "--real-budget", "64M", str(program))
     assert allowed.returncode == 0, allowed.stderr
     assert f"stopped under fake tensors at {program}:6" in allowed.stderr
     bad = cli("--nproc-per-node", "2", "--real-budget", "lots", str(program))
     assert bad.returncode == 2 and "not a size like 512M" in bad.stderr
+
+
+def test_rank_local_and_agreed_values_are_told_apart(tmp_path: Path):
+    """The agreement pair (both also run for real under gloo by test_agreement: the first
+    hangs, the second finishes), here with nothing computed for real: the loss each rank
+    tests is CL211 at the test, naming both outcomes' calls; the all-reduced loss is the same
+    on every rank, taken alike, clean. The saved trace gives `commlint plan` the same verdict."""
+    from commlint.plans.dryrun.driver import DryRunOptions, dry_run
+
+    verdicts = {}
+    for name in ("bad_local_loss_steers.py", "ok_reduced_loss_steers.py"):
+        program = PROGRAMS / name
+        options = DryRunOptions(
+            program=str(program), args=[], world_size=2, nproc_per_node=2, ranks=[0, 1],
+            timeout=20.0, jobs=2, real_budget=0,
+        )  # fmt: skip
+        result = dry_run(options)
+        assert result.mode == "fake" and not result.incomplete()
+        trace = result.trace(options)
+        verdicts[name] = (program, trace, check_trace(trace, None).findings)
+    program, trace, findings = verdicts["bad_local_loss_steers.py"]
+    test = line_of(program, "if loss.item() > 1.0")
+    assert [(f.code, f.line, f.ranks) for f in findings] == [("CL211", test, [0])]
+    assert {r.line for r in findings[0].related} == {test, test + 1, test + 2}
+    assert "all_reduce" in findings[0].message and "barrier" in findings[0].message
+    program, trace, findings = verdicts["ok_reduced_loss_steers.py"]
+    assert findings == [] and "steering" not in trace.meta
+    assert "the same on every rank (a collective's result)" in trace.meta["assumes"]
+    saved = tmp_path / "saved"
+    out = cli(
+        "--nproc-per-node", "2", "--real-budget", "0", "--save-trace", str(saved),
+        str(PROGRAMS / "bad_local_loss_steers.py"),
+    )  # fmt: skip
+    assert out.returncode == 1
+    plan = cli(str(saved), command="plan")
+    assert plan.returncode == 1 and f"bad_local_loss_steers.py:{test}:1: CL211" in plan.stdout
 
 
 def test_follow_on_mismatches_are_folded_under_their_root_cause(tmp_path: Path):

@@ -66,6 +66,11 @@ class RankSpec:
     env: dict[str, str] = field(default_factory=dict)
     output: str | None = None  # file for the rank's stdout and stderr (None: discarded)
     fault: str | None = None  # file faulthandler writes a crashing rank's Python stack to
+    # Symbolic steering: comparisons of numbers fake tensors did not compute take the outcome
+    # their placeholder gives, on every rank alike; `flips` names the decisions (`site#n`, the
+    # n-th at that line) that take the other outcome (the driver's exploration).
+    symbolic: bool = False
+    flips: tuple[str, ...] = ()
 
 
 def worker_env(rank: int, world_size: int, nproc_per_node: int) -> dict[str, str]:
@@ -333,7 +338,7 @@ def _install(spec: RankSpec, recorder: Recorder) -> None:
     _modules_stay_on_cpu()
     if spec.mode == "fake":
         _install_fake_helpers(c10d)
-        _unread_values(recorder)
+        _unread_values(recorder, spec)
         _real_data_loader_workers()
         _deep_copies_keep_constants()
 
@@ -568,14 +573,17 @@ def _real_iterator(orig: Callable[..., Any]) -> Callable[..., Any]:
     return __iter__
 
 
-def _unread_values(recorder: Recorder) -> None:
+def _unread_values(recorder: Recorder, spec: RankSpec) -> None:
     """`.item()` / `.tolist()` of fake tensors without a value give unread numbers (see
-    `unread.py`); each line that reads one is noted once in the trace's `meta.assumes`."""
+    `unread.py`); each line that reads one is noted once in the trace's `meta.assumes`.
+    With `spec.symbolic`, a comparison of one is a decision: the placeholder's outcome (or
+    the other one, for a decision in `spec.flips`), sent to the driver as `decision`."""
     from commlint.plans.dryrun import unread
 
     seen: set[str] = set()
+    steered: set[str | None] = set()
 
-    def on_read() -> None:
+    def on_read() -> str | None:
         site, _ = user_site(rec_mod._frames(3))
         if site and site not in seen:
             seen.add(site)
@@ -586,6 +594,32 @@ def _unread_values(recorder: Recorder) -> None:
                     "printed, formatted or computed with, never steers the program",
                 )
             )
+        return site
+
+    counts: dict[str | None, int] = {}
+    flips = set(spec.flips)
+
+    def decide(value: Any, outcome: bool) -> bool:
+        site, _ = user_site(rec_mod._frames(2))
+        n = counts.get(site, 0)
+        counts[site] = n + 1
+        key = f"{site}#{n}"
+        if key in flips:
+            outcome = not outcome
+        read, uniform = unread.read_at(value), unread.provenance(value)
+        recorder.send(("decision", key, read, site, outcome, uniform))
+        if site not in steered:
+            steered.add(site)
+            where = f"read at {read}" if read else "read from a fake tensor"
+            scope = "the same on every rank (a collective's result)" if uniform else "rank-local"
+            recorder.send(
+                (
+                    "assume",
+                    f"the value {where} was not computed; {scope}, it decided the test at "
+                    f"{site} as {outcome} on every rank",
+                )
+            )
+        return outcome
 
     assumed: set[str] = set()
 
@@ -594,7 +628,7 @@ def _unread_values(recorder: Recorder) -> None:
             assumed.add(what)
             recorder.send(("assume", f"assumed: {what}"))
 
-    unread.install(on_read, on_assume)
+    unread.install(on_read, on_assume, rec_mod.is_uniform, decide if spec.symbolic else None)
 
 
 def _meshes_on_cpu() -> None:

@@ -46,6 +46,8 @@ class RankRun:
     fake_limit: tuple[str, str | None, bool] | None = None
     # bytes the rank's live fake tensors stood for when fake tensors stopped it
     fake_bytes: int = 0
+    # symbolic steering: (decision `site#n`, read site, test site, outcome, uniform) in order
+    decisions: list[tuple[str, str | None, str | None, bool, bool]] = field(default_factory=list)
     backend: str | None = None
     seconds: float = 0.0
     cpu_seconds: float | None = None
@@ -93,6 +95,8 @@ class DryRunResult:
     converged: bool
     seconds: float
     unsettled: list[int] = field(default_factory=list)
+    # rank-local values that decide what a rank communicates (CL211; `_explore`)
+    steering: list[dict[str, Any]] = field(default_factory=list)
 
     def incomplete(self) -> list[Incomplete]:
         """Every rank that did not reach the end of its program (stopped at the time limit,
@@ -144,6 +148,9 @@ class DryRunResult:
         creations = {str(r): self.runs[r].creations for r in ranks if self.runs[r].creations}
         if creations:
             meta["group_creations"] = creations
+        steering = [s for s in self.steering if s["rank"] in ranks]
+        if steering:
+            meta["steering"] = steering
         stopped = [i for i in self.incomplete() if i.rank in ranks]
         if stopped:
             # Saved with the trace: `commlint plan DIR` must not pass what was not seen either.
@@ -168,6 +175,8 @@ def _run_pass(
     mode: str,
     on_done: Callable[[int], None] | None,
     scratch: str,
+    symbolic: bool = False,
+    flips: dict[int, tuple[str, ...]] | None = None,
 ) -> dict[int, RankRun]:
     ctx = mp.get_context("fork")
     pending = list(ranks)
@@ -208,6 +217,8 @@ def _run_pass(
                     steps=options.steps,
                     output=os.path.join(scratch, f"rank-{rank}.out"),
                     fault=os.path.join(scratch, f"rank-{rank}.fault"),
+                    symbolic=symbolic,
+                    flips=(flips or {}).get(rank, ()),
                 )
                 # Not a daemon: a rank may start processes of its own (DataLoader workers); it and
                 # they are killed as one session when it ends or overruns.
@@ -335,6 +346,8 @@ def _handle(run: RankRun, msg: tuple) -> None:
     elif kind == "fake-limit":
         run.fake_limit = (msg[1], msg[2], msg[3])
         run.fake_bytes = msg[4] if len(msg) > 4 else 0
+    elif kind == "decision":
+        run.decisions.append(tuple(msg[1:6]))  # type: ignore[arg-type]
     elif kind == "assume":
         if not run.assumes:
             run.assumes = msg[1]
@@ -390,12 +403,13 @@ def _dry_run(
     confirm: tuple[int, str] | None = None
     stable = 0  # passes in a row whose reruns recorded the same communication as before
     fallback_note = ""
+    symbolic = False  # comparisons of uncomputed numbers are decisions (over the budget)
     settled_at: int | None = None  # the pass after which only values, not traces, changed
     while todo and passes < options.max_passes:
         passes += 1
         if on_start_pass:
             on_start_pass(passes, len(todo))
-        new = _run_pass(options, todo, table, mode, on_done, scratch)
+        new = _run_pass(options, todo, table, mode, on_done, scratch, symbolic)
         same = all(
             r in runs and (runs[r].actions, runs[r].end) == (run.actions, run.end)
             for r, run in new.items()
@@ -426,13 +440,27 @@ def _dry_run(
             need = max(runs[r].fake_bytes for r in limited)
             if options.real_budget is not None and need > options.real_budget:
                 # Real tensors of this size cost the real model's memory and compute on
-                # every rank: never done unasked. The ranks are reported as stopped.
+                # every rank: never done unasked. A comparison of a number fake tensors did
+                # not compute becomes a decision, the same on every rank (and the other
+                # outcome explored after, `_explore`); anything else stops the ranks.
                 over_budget = (
                     f"recording it again with real tensors would hold at least "
                     f"{format_bytes(need)} per rank, over the real re-run budget of "
                     f"{format_bytes(options.real_budget)} (--real-budget); run with "
                     "--tensors real to compute it anyway"
                 )
+                steers = message.startswith(_STEERS)
+                if steers and not symbolic:
+                    symbolic = True
+                    notes.append(
+                        f"rank {rank} tested a number fake tensors did not compute{where}; "
+                        f"{over_budget}. Every rank took the outcome its placeholder gives "
+                        "there, the same on every rank, and the other outcome of each test of "
+                        "a rank-local value was recorded too"
+                    )
+                    table, runs, todo = ValueTable(), {}, list(options.ranks)
+                    converged, stable, settled_at = False, 0, None
+                    continue
                 for r, (msg, _, is_limit) in (hard or limited).items():
                     why = (
                         f"fake tensors cannot go on ({msg})"
@@ -471,7 +499,73 @@ def _dry_run(
             if run.fake_limit and run.fake_limit[2] and not run.stopped:
                 run.stopped = f"fake tensors cannot run it ({run.fake_limit[0]})"
     unsettled = [] if converged else sorted(todo)
-    return DryRunResult(runs, passes, mode, notes, converged, time.monotonic() - start, unsettled)
+    steering = _explore(options, runs, table, scratch) if symbolic else []
+    return DryRunResult(
+        runs, passes, mode, notes, converged, time.monotonic() - start, unsettled, steering
+    )
+
+
+_STEERS = "UnreadValueSteers"  # the fake-tensor limit of a comparison of an unread number
+_MAX_EXPLORED = 8  # tests of rank-local values whose other outcome is recorded, per run
+
+
+def _signature(a: dict[str, Any]) -> tuple:
+    return tuple(a.get(k) for k in ("op", "group", "peer", "root", "shape", "dtype", "reduce_op"))
+
+
+def _describe(a: dict[str, Any] | None) -> str:
+    if a is None:
+        return "nothing more"
+    return f"{a.get('label') or a['op']} on group {a.get('group', 'WORLD')}"
+
+
+def _explore(
+    options: DryRunOptions, runs: dict[int, RankRun], table: ValueTable, scratch: str
+) -> list[dict[str, Any]]:
+    """For the first test at each line of a rank-local number fake tensors did not compute:
+    run the first rank that made it again with the other outcome (the values its peers
+    delivered unchanged) and compare what it communicates. Where the two differ, the value
+    decides what the rank communicates: ranks whose values differ make different calls
+    (CL211). A value every rank shares (a collective's result) needs no exploration."""
+    first: dict[str | None, tuple[int, str, str | None, bool]] = {}
+    for r in sorted(runs):
+        if runs[r].stopped:
+            continue
+        for key, read, site, outcome, uniform in runs[r].decisions:
+            if not uniform and key.endswith("#0") and site not in first:
+                first[site] = (r, key, read, outcome)
+    found = []
+    for site, (r, key, read, outcome) in list(first.items())[:_MAX_EXPLORED]:
+        other = _run_pass(options, [r], table, "fake", None, scratch, True, {r: (key,)})[r]
+        base = runs[r].actions
+        i = next(
+            (
+                k
+                for k, (a, b) in enumerate(zip(base, other.actions, strict=False))
+                if _signature(a) != _signature(b)
+            ),
+            min(len(base), len(other.actions)),
+        )
+        if i == len(base) == len(other.actions):
+            continue  # both outcomes communicate alike
+        if i == len(other.actions) and (other.stopped or other.fake_limit):
+            continue  # the other outcome stopped early: what it would communicate is unknown
+        then = base[i] if i < len(base) else None
+        otherwise = other.actions[i] if i < len(other.actions) else None
+        found.append(
+            {
+                "rank": r,
+                "read": read,
+                "test": site,
+                "taken": outcome,
+                "then": _describe(then),
+                "then_site": (then or {}).get("site"),
+                "otherwise": _describe(otherwise),
+                "otherwise_site": (otherwise or {}).get("site"),
+                "index": i,
+            }
+        )
+    return found
 
 
 def warm_up(mode: str = "fake") -> None:

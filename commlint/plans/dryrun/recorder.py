@@ -238,6 +238,45 @@ def _mark_finite_test(func: Any, args: tuple, out: Any) -> None:
         setattr(out, _IF_FINITE, value)
 
 
+# collectives whose result every member holds alike
+_UNIFORM_OPS = frozenset({"all_reduce", "broadcast", "all_gather"})
+UNIFORM = "_commlint_uniform"  # set on a fake tensor that holds the same value on every rank
+
+
+def mark_uniform(tensors: Any) -> None:
+    """A collective over every rank delivered these: whatever they hold, every rank holds it."""
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            with contextlib.suppress(AttributeError, TypeError):
+                setattr(t, UNIFORM, True)
+
+
+def is_uniform(t: Any) -> bool:
+    return getattr(t, UNIFORM, False) is True
+
+
+def _propagate_uniform(args: tuple, out: Any) -> None:
+    """A small result (a norm, a mean, a count) computed only from uniform tensors and
+    numbers is uniform too; one rank-local input makes it rank-local."""
+    if not isinstance(out, _FakeTensor):
+        return
+    marked = is_uniform(out)  # an in-place op's result is its input, marked before
+    if not marked and out.numel() > SMALL_REAL:
+        return
+    found = False
+    for a in args:
+        for t in a if isinstance(a, (list, tuple)) else (a,):
+            if isinstance(t, torch.Tensor) and t is not out:
+                if not is_uniform(t):
+                    if marked:  # written with a rank-local value: rank-local now
+                        with contextlib.suppress(AttributeError):
+                            delattr(out, UNIFORM)
+                    return
+                found = True
+    if found and not marked:
+        mark_uniform((out,))
+
+
 def _placeholder(dtype: torch.dtype) -> Any:
     if dtype is torch.bool:
         return True
@@ -445,6 +484,7 @@ class Recorder(_Shared):
         self.requested_backend: str | None = None
         self.group_backends: dict[str, str] = {}  # torch group name -> backend asked for
         self.from_cpp = False
+        self.uniform_made = False  # a collective over every rank delivered a fake tensor
         self.bucket = 0  # index of the next DDP gradient bucket in this backward
         self.stream: str | None = None
         self.functional_handles: dict[int, str] = {}
@@ -716,7 +756,13 @@ class RecordingProcessGroup(_Shared, dist.ProcessGroup):
                         part = part.reshape(local.shape) if part.numel() == local.numel() else local
                     parts.append(part)
                 _copy(t, _reduce(parts, red, self._factor(opts)))
+        self._uniform(tensors)
         return work
+
+    def _uniform(self, outputs: Any) -> None:
+        if len(self._ranks) == self._rec.world_size:
+            self._rec.uniform_made = True
+            mark_uniform(outputs)
 
     allreduce_coalesced = allreduce
 
@@ -731,6 +777,7 @@ class RecordingProcessGroup(_Shared, dist.ProcessGroup):
         if src is not None:
             for t, v in zip(tensors, src, strict=False):
                 _copy(t, from_value(v) if v is not None else None)
+        self._uniform(tensors)
         return work
 
     def allgather(
@@ -741,6 +788,7 @@ class RecordingProcessGroup(_Shared, dist.ProcessGroup):
         if got is not None and own is not None:
             for m, out in enumerate(outputs[0]):
                 _copy(out, from_value(own if m == self._me else self._from(got, m, own)))
+        self._uniform(outputs[0])
         return work
 
     def _allgather_base(
@@ -751,6 +799,7 @@ class RecordingProcessGroup(_Shared, dist.ProcessGroup):
         if got is not None and own is not None:
             for m, out in enumerate(output.chunk(len(self._ranks))):
                 _copy(out, from_value(own if m == self._me else self._from(got, m, own)))
+        self._uniform((output,))
         return work
 
     def _each_pair(self, op: Any, outputs: list, inputs: list, opts: Any) -> RecordedWork:
@@ -1135,6 +1184,8 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
                     t.constant = constant
         if func in _FINITE_TESTS and not self._depth:
             _mark_finite_test(func, args, out)
+        if self.rec.uniform_made and not self._depth:
+            _propagate_uniform(args, out)
         if self._depth or func.namespace not in _FUNCTIONAL_NAMESPACES:
             return out
         if out is not NotImplemented:
@@ -1175,3 +1226,6 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
         outs = out if isinstance(out, (list, tuple)) else [out]
         for o in outs:
             self.rec.functional_handles[id(o)] = handle
+        if op in _UNIFORM_OPS and len(ranks) == self.rec.world_size:
+            self.rec.uniform_made = True
+            mark_uniform(outs)

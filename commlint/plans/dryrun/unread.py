@@ -37,6 +37,42 @@ def _steer(self: Any, *a: Any) -> Any:
     raise UnreadValueSteers(_ITEM)
 
 
+# Symbolic steering: when set (the dry-run may not compute the value, see `driver.py`), a
+# comparison or truth test of an unread number asks it for the outcome instead of raising:
+# `_decide(value, outcome_with_the_placeholder)` → the outcome the program gets.
+_decide: Callable[[Any, bool], bool] | None = None
+
+
+def _compare(name: str) -> Callable[..., Any]:
+    def compare(self: Any, *a: Any) -> Any:
+        if _decide is None:
+            raise UnreadValueSteers(_ITEM)
+        others = [float(x) if isinstance(x, UnreadFloat) else x for x in a]
+        outcome = getattr(float, name)(float(self), *others)
+        if outcome is NotImplemented:
+            return outcome
+        uniform = provenance(self) and all(provenance(x) for x in a if isinstance(x, UnreadFloat))
+        return _decide(_mark(UnreadFloat(float(self)), read_at(self), uniform), bool(outcome))
+
+    return compare
+
+
+def provenance(value: Any) -> bool:
+    """True when an unread number is the same on every rank (read from a collective's
+    result over every rank, or computed only from such values); False when rank-local."""
+    return getattr(value, "_uniform", False)
+
+
+def read_at(value: Any) -> str | None:
+    """The line that read an unread number from a fake tensor (`loss.item()`)."""
+    return getattr(value, "_read_at", None)
+
+
+def _mark(value: Any, site: str | None, uniform: bool) -> Any:
+    value._read_at, value._uniform = site, uniform
+    return value
+
+
 # Reads whose outcome the dry-run assumes instead of computing: (file suffix, function) of the
 # reader -> (truth value, what is assumed). GradScaler's inf check: gradients are all-reduced
 # (DDP) or its found-inf flags are (ShardedGradScaler), so every rank takes the same branch;
@@ -57,7 +93,9 @@ def _truth(self: Any) -> bool:
             if _on_assume is not None:
                 _on_assume(what)
             return truth
-    raise UnreadValueSteers(_ITEM)
+    if _decide is None:
+        raise UnreadValueSteers(_ITEM)
+    return _decide(self, bool(float(self)))
 
 
 _STEERING = (
@@ -76,6 +114,7 @@ _STEERING = (
     "__ceil__",
     "is_integer",
 )
+_COMPARISONS = ("__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__")
 _ARITHMETIC = (
     "__add__",
     "__radd__",
@@ -106,13 +145,21 @@ def _unread_class(base: type) -> type:
             if op is None:
                 return NotImplemented
             out = op(base(self), *a)
-            return cls(out) if isinstance(out, (int, float)) else out
+            if not isinstance(out, (int, float)):
+                return out
+            # the result is read where its first unread operand was; the same on every rank
+            # only when every unread operand is
+            others = [x for x in a if isinstance(x, UnreadFloat)]
+            site = read_at(self) or next(map(read_at, others), None)
+            return _mark(cls(out), site, provenance(self) and all(map(provenance, others)))
 
         return arithmetic
 
     body: dict[str, Any] = {name: _steer for name in _STEERING if hasattr(base, name)}
+    body.update({name: _compare(name) for name in _COMPARISONS})
     body["__index__"] = _steer
     body["__bool__"] = _truth
+    body["__hash__"] = _steer
     body.update({name: make(name) for name in _ARITHMETIC})
     body["__doc__"] = f"A {base.__name__} read from a fake tensor: not computed."
     body["__reduce__"] = lambda self: (base, (base(self),))
@@ -135,25 +182,34 @@ UnreadInt = type(
 )
 
 
-def unread(dtype: torch.dtype) -> Any:
+def unread(dtype: torch.dtype, site: str | None = None, uniform: bool = False) -> Any:
     if dtype.is_floating_point or dtype.is_complex:
-        return UnreadFloat(1.0)
-    return UnreadInt(1.0)
+        return _mark(UnreadFloat(1.0), site, uniform)
+    return _mark(UnreadInt(1.0), site, uniform)
 
 
-def _nested(shape: tuple[int, ...], dtype: torch.dtype) -> Any:
+def _nested(shape: tuple[int, ...], dtype: torch.dtype, site: str | None, uniform: bool) -> Any:
     if not shape:
-        return unread(dtype)
-    return [_nested(shape[1:], dtype) for _ in range(shape[0])]
+        return unread(dtype, site, uniform)
+    return [_nested(shape[1:], dtype, site, uniform) for _ in range(shape[0])]
 
 
-def install(on_read: Callable[[], None], on_assume: Callable[[str], None] | None = None) -> None:
+def install(
+    on_read: Callable[[], str | None],
+    on_assume: Callable[[str], None] | None = None,
+    is_uniform: Callable[[torch.Tensor], bool] | None = None,
+    decide: Callable[[Any, bool], bool] | None = None,
+) -> None:
     """`Tensor.item` / `Tensor.tolist` return unread numbers for fake tensors with no
-    value; `on_read` is called each time (to note where the program read one), `on_assume`
-    with what was assumed when a known reader's truth test is answered (`ASSUMED_TRUTH`)."""
-    global _on_assume
-    _on_assume = on_assume
+    value; `on_read` is called each time (to note where the program read one; it returns
+    that line), `on_assume` with what was assumed when a known reader's truth test is
+    answered (`ASSUMED_TRUTH`), `is_uniform` tells whether a tensor holds the same value on
+    every rank, and `decide` (symbolic steering) gives the outcome of a comparison or truth
+    test of an unread number instead of the fake-tensor limit."""
+    global _on_assume, _decide
+    _on_assume, _decide = on_assume, decide
     item, tolist = torch.Tensor.item, torch.Tensor.tolist
+    uniform = is_uniform or (lambda t: False)
 
     def fake_item(self: torch.Tensor) -> Any:
         try:
@@ -161,8 +217,7 @@ def install(on_read: Callable[[], None], on_assume: Callable[[str], None] | None
         except DataDependentOutputException:
             if not isinstance(self, FakeTensor):
                 raise
-            on_read()
-            return unread(self.dtype)
+            return unread(self.dtype, on_read(), uniform(self))
 
     def fake_tolist(self: torch.Tensor) -> Any:
         try:
@@ -170,8 +225,7 @@ def install(on_read: Callable[[], None], on_assume: Callable[[str], None] | None
         except DataDependentOutputException:
             if not isinstance(self, FakeTensor):
                 raise
-            on_read()
-            return _nested(tuple(self.shape), self.dtype)
+            return _nested(tuple(self.shape), self.dtype, on_read(), uniform(self))
 
     torch.Tensor.item = fake_item
     torch.Tensor.tolist = fake_tolist
