@@ -71,8 +71,9 @@ ranks:
 groups: {WORLD: [0, 1]}
 meta:
   tensors: fake
-  assumes: "the value read at train.py:29 was not computed; the same on every rank (a
-    collective's result), it decided the test at train.py:29 as True on every rank"
+  assumes: "the value read at train.py:29 was not computed (fake tensors); the test at
+    train.py:29 of that value (the same on every rank (a collective's result)) was taken as
+    True on every rank"
 """,
     ),
 )

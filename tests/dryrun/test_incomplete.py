@@ -352,6 +352,52 @@ def test_rank_local_and_agreed_values_are_told_apart(tmp_path: Path):
     assert plan.returncode == 1 and f"bad_local_loss_steers.py:{test}:1: CL211" in plan.stdout
 
 
+_FSDP_NORM = """
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+
+dist.init_process_group("gloo")
+mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 1))
+for layer in model:
+    fully_shard(layer, mesh=mesh)
+fully_shard(model, mesh=mesh)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(2):
+    loss = model(torch.randn(4, 64)).sum()
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    if {tested}.item() > 100.0:
+        dist.barrier()
+    opt.step()
+    opt.zero_grad()
+dist.destroy_process_group()
+"""
+
+
+def test_an_fsdp2_gradient_norm_is_the_same_everywhere_and_a_loss_is_not(tmp_path: Path):
+    """clip_grad_norm_ over FSDP2's sharded gradients returns a DTensor replicated over every
+    rank (its .item() all-reduces first): testing it is taken alike, clean. Testing the
+    rank's own loss the same way is CL211, the barrier against the next step's all-gather."""
+    from commlint.plans.dryrun.driver import DryRunOptions, dry_run
+
+    found = {}
+    for tested in ("norm", "loss"):
+        program = tmp_path / f"fsdp_{tested}.py"
+        program.write_text(_FSDP_NORM.format(tested=tested))
+        options = DryRunOptions(
+            program=str(program), args=[], world_size=2, nproc_per_node=2, ranks=[0, 1],
+            timeout=30.0, jobs=2, real_budget=0,
+        )  # fmt: skip
+        result = dry_run(options)
+        assert result.mode == "fake" and not result.incomplete(), result.incomplete()
+        trace = result.trace(options)
+        found[tested] = [(f.code, f.line) for f in check_trace(trace, None).findings]
+    assert found == {"norm": [], "loss": [("CL211", 18)]}
+
+
 def test_follow_on_mismatches_are_folded_under_their_root_cause(tmp_path: Path):
     program = tmp_path / "shift.py"
     program.write_text(

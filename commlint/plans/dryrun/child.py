@@ -587,11 +587,18 @@ def _unread_values(recorder: Recorder, spec: RankSpec) -> None:
         site, _ = user_site(rec_mod._frames(3))
         if site and site not in seen:
             seen.add(site)
+            # Without symbolic steering a test of it would have stopped the rank (and the
+            # run gone on with real tensors): what this run did with it steered nothing.
             recorder.send(
                 (
                     "assume",
-                    f"the value read at {site} was not computed (fake tensors): it is only "
-                    "printed, formatted or computed with, never steers the program",
+                    f"the value read at {site} was not computed (fake tensors)"
+                    + (
+                        ""
+                        if spec.symbolic
+                        else ": it is only printed, formatted or computed with, never steers "
+                        "the program"
+                    ),
                 )
             )
         return site
@@ -610,13 +617,12 @@ def _unread_values(recorder: Recorder, spec: RankSpec) -> None:
         recorder.send(("decision", key, read, site, outcome, uniform))
         if site not in steered:
             steered.add(site)
-            where = f"read at {read}" if read else "read from a fake tensor"
             scope = "the same on every rank (a collective's result)" if uniform else "rank-local"
             recorder.send(
                 (
                     "assume",
-                    f"the value {where} was not computed; {scope}, it decided the test at "
-                    f"{site} as {outcome} on every rank",
+                    f"the test at {site} of that value ({scope}) was taken as {outcome} on every "
+                    "rank" + ("" if uniform else "; the other outcome was recorded too"),
                 )
             )
         return outcome

@@ -182,6 +182,28 @@ UnreadInt = type(
 )
 
 
+def _fake_underneath(t: torch.Tensor) -> bool:
+    """A fake tensor, or a DTensor whose local shard is one (its read went through DTensor's
+    redistribution, recorded as the collective it is, then reached the fake shard)."""
+    if isinstance(t, FakeTensor):
+        return True
+    return isinstance(getattr(t, "_local_tensor", None), FakeTensor)
+
+
+def _replicated_everywhere(t: torch.Tensor) -> bool:
+    """A DTensor read with `.item()` is replicated over its mesh (DTensor redistributes it
+    first); over a mesh of every rank, every rank holds the same value."""
+    mesh = getattr(t, "device_mesh", None)
+    if mesh is None or not isinstance(getattr(t, "_local_tensor", None), FakeTensor):
+        return False
+    import torch.distributed as dist
+
+    try:
+        return mesh.size() == dist.get_world_size()
+    except (RuntimeError, ValueError):
+        return False
+
+
 def unread(dtype: torch.dtype, site: str | None = None, uniform: bool = False) -> Any:
     if dtype.is_floating_point or dtype.is_complex:
         return _mark(UnreadFloat(1.0), site, uniform)
@@ -215,17 +237,18 @@ def install(
         try:
             return item(self)
         except DataDependentOutputException:
-            if not isinstance(self, FakeTensor):
+            if not _fake_underneath(self):
                 raise
-            return unread(self.dtype, on_read(), uniform(self))
+            return unread(self.dtype, on_read(), uniform(self) or _replicated_everywhere(self))
 
     def fake_tolist(self: torch.Tensor) -> Any:
         try:
             return tolist(self)
         except DataDependentOutputException:
-            if not isinstance(self, FakeTensor):
+            if not _fake_underneath(self):
                 raise
-            return _nested(tuple(self.shape), self.dtype, on_read(), uniform(self))
+            same = uniform(self) or _replicated_everywhere(self)
+            return _nested(tuple(self.shape), self.dtype, on_read(), same)
 
     torch.Tensor.item = fake_item
     torch.Tensor.tolist = fake_tolist
