@@ -450,3 +450,29 @@ def test_gradient_buckets_are_delivered_when_the_program_checks_them():
     assert not trace.ends and result.converged, trace.ends
     assert result.mode == "real"
     assert check_trace(trace, None).findings == []
+
+
+def test_split_runs_keep_every_parts_steering_evidence():
+    """`commlint plan DIR` of per-rank files: each part's `meta.steering` (CL211) survives
+    the merge, not only the first part's."""
+    from commlint.plans.dryrun.merge import merge_partial
+    from commlint.trace import Trace
+
+    def part(rank: int) -> Trace:
+        entry = {
+            "rank": rank, "read": "t.py:5", "test": "t.py:5", "taken": False,
+            "then": "nothing more", "otherwise": "barrier on group WORLD",
+            "otherwise_site": "t.py:6", "index": 0,
+        }  # fmt: skip
+        return Trace(
+            world_size=2,
+            groups={"WORLD": [0, 1]},
+            ranks={rank: []},
+            source="dryrun",
+            meta={"partial": True, "program": "t.py", "args": [], "steering": [entry]},
+        )
+
+    merged = merge_partial([("rank-0.yaml", part(0)), ("rank-1.yaml", part(1))])
+    assert [e["rank"] for e in merged.meta["steering"]] == [0, 1]
+    found = check_trace(merged, None).findings
+    assert sorted((f.code, f.ranks[0], f.line) for f in found) == [("CL211", 0, 5), ("CL211", 1, 5)]

@@ -61,7 +61,7 @@ def merge_partial(traces: list[tuple[str, Trace]]) -> Trace:
         meta={
             k: v
             for k, v in first.meta.items()
-            if k not in ("partial", "recorded_ranks", "group_creations")
+            if k not in ("partial", "recorded_ranks", "group_creations", "steering")
         },
     )
     owner: dict[int, str] = {}
@@ -84,6 +84,9 @@ def merge_partial(traces: list[tuple[str, Trace]]) -> Trace:
         creations = t.meta.get("group_creations")
         if isinstance(creations, dict):
             merged.meta.setdefault("group_creations", {}).update(creations)  # type: ignore[union-attr]
+        steering = t.meta.get("steering")
+        if isinstance(steering, list):  # each part's own ranks' CL211 evidence
+            merged.meta.setdefault("steering", []).extend(steering)  # type: ignore[union-attr]
     missing = [r for r in range(merged.world_size) if r not in owner]
     if missing:
         merged.meta["missing_ranks"] = missing
