@@ -72,8 +72,8 @@ groups: {WORLD: [0, 1]}
 meta:
   tensors: fake
   assumes: "the value read at train.py:29 was not computed (fake tensors); the test at
-    train.py:29 of that value (the same on every rank (a collective's result)) was taken as
-    True on every rank"
+    train.py:29 of the value read at train.py:29 (the same on every rank (a collective's
+    result), not computed) was taken as True on every rank"
 """,
     ),
 )

@@ -621,8 +621,9 @@ def _unread_values(recorder: Recorder, spec: RankSpec) -> None:
             recorder.send(
                 (
                     "assume",
-                    f"the test at {site} of that value ({scope}) was taken as {outcome} on every "
-                    "rank" + ("" if uniform else "; the other outcome was recorded too"),
+                    f"the test at {site} of the value read at {read or 'a fake tensor'} "
+                    f"({scope}, not computed) was taken as {outcome} on every rank"
+                    + ("" if uniform else "; the other outcome was recorded too"),
                 )
             )
         return outcome

@@ -6,7 +6,11 @@ the real model's compute and memory. So `.item()` and `.tolist()` on a fake tens
 a value return an *unread* number: printing, formatting and arithmetic on it are free (the
 result is unread too). The moment it steers the program — a comparison, a truth test, an
 `int()`/index, a hash — it raises the fake-tensor limit it stands for, at that line, and the
-dry-run falls back to real tensors as before (the note names the steering line).
+dry-run falls back to real tensors as before (the note names the steering line), within its
+real re-run budget. Past the budget, comparisons and truth tests become decisions (`_decide`,
+symbolic steering): the placeholder's outcome on every rank, the other one explored for a
+rank-local value. Each unread number carries the line that read it and whether it is the same
+on every rank (read from a tensor a collective over every rank delivered).
 Unread numbers print as 1 (a finite value, so `math.isfinite` and `math.log` checks that
 merely log do not fail).
 """
