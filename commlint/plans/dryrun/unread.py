@@ -254,5 +254,19 @@ def install(
             same = uniform(self) or _replicated_everywhere(self)
             return _nested(tuple(self.shape), self.dtype, on_read(), same)
 
+    tensor_bool = torch.Tensor.__bool__
+
+    def fake_bool(self: torch.Tensor) -> bool:
+        # `if loss > 10:` tests a fake tensor itself: with symbolic steering, a decision as
+        # for an unread number (taken as False: a loop on it ends), else the fake limit
+        try:
+            return tensor_bool(self)
+        except DataDependentOutputException:
+            if _decide is None or not _fake_underneath(self):
+                raise
+            same = uniform(self) or _replicated_everywhere(self)
+            return _decide(unread(torch.float32, on_read(), same), False)
+
     torch.Tensor.item = fake_item
     torch.Tensor.tolist = fake_tolist
+    torch.Tensor.__bool__ = fake_bool  # type: ignore[method-assign]
