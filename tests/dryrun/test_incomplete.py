@@ -292,7 +292,7 @@ def test_a_number_used_as_a_count_over_the_budget_stops_the_ranks_there(tmp_path
     for rank in (0, 1):
         line = next(ln for ln in lines if f"rank {rank} did not reach the end" in ln)
         assert line.startswith(f"commlint: error: {program}:6: "), line
-        assert "a number read from a fake tensor" in line
+        assert "a value of a fake tensor" in line
         assert "at least 1 GiB per rank, over the real re-run budget of 1 GiB" in line
         assert "--tensors real" in line
     assert "every rank raised" not in out.stderr  # the dry-run stopped them, not the program
@@ -476,3 +476,17 @@ def test_split_runs_keep_every_parts_steering_evidence():
     assert [e["rank"] for e in merged.meta["steering"]] == [0, 1]
     found = check_trace(merged, None).findings
     assert sorted((f.code, f.ranks[0], f.line) for f in found) == [("CL211", 0, 5), ("CL211", 1, 5)]
+
+
+def test_a_tensor_tested_directly_is_a_decision_too(tmp_path: Path):
+    """`if loss > 1.0:` tests the fake tensor itself (no `.item()`): past the budget it is
+    explored like an unread number — CL211 at the test; with the budget, real values."""
+    text = (PROGRAMS / "bad_local_loss_steers.py").read_text()
+    program = tmp_path / "tensor_test.py"
+    program.write_text(text.replace("if loss.item() > 1.0:", "if loss > 1.0:"))
+    test = line_of(program, "if loss > 1.0:")
+    symbolic = cli("--nproc-per-node", "2", "--real-budget", "0", str(program))
+    assert symbolic.returncode == 1 and f"{program}:{test}:1: CL211" in symbolic.stdout
+    real = cli("--nproc-per-node", "2", str(program))
+    assert real.returncode == 1 and "CL203" in real.stdout
+    assert f"stopped under fake tensors at {program}:{test}" in real.stderr

@@ -32,8 +32,8 @@ class UnreadValueSteers(DataDependentOutputException):
 
     def __str__(self) -> str:
         return (
-            "a number read from a fake tensor (.item(), .tolist()) decides what the program "
-            "does here, and fake tensors do not compute it"
+            "a value of a fake tensor (read with .item() or .tolist(), or the tensor tested "
+            "itself) decides what the program does here, and fake tensors do not compute it"
         )
 
 
@@ -262,8 +262,10 @@ def install(
         try:
             return tensor_bool(self)
         except DataDependentOutputException:
-            if _decide is None or not _fake_underneath(self):
+            if not _fake_underneath(self):
                 raise
+            if _decide is None:
+                raise UnreadValueSteers(_ITEM) from None
             same = uniform(self) or _replicated_everywhere(self)
             return _decide(unread(torch.float32, on_read(), same), False)
 
