@@ -490,3 +490,31 @@ def test_a_tensor_tested_directly_is_a_decision_too(tmp_path: Path):
     real = cli("--nproc-per-node", "2", str(program))
     assert real.returncode == 1 and "CL203" in real.stdout
     assert f"stopped under fake tensors at {program}:{test}" in real.stderr
+
+
+def test_assertions_on_uncomputed_values_are_taken_to_hold(tmp_path: Path):
+    """A program's own value checks (`assert loss.item() < 1e6`, `assert (t > -1).all()`,
+    `assert not (t < -5)`) are taken to pass past the budget, each said in meta.assumes —
+    never explored (their other outcome only raises) and never a false CL211."""
+    program = tmp_path / "asserts.py"
+    program.write_text(
+        "import torch\n"
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "torch.manual_seed(dist.get_rank())\n"
+        "loss = torch.nn.Linear(16, 1)(torch.randn(8, 16)).pow(2).mean()\n"
+        "assert loss.item() < 1e6, 'loss exploded'\n"
+        "assert (loss > -1).all()\n"
+        "assert not (loss < -5)\n"
+        "dist.all_reduce(torch.ones(1))\n"
+    )
+    saved = tmp_path / "saved"
+    out = cli(
+        "--nproc-per-node", "2", "--real-budget", "0", "--save-trace", str(saved), str(program)
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assumes = yaml.safe_load((saved / "rank-00000.yaml").read_text())["meta"]["assumes"]
+    for line in (6, 7, 8):
+        assert (
+            f"the assertion at {program}:{line} on a value fake tensors did not compute" in assumes
+        )

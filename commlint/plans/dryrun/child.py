@@ -606,14 +606,27 @@ def _unread_values(recorder: Recorder, spec: RankSpec) -> None:
     counts: dict[str | None, int] = {}
     flips = set(spec.flips)
 
-    def decide(value: Any, outcome: bool) -> bool:
+    def decide(value: Any, outcome: bool, holds: bool | None) -> bool:
         site, _ = user_site(rec_mod._frames(2))
+        read, uniform = unread.read_at(value), unread.provenance(value)
+        if holds is not None:
+            # an `assert`: the program's own check of its values, taken to pass (its other
+            # outcome only raises AssertionError, which says nothing about communication)
+            if site not in steered:
+                steered.add(site)
+                recorder.send(
+                    (
+                        "assume",
+                        f"the assertion at {site} on a value fake tensors did not compute "
+                        "was taken to hold",
+                    )
+                )
+            return holds
         n = counts.get(site, 0)
         counts[site] = n + 1
         key = f"{site}#{n}"
         if key in flips:
             outcome = not outcome
-        read, uniform = unread.read_at(value), unread.provenance(value)
         recorder.send(("decision", key, read, site, outcome, uniform))
         if site not in steered:
             steered.add(site)

@@ -548,8 +548,13 @@ def _explore(
         )
         if i == len(base) == len(other.actions):
             continue  # both outcomes communicate alike
-        if i == len(other.actions) and (other.stopped or other.fake_limit):
-            continue  # the other outcome stopped early: what it would communicate is unknown
+        if i == len(other.actions) and (
+            other.stopped or other.fake_limit or (other.end or {}).get("kind") == "exception"
+        ):
+            # the other outcome stopped early — what it would communicate is unknown — or
+            # the program raised there: an error path (torchrun ends every rank), not a call
+            # its peers wait for
+            continue
         then = base[i] if i < len(base) else None
         otherwise = other.actions[i] if i < len(other.actions) else None
         found.append(

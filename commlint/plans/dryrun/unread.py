@@ -17,6 +17,8 @@ merely log do not fail).
 
 from __future__ import annotations
 
+import dis
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -44,7 +46,9 @@ def _steer(self: Any, *a: Any) -> Any:
 # Symbolic steering: when set (the dry-run may not compute the value, see `driver.py`), a
 # comparison or truth test of an unread number asks it for the outcome instead of raising:
 # `_decide(value, outcome_with_the_placeholder)` → the outcome the program gets.
-_decide: Callable[[Any, bool], bool] | None = None
+# The third argument: when the test is an `assert`'s, the outcome that makes it hold (taken,
+# never explored: a program's own value checks are assumed to pass), else None.
+_decide: Callable[[Any, bool, bool | None], bool] | None = None
 
 
 def _compare(name: str) -> Callable[..., Any]:
@@ -56,9 +60,53 @@ def _compare(name: str) -> Callable[..., Any]:
         if outcome is NotImplemented:
             return outcome
         uniform = provenance(self) and all(provenance(x) for x in a if isinstance(x, UnreadFloat))
-        return _decide(_mark(UnreadFloat(float(self)), read_at(self), uniform), bool(outcome))
+        value = _mark(UnreadFloat(float(self)), read_at(self), uniform)
+        return _decide(value, bool(outcome), assertion_outcome(_testing_frame()))
 
     return compare
+
+
+_INSTRUCTIONS: dict[Any, tuple[list[Any], dict[int, int]]] = {}
+
+
+_OWN_DIRS = (
+    os.path.dirname(torch.__file__) + os.sep,
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,  # commlint/plans
+)
+
+
+def _testing_frame() -> Any:
+    """The frame running the test: the first one out of torch and the dry-run (a tensor's
+    `__bool__` goes through torch's function-mode dispatch first)."""
+    f = sys._getframe(2)
+    while f is not None and f.f_code.co_filename.startswith(_OWN_DIRS):
+        f = f.f_back
+    return f
+
+
+def assertion_outcome(frame: Any) -> bool | None:
+    """When the test running in `frame` is an `assert`'s (the jump right after it skips a
+    `raise AssertionError`), the outcome that makes the assertion hold; None otherwise."""
+    if frame is None:
+        return None
+    code = frame.f_code
+    cached = _INSTRUCTIONS.get(code)
+    if cached is None:
+        listed = list(dis.get_instructions(code))
+        cached = _INSTRUCTIONS[code] = (listed, {ins.offset: k for k, ins in enumerate(listed)})
+    listed, at = cached
+    k = at.get(frame.f_lasti)
+    if k is None:
+        return None
+    for j in (k, k + 1):  # the test is the jump itself, or the comparison just before it
+        if j + 1 >= len(listed):
+            return None
+        name = listed[j].opname
+        if name.startswith("POP_JUMP") and name.endswith(("IF_TRUE", "IF_FALSE")):
+            if listed[j + 1].opname == "LOAD_ASSERTION_ERROR":
+                return name.endswith("IF_TRUE")
+            return None
+    return None
 
 
 def provenance(value: Any) -> bool:
@@ -99,7 +147,7 @@ def _truth(self: Any) -> bool:
             return truth
     if _decide is None:
         raise UnreadValueSteers(_ITEM)
-    return _decide(self, bool(float(self)))
+    return _decide(self, bool(float(self)), assertion_outcome(_testing_frame()))
 
 
 _STEERING = (
@@ -224,7 +272,7 @@ def install(
     on_read: Callable[[], str | None],
     on_assume: Callable[[str], None] | None = None,
     is_uniform: Callable[[torch.Tensor], bool] | None = None,
-    decide: Callable[[Any, bool], bool] | None = None,
+    decide: Callable[[Any, bool, bool | None], bool] | None = None,
 ) -> None:
     """`Tensor.item` / `Tensor.tolist` return unread numbers for fake tensors with no
     value; `on_read` is called each time (to note where the program read one; it returns
@@ -267,7 +315,8 @@ def install(
             if _decide is None:
                 raise UnreadValueSteers(_ITEM) from None
             same = uniform(self) or _replicated_everywhere(self)
-            return _decide(unread(torch.float32, on_read(), same), False)
+            held = assertion_outcome(_testing_frame())
+            return _decide(unread(torch.float32, on_read(), same), False, held)
 
     torch.Tensor.item = fake_item
     torch.Tensor.tolist = fake_tolist
