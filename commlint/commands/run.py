@@ -154,9 +154,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=1 << 30,
         metavar="SIZE",
         help="largest automatic re-run with real tensors, in tensor memory per rank (e.g. "
-        "512M, 4G; 0: never; none: no limit). When fake tensors cannot compute a value the "
-        "program steers by and its tensors exceed this, the rank is reported as stopped "
-        "there instead (default: 1G)",
+        "512M, 4G; 0: never; none: no limit). Past it nothing is computed for real: a test "
+        "of a value fake tensors did not compute is taken alike on every rank and, for a "
+        "rank-local value, its other outcome recorded too (CL211); any other use stops the "
+        "rank there (default: 1G)",
     )
     p.add_argument(
         "--tee",
