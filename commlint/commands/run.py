@@ -151,7 +151,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--real-budget",
         type=parse_size,
-        default=1 << 30,
+        default=argparse.SUPPRESS,  # DryRunOptions' own default (REAL_BUDGET)
         metavar="SIZE",
         help="largest automatic re-run with real tensors, in tensor memory per rank (e.g. "
         "512M, 4G; 0: never; none: no limit). Past it nothing is computed for real: a test "
@@ -219,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
         jobs=args.jobs or default_jobs(),
         max_passes=args.max_passes,
         mode=args.tensors,
-        real_budget=args.real_budget,
+        **({"real_budget": args.real_budget} if "real_budget" in args else {}),
     )
     result = _record(options)
     _show_output(result, tee)

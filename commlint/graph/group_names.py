@@ -30,8 +30,9 @@ _FIX = (
 )
 
 
-def _where(site: str | None) -> tuple[str | None, int | None]:
-    path, _, line = (site or "").rpartition(":")
+def site_location(site: object) -> tuple[str | None, int | None]:
+    """`path:line` → (path, line); (None, None) when it is not one."""
+    path, _, line = str(site or "").rpartition(":")
     if path and line.isdigit():
         return path, int(line)
     return None, None
@@ -85,10 +86,10 @@ def _skipped(mine: list[dict], theirs: list[dict]) -> str:
 def _finding(message: str, ranks: list[int], places: list[tuple[int, dict]]) -> Finding:
     from commlint.rules import all_rules
 
-    path, line = _where(places[0][1].get("site"))
+    path, line = site_location(places[0][1].get("site"))
     related = []
     for r, c in places:
-        p, ln = _where(c.get("site"))
+        p, ln = site_location(c.get("site"))
         related.append(
             Location(
                 path=p,

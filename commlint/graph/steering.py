@@ -13,9 +13,8 @@ turns each into a CL211 finding — the run-time counterpart of the linter's CL1
 
 from __future__ import annotations
 
-from typing import Any
-
 from commlint.findings import Finding, Location
+from commlint.graph.group_names import site_location
 from commlint.trace import Trace
 
 _FIX = (
@@ -23,13 +22,6 @@ _FIX = (
     "broadcast it from one rank, then test the agreed value; or move the communication out "
     "of the branch so every rank makes it."
 )
-
-
-def _where(site: Any) -> tuple[str | None, int | None]:
-    path, _, line = str(site or "").rpartition(":")
-    if path and line.isdigit():
-        return path, int(line)
-    return None, None
 
 
 def steering_findings(trace: Trace) -> list[Finding]:
@@ -47,7 +39,7 @@ def steering_findings(trace: Trace) -> list[Finding]:
         rank, test = e["rank"], e.get("test")
         read = e.get("read") or test
         taken = bool(e.get("taken"))
-        path, line = _where(test)
+        path, line = site_location(test)
         then_at = f" at {e['then_site']}" if e.get("then_site") else ""
         other_at = f" at {e['otherwise_site']}" if e.get("otherwise_site") else ""
         message = (
@@ -65,7 +57,7 @@ def steering_findings(trace: Trace) -> list[Finding]:
                 (e.get("otherwise_site"), f"if {not taken}: {e.get('otherwise', '?')}"),
             )
             if site
-            for p, ln in [_where(site)]
+            for p, ln in [site_location(site)]
         ]
         findings.append(
             Finding(

@@ -580,26 +580,25 @@ def _unread_values(recorder: Recorder, spec: RankSpec) -> None:
     the other one, for a decision in `spec.flips`), sent to the driver as `decision`."""
     from commlint.plans.dryrun import unread
 
-    seen: set[str] = set()
-    steered: set[str | None] = set()
+    said: set[Any] = set()
+
+    def assume_once(key: Any, what: str) -> None:
+        if key not in said:
+            said.add(key)
+            recorder.send(("assume", what))
 
     def on_read() -> str | None:
         site, _ = user_site(rec_mod._frames(3))
-        if site and site not in seen:
-            seen.add(site)
+        if site:
             # Without symbolic steering a test of it would have stopped the rank (and the
             # run gone on with real tensors): what this run did with it steered nothing.
-            recorder.send(
-                (
-                    "assume",
-                    f"the value read at {site} was not computed (fake tensors)"
-                    + (
-                        ""
-                        if spec.symbolic
-                        else ": it is only printed, formatted or computed with, never steers "
-                        "the program"
-                    ),
-                )
+            steers = (
+                ""
+                if spec.symbolic
+                else ": it is only printed, formatted or computed with, never steers the program"
+            )
+            assume_once(
+                ("read", site), f"the value read at {site} was not computed (fake tensors){steers}"
             )
         return site
 
@@ -608,45 +607,32 @@ def _unread_values(recorder: Recorder, spec: RankSpec) -> None:
 
     def decide(value: Any, outcome: bool, holds: bool | None) -> bool:
         site, _ = user_site(rec_mod._frames(2))
-        read, uniform = unread.read_at(value), unread.provenance(value)
         if holds is not None:
             # an `assert`: the program's own check of its values, taken to pass (its other
             # outcome only raises AssertionError, which says nothing about communication)
-            if site not in steered:
-                steered.add(site)
-                recorder.send(
-                    (
-                        "assume",
-                        f"the assertion at {site} on a value fake tensors did not compute "
-                        "was taken to hold",
-                    )
-                )
+            what = (
+                f"the assertion at {site} on a value fake tensors did not compute was taken to hold"
+            )
+            assume_once(("test", site), what)
             return holds
+        read, uniform = unread.read_at(value), unread.provenance(value)
         n = counts.get(site, 0)
         counts[site] = n + 1
         key = f"{site}#{n}"
         if key in flips:
             outcome = not outcome
         recorder.send(("decision", key, read, site, outcome, uniform))
-        if site not in steered:
-            steered.add(site)
-            scope = "the same on every rank (a collective's result)" if uniform else "rank-local"
-            recorder.send(
-                (
-                    "assume",
-                    f"the test at {site} of the value read at {read or 'a fake tensor'} "
-                    f"({scope}, not computed) was taken as {outcome} on every rank"
-                    + ("" if uniform else "; the other outcome was recorded too"),
-                )
-            )
+        scope = "the same on every rank (a collective's result)" if uniform else "rank-local"
+        what = (
+            f"the test at {site} of the value read at {read or 'a fake tensor'} ({scope}, not "
+            f"computed) was taken as {outcome} on every rank"
+            + ("" if uniform else "; the other outcome was recorded too")
+        )
+        assume_once(("test", site), what)
         return outcome
 
-    assumed: set[str] = set()
-
     def on_assume(what: str) -> None:
-        if what not in assumed:
-            assumed.add(what)
-            recorder.send(("assume", f"assumed: {what}"))
+        assume_once(what, f"assumed: {what}")
 
     unread.install(on_read, on_assume, rec_mod.is_uniform, decide if spec.symbolic else None)
 

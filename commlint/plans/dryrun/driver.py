@@ -344,8 +344,7 @@ def _handle(run: RankRun, msg: tuple) -> None:
         run.end = msg[1]
         run.ended = True
     elif kind == "fake-limit":
-        run.fake_limit = (msg[1], msg[2], msg[3])
-        run.fake_bytes = msg[4] if len(msg) > 4 else 0
+        run.fake_limit, run.fake_bytes = (msg[1], msg[2], msg[3]), msg[4]
     elif kind == "decision":
         run.decisions.append(tuple(msg[1:6]))  # type: ignore[arg-type]
     elif kind == "assume":

@@ -243,8 +243,7 @@ _UNIFORM_OPS = frozenset({"all_reduce", "broadcast", "all_gather"})
 UNIFORM = "_commlint_uniform"  # set on a fake tensor that holds the same value on every rank
 
 
-def mark_uniform(tensors: Any) -> None:
-    """A collective over every rank delivered these: whatever they hold, every rank holds it."""
+def _mark_uniform(tensors: Any) -> None:
     for t in tensors:
         if isinstance(t, torch.Tensor):
             with contextlib.suppress(AttributeError, TypeError):
@@ -274,7 +273,7 @@ def _propagate_uniform(args: tuple, out: Any) -> None:
                     return
                 found = True
     if found and not marked:
-        mark_uniform((out,))
+        _mark_uniform((out,))
 
 
 def _placeholder(dtype: torch.dtype) -> Any:
@@ -625,6 +624,13 @@ class Recorder(_Shared):
     def sync(self, label: str) -> None:
         self.emit({"op": "sync", "label": label}, _frames(3))
 
+    def filled_alike(self, group_size: int, outputs: Any) -> None:
+        """A collective that gives every member the same result (all_reduce, broadcast,
+        all_gather) filled `outputs`: over every rank, they hold the same value everywhere."""
+        if group_size == self.world_size:
+            self.uniform_made = True
+            _mark_uniform(outputs)
+
 
 def _compact(ranks: list[int]) -> str:
     rs = sorted(ranks)
@@ -756,13 +762,8 @@ class RecordingProcessGroup(_Shared, dist.ProcessGroup):
                         part = part.reshape(local.shape) if part.numel() == local.numel() else local
                     parts.append(part)
                 _copy(t, _reduce(parts, red, self._factor(opts)))
-        self._uniform(tensors)
+        self._rec.filled_alike(len(self._ranks), tensors)
         return work
-
-    def _uniform(self, outputs: Any) -> None:
-        if len(self._ranks) == self._rec.world_size:
-            self._rec.uniform_made = True
-            mark_uniform(outputs)
 
     allreduce_coalesced = allreduce
 
@@ -777,7 +778,7 @@ class RecordingProcessGroup(_Shared, dist.ProcessGroup):
         if src is not None:
             for t, v in zip(tensors, src, strict=False):
                 _copy(t, from_value(v) if v is not None else None)
-        self._uniform(tensors)
+        self._rec.filled_alike(len(self._ranks), tensors)
         return work
 
     def allgather(
@@ -788,7 +789,7 @@ class RecordingProcessGroup(_Shared, dist.ProcessGroup):
         if got is not None and own is not None:
             for m, out in enumerate(outputs[0]):
                 _copy(out, from_value(own if m == self._me else self._from(got, m, own)))
-        self._uniform(outputs[0])
+        self._rec.filled_alike(len(self._ranks), outputs[0])
         return work
 
     def _allgather_base(
@@ -799,7 +800,7 @@ class RecordingProcessGroup(_Shared, dist.ProcessGroup):
         if got is not None and own is not None:
             for m, out in enumerate(output.chunk(len(self._ranks))):
                 _copy(out, from_value(own if m == self._me else self._from(got, m, own)))
-        self._uniform((output,))
+        self._rec.filled_alike(len(self._ranks), (output,))
         return work
 
     def _each_pair(self, op: Any, outputs: list, inputs: list, opts: Any) -> RecordedWork:
@@ -1226,6 +1227,5 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
         outs = out if isinstance(out, (list, tuple)) else [out]
         for o in outs:
             self.rec.functional_handles[id(o)] = handle
-        if op in _UNIFORM_OPS and len(ranks) == self.rec.world_size:
-            self.rec.uniform_made = True
-            mark_uniform(outs)
+        if op in _UNIFORM_OPS:
+            self.rec.filled_alike(len(ranks), outs)
