@@ -234,6 +234,40 @@ def test_a_printed_loss_item_costs_no_real_compute():
     assert check_trace(trace, None).findings == []
 
 
+def test_float_and_int_of_fake_tensors_that_never_steer_cost_no_real_compute():
+    """float()/int() give plain numbers, so the dry-run reads the program's bytecode: used
+    only in arithmetic, formatting, logging, local containers, fake tensors' operations
+    and the value the script prints, they get a placeholder and the run stays fake."""
+    program = PROGRAMS / "ok_float_metrics.py"
+    result, trace = record(str(program))
+    assert result.mode == "fake" and not result.notes and not trace.ends
+    out = result.runs[0].output.splitlines()
+    assert out[:3] == [f"step {s} loss 1.0000 norm 1.00" for s in range(3)]
+    rel = os.path.relpath(program)
+    for text in ("history.append(float(loss))", "p.data.mul_(", "metrics[\"tokens\"]"):
+        site = f"{rel}:{line_of(program, text)}"
+        assert f"the value read at {site} was not computed" in trace.meta["assumes"]
+    assert check_trace(trace, None).findings == []
+
+
+def test_a_float_that_steers_keeps_the_fake_limit_at_its_line(tmp_path: Path):
+    program = tmp_path / "float_steers.py"
+    program.write_text(
+        "import torch\n"
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "loss = torch.nn.Linear(4, 4)(torch.randn(2, 4)).sum()\n"
+        "print(f'{float(loss):.2f}')  # free\n"
+        "if float(loss) > 1e9:  # steers: needs the real value\n"
+        "    dist.barrier()\n"
+        "dist.all_reduce(torch.ones(2))\n"
+    )
+    result, trace = record(str(program))
+    assert result.mode == "real"
+    assert f"stopped under fake tensors at {program}:6" in result.notes[0]
+    assert [a.op for a in trace.ranks[0]] == ["all_reduce"]
+
+
 def test_a_read_value_that_steers_falls_back_to_real_tensors_at_that_line(tmp_path: Path):
     program = tmp_path / "steer.py"
     program.write_text(

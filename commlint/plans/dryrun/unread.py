@@ -318,6 +318,33 @@ def install(
             held = assertion_outcome(_testing_frame())
             return _decide(unread(torch.float32, on_read(), same), False, held)
 
+    def conversion(name: str, integer: bool) -> Callable[[torch.Tensor], Any]:
+        convert = getattr(torch.Tensor, name)
+
+        def fake_convert(self: torch.Tensor) -> Any:
+            # `float(loss)`: Python makes whatever this returns a plain number, so an unread
+            # one cannot be given. The placeholder is given only when the program's bytecode
+            # shows the number is never tested, used as a size or index, or kept beyond the
+            # caller's reach (`flow.py`); else the fake limit, as for a test.
+            try:
+                return convert(self)
+            except DataDependentOutputException:
+                if not _fake_underneath(self):
+                    raise
+                from commlint.plans.dryrun.flow import only_computed_with
+
+                caller = sys._getframe(1)  # past the dry-run's own torch-function layer
+                while caller is not None and caller.f_code.co_filename.startswith(_OWN_DIRS[1]):
+                    caller = caller.f_back
+                if not only_computed_with(caller, integer):
+                    raise
+                on_read()
+                return 1 if integer else 1.0
+
+        return fake_convert
+
+    torch.Tensor.__float__ = conversion("__float__", False)  # type: ignore[method-assign]
+    torch.Tensor.__int__ = conversion("__int__", True)  # type: ignore[method-assign]
     torch.Tensor.item = fake_item
     torch.Tensor.tolist = fake_tolist
     torch.Tensor.__bool__ = fake_bool  # type: ignore[method-assign]

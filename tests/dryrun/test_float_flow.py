@@ -1,0 +1,122 @@
+"""`float(t)` / `int(t)` of a fake tensor: the dry-run gives a placeholder only where the
+program's bytecode shows the number never steers it (`commlint/plans/dryrun/flow.py`).
+
+Each case below is a small function calling `float()` / `int()` on a probe whose conversion
+asks the analysis, exactly as the dry-run's `Tensor.__float__` does; the test reads what
+it answered for each line marked `# ok` or `# steers`."""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from commlint.plans.dryrun.flow import only_computed_with
+
+pytestmark = pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="3.11 bytecode")
+
+ANSWERS: dict[int, bool] = {}
+log = logging.getLogger("float-flow")
+
+
+class Probe:
+    """Answers like a fake tensor's conversion: 1.0 / 1, noting whether the analysis said
+    the number is only computed with (keyed by the caller's line)."""
+
+    def __float__(self) -> float:
+        caller = sys._getframe(1)
+        ANSWERS[caller.f_lineno] = only_computed_with(caller)
+        return 1.0
+
+    def __int__(self) -> int:
+        caller = sys._getframe(1)
+        ANSWERS[caller.f_lineno] = only_computed_with(caller, integer=True)
+        return 1
+
+
+def helper_scale(value: float, factor: float) -> float:
+    return value * factor
+
+
+def helper_test(value: float) -> bool:
+    return value > 3
+
+
+def wrapped(t: Probe) -> float:
+    return float(t) * 2  # ok (its caller only prints it)
+
+
+def read_back(t: Probe) -> float:
+    return float(t)  # steers (its caller tests it)
+
+
+def program(t: Probe, weight: torch.Tensor) -> list:
+    history = []
+    metrics = {}
+    weight.sub_(0.01 * float(t) / 2)  # ok: an operation on a fake tensor
+    print(f"loss {float(t):.3f}")  # ok
+    log.info("loss %s", float(t))  # ok
+    history.append(float(t))  # ok: a list this function built
+    metrics["loss"] = helper_scale(float(t), 2.0)  # ok: the helper only computes
+    root = math.sqrt(float(t))  # ok
+    print(root, wrapped(t), history)
+    if float(t) > 1:  # steers
+        pass
+    if helper_test(float(t)):  # steers: the helper tests it
+        pass
+    for _ in range(int(t)):  # steers: a loop bound
+        pass
+    weight.view(int(t), -1)  # steers: an integer given to a tensor is a size
+    table = [1, 2, 3]
+    table[int(t)] = 0  # steers: an index
+    if read_back(t) == 0:
+        pass
+    kept.append(float(t))  # steers: a list that outlives the function
+    return [("w", float(t)), metrics]  # ok: the caller prints it
+
+
+kept: list = []
+
+
+def expected() -> dict[int, bool]:
+    lines = Path(__file__).read_text().splitlines()
+    marks = {}
+    for number, text in enumerate(lines, 1):
+        found = re.search(r"\S  # (ok|steers)\b", text)
+        if found:
+            marks[number] = found.group(1) == "ok"
+    return marks
+
+
+def test_each_use_of_a_converted_number_is_told_apart():
+    with FakeTensorMode():
+        weight = torch.zeros(3)
+    ANSWERS.clear()
+    print(program(Probe(), weight))
+    assert ANSWERS == expected()
+
+
+def test_a_number_returned_into_c_code_is_never_trusted():
+    """`map` calls the function from C: who receives the value is unknown."""
+    ANSWERS.clear()
+    results = list(map(wrapped, [Probe()]))
+    assert results == [2.0]
+    assert set(ANSWERS.values()) == {False}
+
+
+def test_real_tensors_never_take_a_placeholder():
+    """A real tensor keeps the number: later reads of it would see the placeholder."""
+    real = torch.zeros(3)
+
+    def uses(t: Probe) -> None:
+        real.add_(float(t))
+
+    ANSWERS.clear()
+    uses(Probe())
+    assert list(ANSWERS.values()) == [False]
