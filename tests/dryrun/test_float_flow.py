@@ -12,16 +12,18 @@ import math
 import re
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from commlint.plans.dryrun.flow import only_computed_with
+from commlint.plans.dryrun.flow import tested_at_once as at_once
 
 pytestmark = pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="3.11 bytecode")
 
-ANSWERS: dict[int, bool] = {}
+answered: dict[int, bool] = {}
 log = logging.getLogger("float-flow")
 
 
@@ -31,12 +33,12 @@ class Probe:
 
     def __float__(self) -> float:
         caller = sys._getframe(1)
-        ANSWERS[caller.f_lineno] = only_computed_with(caller)
+        answered[caller.f_lineno] = only_computed_with(caller)
         return 1.0
 
     def __int__(self) -> int:
         caller = sys._getframe(1)
-        ANSWERS[caller.f_lineno] = only_computed_with(caller, integer=True)
+        answered[caller.f_lineno] = only_computed_with(caller, integer=True)
         return 1
 
 
@@ -97,17 +99,17 @@ def expected() -> dict[int, bool]:
 def test_each_use_of_a_converted_number_is_told_apart():
     with FakeTensorMode():
         weight = torch.zeros(3)
-    ANSWERS.clear()
+    answered.clear()
     print(program(Probe(), weight))
-    assert ANSWERS == expected()
+    assert answered == expected()
 
 
 def test_a_number_returned_into_c_code_is_never_trusted():
     """`map` calls the function from C: who receives the value is unknown."""
-    ANSWERS.clear()
+    answered.clear()
     results = list(map(wrapped, [Probe()]))
     assert results == [2.0]
-    assert set(ANSWERS.values()) == {False}
+    assert set(answered.values()) == {False}
 
 
 def test_real_tensors_never_take_a_placeholder():
@@ -117,6 +119,48 @@ def test_real_tensors_never_take_a_placeholder():
     def uses(t: Probe) -> None:
         real.add_(float(t))
 
-    ANSWERS.clear()
+    answered.clear()
     uses(Probe())
-    assert list(ANSWERS.values()) == [False]
+    assert list(answered.values()) == [False]
+
+
+class Tested:
+    """Notes what `tested_at_once` finds for the caller's line."""
+
+    found: ClassVar[dict[int, object]] = {}
+
+    def __float__(self) -> float:
+        caller = sys._getframe(1)
+        Tested.found[caller.f_lineno] = at_once(caller)
+        return 1.0
+
+
+# compiled apart: pytest rewrites the `assert` statements of a test module
+CHECKS = """
+def checks_of(t, limit):
+    if float(t) > limit:
+        pass
+    if 0.5 <= float(t):
+        pass
+    while float(t):
+        break
+    assert float(t) < 10
+    value = float(t)
+    if value > 1:  # not at once: the value is kept
+        pass
+"""
+
+
+def test_a_number_tested_at_once_is_found_with_its_comparison():
+    space: dict = {}
+    exec(compile(CHECKS, "checks.py", "exec"), space)
+    Tested.found.clear()
+    space["checks_of"](Tested(), 3.0)
+    first = 2
+    assert Tested.found == {
+        first + 1: ("gt", 3.0, True, None),
+        first + 3: ("le", 0.5, False, None),
+        first + 5: (None, None, True, None),
+        first + 7: ("lt", 10, True, True),
+        first + 8: None,
+    }

@@ -244,7 +244,7 @@ def test_float_and_int_of_fake_tensors_that_never_steer_cost_no_real_compute():
     out = result.runs[0].output.splitlines()
     assert out[:3] == [f"step {s} loss 1.0000 norm 1.00" for s in range(3)]
     rel = os.path.relpath(program)
-    for text in ("history.append(float(loss))", "p.data.mul_(", "metrics[\"tokens\"]"):
+    for text in ("history.append(float(loss))", "p.data.mul_(", 'metrics["tokens"]'):
         site = f"{rel}:{line_of(program, text)}"
         assert f"the value read at {site} was not computed" in trace.meta["assumes"]
     assert check_trace(trace, None).findings == []
@@ -266,6 +266,27 @@ def test_a_float_that_steers_keeps_the_fake_limit_at_its_line(tmp_path: Path):
     assert result.mode == "real"
     assert f"stopped under fake tensors at {program}:6" in result.notes[0]
     assert [a.op for a in trace.ranks[0]] == ["all_reduce"]
+
+
+def test_a_float_tested_at_once_is_a_decision_over_the_budget(tmp_path: Path):
+    """`if float(probe) > 0.5:` of a rank-local value, past the budget: the test is a
+    decision (CL211 at it, both outcomes' calls named), no real compute."""
+    program = tmp_path / "float_decides.py"
+    program.write_text(
+        "import torch\n"
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "gen = torch.Generator().manual_seed(500 + dist.get_rank())\n"
+        "weight = torch.nn.Linear(8, 8).weight.data\n"
+        "if float(torch.rand(1, generator=gen)) > 0.5:\n"
+        "    dist.all_reduce(weight)\n"
+        "dist.barrier()\n"
+    )
+    out = cli("--nproc-per-node", "2", "--real-budget", "0", str(program))
+    assert out.returncode == 1, out.stderr
+    assert f"{program}:6:1: CL211" in out.stdout
+    assert f"when the test at {program}:6 is True, rank 0 calls all_reduce" in out.stdout
+    assert "recorded again with small real CPU tensors" not in out.stderr
 
 
 def test_a_read_value_that_steers_falls_back_to_real_tensors_at_that_line(tmp_path: Path):

@@ -548,3 +548,54 @@ def _calls(scope: _Scope, k: int, code: types.CodeType) -> bool:
         if getattr(candidate, "__code__", None) is code:
             return True
     return False
+
+
+_COMPARE = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne"}
+
+
+def tested_at_once(frame: Any) -> tuple[str | None, Any, bool, bool | None] | None:
+    """When the value the call at `frame.f_lasti` returns goes straight into one test and
+    nowhere else (`if float(loss) > 10:`, `while int(n):`, `assert float(x) < 1`): (the
+    comparison: "lt", "gt", ... or None for a truth test, the number compared with, whether
+    the call's value is the left operand, the outcome that makes an `assert` hold or None).
+    None when the value is used otherwise."""
+    if not _SUPPORTED or frame is None:
+        return None
+    c = _analysed(frame.f_code)
+    if c is None:
+        return None
+    k = bisect.bisect_right(c.offsets, frame.f_lasti) - 1
+    if 0 <= k < len(c.ins) - 1 and c.ins[k].opname == "PRECALL":
+        k += 1
+    if k < 0 or c.ins[k].opname != "CALL":
+        return None
+    users = [j for j in range(len(c.ins)) if c.states[j] is not None and _reads(c, j, k)]
+    if len(users) != 1:
+        return None
+    (j,) = users
+    op, other, left, tested = None, None, True, k
+    if c.ins[j].opname == "COMPARE_OP":
+        op = _COMPARE.get(c.ins[j].argval)
+        a, b = c.popped(j)
+        left = k in a
+        other = _Scope(c, frame).value(b if left else a)
+        if op is None or isinstance(other, bool) or not isinstance(other, (int, float)):
+            return None
+        tested, j = j, j + 1
+    jump = c.ins[j].opname
+    if not (jump.startswith("POP_JUMP") and jump.endswith(("IF_TRUE", "IF_FALSE"))):
+        return None
+    if c.popped(j) != [frozenset((tested,))] or (tested != k and _readers(c, tested) != 1):
+        return None
+    holds = None
+    if j + 1 < len(c.ins) and c.ins[j + 1].opname == "LOAD_ASSERTION_ERROR":
+        holds = jump.endswith("IF_TRUE")
+    return op, other, left, holds
+
+
+def _readers(c: _Code, k: int) -> int:
+    return sum(1 for j in range(len(c.ins)) if c.states[j] is not None and _reads(c, j, k))
+
+
+def _reads(c: _Code, j: int, k: int) -> bool:
+    return any(k in slot for slot in c.popped(j)) if c.ins[j].opname != "COPY" else False

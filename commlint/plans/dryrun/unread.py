@@ -18,6 +18,7 @@ merely log do not fail).
 from __future__ import annotations
 
 import dis
+import operator
 import os
 import sys
 from collections.abc import Callable
@@ -331,15 +332,38 @@ def install(
             except DataDependentOutputException:
                 if not _fake_underneath(self):
                     raise
-                from commlint.plans.dryrun.flow import only_computed_with
+                from commlint.plans.dryrun.flow import only_computed_with, tested_at_once
 
                 caller = sys._getframe(1)  # past the dry-run's own torch-function layer
                 while caller is not None and caller.f_code.co_filename.startswith(_OWN_DIRS[1]):
                     caller = caller.f_back
-                if not only_computed_with(caller, integer):
+                placeholder = 1 if integer else 1.0
+                if only_computed_with(caller, integer):
+                    on_read()
+                    return placeholder
+                test = tested_at_once(caller)
+                if test is None:
                     raise
-                on_read()
-                return 1 if integer else 1.0
+                if _decide is None:  # a test: the limit says so (symbolic steering decides it)
+                    raise UnreadValueSteers(_ITEM) from None
+                # symbolic steering: `if float(loss) > 10:` is a decision like a test of an
+                # unread number; the number given makes the test come out as decided
+                op, other, left, holds = test
+
+                def outcome(v: float) -> bool:
+                    if op is None:
+                        return bool(v)
+                    return bool(getattr(operator, op)(*((v, other) if left else (other, v))))
+
+                same = uniform(self) or _replicated_everywhere(self)
+                value = unread(torch.float32, on_read(), same)
+                chosen = _decide(value, outcome(placeholder), holds)
+                near = (0, other, other - 1, other + 1, other - 0.5, other + 0.5, -1)
+                for v in (placeholder, *near):
+                    given = int(v) if integer else float(v)
+                    if outcome(given) == chosen:
+                        return given
+                raise
 
         return fake_convert
 
