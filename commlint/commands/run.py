@@ -144,9 +144,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--max-passes",
         type=_positive,
-        default=12,
+        default=argparse.SUPPRESS,  # DryRunOptions' own default
         metavar="P",
-        help="passes to deliver values between ranks (default: 12)",
+        help="passes to deliver values between ranks (default: 48; most programs take 1-3, "
+        "a program checking gradient sync over many steps about one per step)",
     )
     p.add_argument(
         "--real-budget",
@@ -217,8 +218,8 @@ def run(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         steps=args.steps,
         jobs=args.jobs or default_jobs(),
-        max_passes=args.max_passes,
         mode=args.tensors,
+        **({"max_passes": args.max_passes} if "max_passes" in args else {}),
         **({"real_budget": args.real_budget} if "real_budget" in args else {}),
     )
     result = _record(options)

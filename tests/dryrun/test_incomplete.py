@@ -480,9 +480,26 @@ def test_follow_on_mismatches_are_folded_under_their_root_cause(tmp_path: Path):
     assert len(folded) == len(raw) - 4
 
 
-def test_values_that_did_not_settle_make_the_run_incomplete():
-    # Rank 0 broadcasts a plan the others follow: it takes a second pass to deliver it.
+def test_peers_values_are_delivered_live_within_one_pass():
+    """Rank 0 broadcasts a plan the others follow. With both ranks running at once, the
+    broadcast delivers it in the same pass (a second pass used to be needed)."""
     result, trace = record(str(PROGRAMS / "ok_object_plan.py"), max_passes=1)
+    assert result.converged and result.passes == 1 and not trace.ends
+    assert check_trace(trace, None).findings == []
+
+
+def test_values_that_did_not_settle_make_the_run_incomplete():
+    # Rank 0 broadcasts a plan the others follow; one rank at a time (-j 1), nothing is
+    # delivered live: it takes a second pass to deliver it.
+    from commlint.plans.dryrun.driver import DryRunOptions, dry_run
+
+    program = str(PROGRAMS / "ok_object_plan.py")
+    options = DryRunOptions(
+        program=program, args=[], world_size=2, nproc_per_node=2, ranks=[0, 1],
+        timeout=20.0, jobs=1, max_passes=1,
+    )  # fmt: skip
+    result = dry_run(options)
+    trace = result.trace(options)
     assert not result.converged
     stopped = result.incomplete()
     assert stopped and all("still changed after 1 pass (--max-passes)" in i.why for i in stopped)

@@ -242,8 +242,31 @@ def _wrap(module: Any, name: str, make: Any) -> None:
         setattr(module, name, make(orig))
 
 
+def _entropy_per_rank(rank: int) -> None:
+    """The operating system's randomness (`os.urandom`, an unseeded `random`, an unseeded
+    `np.random.default_rng()`: accelerate's RegressionDataset) becomes a stream fixed per
+    rank: different on each rank, as in a real run, and the same in every pass, so values a
+    rank sends depend only on what it received (otherwise they never settle, and a program
+    comparing what it sent with what came back fails where a real run passes). torch's own
+    default generator needs nothing: it starts from the same fixed seed in every process."""
+    import random
+
+    stream = random.Random(f"commlint-rank-{rank}")
+    os.urandom = stream.randbytes
+    random._urandom = stream.randbytes  # type: ignore[attr-defined]  # SystemRandom, secrets
+    random.seed(f"commlint-rank-{rank}-random")
+    with contextlib.suppress(ImportError):
+        import numpy.random
+        import numpy.random.bit_generator as bits
+
+        bits.randbits = stream.getrandbits  # (an unseeded SeedSequence draws its entropy here)
+        numpy.random.seed(stream.getrandbits(32))
+
+
 def _install(spec: RankSpec, recorder: Recorder) -> None:
     import torch.distributed.distributed_c10d as c10d
+
+    _entropy_per_rank(spec.rank)
 
     dist.Backend.register_backend(
         BACKEND, make_backend(recorder), extended_api=True, devices=["cpu", "cuda"]
@@ -920,7 +943,32 @@ class _PipeSend:
 SESSION_MARKER = "COMMLINT_DRYRUN_SESSION"
 
 
-def run_rank(spec: RankSpec, table: ValueTable, conn: Any) -> None:
+class _Live:
+    """Values peers send in this very pass, asked of the parent when a receive needs them:
+    with every rank running at once, a rank gets what its peers send now (as in a real
+    run), not what they sent in the previous pass, so a chain of values over many steps
+    settles in one pass instead of one pass per step. The parent answers with what it has
+    once every sender has sent it, has ended, or every running rank waits (a peer that will
+    not send it: the previous pass's value, as without this). Shared, never copied, by
+    `copy.deepcopy` (as `_PipeSend`)."""
+
+    def __init__(self, send: Callable[[Any], None], replies: Any, timeout: float) -> None:
+        self._send, self._replies, self._timeout = send, replies, timeout
+
+    def __call__(self, key: Any, senders: list[int]) -> dict[int, Any] | None:
+        self._send(("want", key, senders))
+        if not self._replies.poll(self._timeout):
+            return None
+        return self._replies.recv()
+
+    def __copy__(self) -> _Live:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Live:
+        return self
+
+
+def run_rank(spec: RankSpec, table: ValueTable, conn: Any, replies: Any = None) -> None:
     """Child entry point: never returns (leaves with os._exit so torch's atexit cannot hang)."""
     global _RECORDER
     real_exit = os._exit
@@ -951,6 +999,8 @@ def run_rank(spec: RankSpec, table: ValueTable, conn: Any) -> None:
 
         send = _PipeSend(conn)
         recorder = Recorder(spec.rank, spec.world_size, table, send)
+        if replies is not None:
+            recorder.live = _Live(send, replies, spec.timeout)
         _RECORDER = recorder
         _install(spec, recorder)
         end = _run_program(spec, recorder)

@@ -146,6 +146,20 @@ def compile_eagerly(model: Any = None, **kwargs: Any) -> Any:
     return model
 
 
+def _autocast_on_cpu() -> None:
+    """`torch.autocast("cuda", dtype=torch.float16)` (accelerate's and Lightning's mixed
+    precision, `torch.cuda.amp.autocast`) casts the operations of tensors the dry-run keeps
+    on the CPU: CPU autocast with the same dtype. Left on "cuda", it would cast nothing, and a
+    half input would meet float weights (a dtype error a GPU run never has)."""
+    autocast = torch.amp.autocast_mode.autocast
+    init = autocast.__init__
+
+    def on_cpu(self: Any, device_type: str, *a: Any, **k: Any) -> None:
+        init(self, "cpu" if device_type == "cuda" else device_type, *a, **k)
+
+    autocast.__init__ = on_cpu  # type: ignore[method-assign]
+
+
 def install(local_rank: int, local_world: int, sync: Callable[[str], None]) -> None:
     """Replace the parts of `torch.cuda` / `torch.accelerator` / `torch.compile` listed in
     the module docstring."""
@@ -288,5 +302,6 @@ def install(local_rank: int, local_world: int, sync: Callable[[str], None]) -> N
     import torch.distributed as dist
 
     dist.is_nccl_available = lambda: True
+    _autocast_on_cpu()
     torch.compile = compile_eagerly
     torch.nn.Module.compile = lambda self, *a, **k: None

@@ -70,7 +70,7 @@ class DryRunOptions:
     timeout: float = 60.0
     steps: int | None = None
     jobs: int = 2
-    max_passes: int = 12
+    max_passes: int = 48
     mode: str = "fake"
     # Largest real re-run allowed, in bytes of tensors per rank (the live fake tensors when
     # fake tensors stopped a rank); None: no limit. Past it the rank is reported as stopped.
@@ -182,9 +182,45 @@ def _run_pass(
     pending = list(ranks)
     running: dict[Any, tuple[int, Any, float]] = {}
     runs: dict[int, RankRun] = {r: RankRun() for r in ranks}
+    # Live delivery (`child._Live`): what each rank sent in this pass, and the receives
+    # waiting for it (rank -> (key, senders)), answered through each rank's reply pipe.
+    sent_now: dict[Any, dict[int, Any]] = {}
+    waiting: dict[int, tuple[Any, list[int]]] = {}
+    replies: dict[int, Any] = {}
+    this_pass = set(ranks)
+
+    def answer(rank: int) -> None:
+        key, senders = waiting.pop(rank)
+        now, before = sent_now.get(key, {}), table.contributions(key)
+        got = {}
+        for s in senders:
+            value = now.get(s) if s in this_pass else before.get(s)
+            if s in this_pass and s not in now:
+                value = before.get(s)  # it ended without sending it: as without live values
+            if value is not None:
+                got[s] = value
+        with contextlib.suppress(OSError):
+            replies[rank].send(got)
+
+    def settle_waits() -> None:
+        done = finished
+        active = {rank for rank, _, _ in running.values()}
+        for rank, (key, senders) in list(waiting.items()):
+            now = sent_now.get(key, {})
+            if all(s in now or s not in this_pass or s in done for s in senders):
+                answer(rank)
+        if waiting and active and active <= set(waiting):
+            for rank in list(waiting):  # every running rank waits: nobody will send now
+                answer(rank)
+
+    finished: set[int] = set()
 
     def finish(conn: Any) -> None:
         rank, proc, start = running.pop(conn)
+        finished.add(rank)
+        waiting.pop(rank, None)
+        with contextlib.suppress(OSError):
+            replies.pop(rank).close()
         proc.join(1.0)
         if proc.is_alive():
             _kill_session(proc.pid)
@@ -206,6 +242,7 @@ def _run_pass(
             while pending and len(running) < max(1, options.jobs):
                 rank = pending.pop(0)
                 recv_end, send_end = ctx.Pipe(duplex=False)
+                reply_recv, replies[rank] = ctx.Pipe(duplex=False)
                 spec = RankSpec(
                     program=options.program,
                     args=options.args,
@@ -222,18 +259,32 @@ def _run_pass(
                 )
                 # Not a daemon: a rank may start processes of its own (DataLoader workers); it and
                 # they are killed as one session when it ends or overruns.
-                proc = ctx.Process(target=run_rank, args=(spec, table, send_end), daemon=False)
+                proc = ctx.Process(
+                    target=run_rank, args=(spec, table, send_end, reply_recv), daemon=False
+                )
                 proc.start()
                 send_end.close()
+                reply_recv.close()
                 running[recv_end] = (rank, proc, time.monotonic())
             for conn in wait(list(running), timeout=0.2):
                 rank = running[conn][0]
                 run = runs[rank]
                 try:
                     while conn.poll():
-                        _handle(run, conn.recv())
+                        msg = conn.recv()
+                        if msg[0] == "want":
+                            waiting[rank] = (msg[1], msg[2])
+                            continue
+                        if msg[0] in ("v", "v0"):
+                            sent_now.setdefault(msg[1], {})[rank] = (
+                                msg[2] if msg[0] == "v" else None
+                            )
+                            if msg[0] == "v0":
+                                continue
+                        _handle(run, msg)
                 except (EOFError, OSError):
                     finish(conn)
+            settle_waits()
             now = time.monotonic()
             for conn, (rank, proc, start) in list(running.items()):
                 if now - start > options.timeout + GRACE_SECONDS:
@@ -404,6 +455,7 @@ def _dry_run(
     fallback_note = ""
     symbolic = False  # comparisons of uncomputed numbers are decisions (over the budget)
     settled_at: int | None = None  # the pass after which only values, not traces, changed
+    exact_from: int | None = None  # the pass after which model data's values counted too
     while todo and passes < options.max_passes:
         passes += 1
         if on_start_pass:
@@ -417,17 +469,22 @@ def _dry_run(
         runs.update(new)
         for r, run in new.items():
             table.replace_rank(r, run.sent)
-        todo = [
-            r
-            for r, run in runs.items()
-            if any(table.signature(key, r) != sig for key, sig in run.reads.items())
-        ]
+        todo = _stale(runs, table)
         converged = not todo
-        if todo and stable >= _STABLE_PASSES:
+        if todo and stable >= _STABLE_PASSES and not table.exact_model:
             # Data that only flows (a mismatched program's activations feeding each other)
             # may never settle; what matters is the communication, and it stopped changing.
             settled_at = passes
             todo, converged = [], True
+        if not todo and mode == "real" and not table.exact_model and _raised(runs):
+            # A rank raised, and model data (gradient buckets) was delivered by who sent it,
+            # not by value: a program checking gradient sync reads those values. Run again
+            # until they settle too (each pass settles the next link of the chain of steps).
+            table.exact_model = True
+            todo = _stale(runs, table)
+            if todo:
+                converged, stable, settled_at, exact_from = False, 0, None, passes
+                continue
         # Fake tensors cannot answer everything (a value read, a data-dependent shape), and
         # an exception under them may be theirs rather than the program's: record every rank
         # again with real CPU tensors — at once for a known limit, after settling otherwise.
@@ -482,6 +539,12 @@ def _dry_run(
             converged = False
             stable = 0
             settled_at = None
+    if exact_from is not None:
+        notes.append(
+            f"a rank raised, so gradient buckets were delivered by value too: {passes} passes "
+            f"({passes - exact_from} after pass {exact_from})"
+            + ("" if converged else ", and their values still changed (--max-passes)")
+        )
     if settled_at is not None:
         notes.append(
             "values exchanged between ranks kept changing, but the communication they steer "
@@ -516,6 +579,19 @@ def _describe(a: dict[str, Any] | None) -> str:
     if a is None:
         return "nothing more"
     return f"{a.get('label') or a['op']} on group {a.get('group', 'WORLD')}"
+
+
+def _stale(runs: dict[int, RankRun], table: ValueTable) -> list[int]:
+    """The ranks that would receive something else than in their last run."""
+    return [
+        r
+        for r, run in runs.items()
+        if any(table.signature(key, r) != sig for key, sig in run.reads.items())
+    ]
+
+
+def _raised(runs: dict[int, RankRun]) -> bool:
+    return any((run.end or {}).get("kind") == "exception" for run in runs.values())
 
 
 def _explore(

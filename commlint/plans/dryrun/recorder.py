@@ -483,6 +483,7 @@ class Recorder(_Shared):
         self.requested_backend: str | None = None
         self.group_backends: dict[str, str] = {}  # torch group name -> backend asked for
         self.from_cpp = False
+        self.live: Callable[[Key, list[int]], dict[int, Any] | None] | None = None
         self.uniform_made = False  # a collective over every rank delivered a fake tensor
         self.bucket = 0  # index of the next DDP gradient bucket in this backward
         self.stream: str | None = None
@@ -551,8 +552,18 @@ class Recorder(_Shared):
     def contribute(self, key: Key, value: Any) -> None:
         if value is not None:
             self.send(("v", key, value))
+        elif self.live is not None:
+            self.send(("v0", key))  # sent nothing: a peer waiting for it need not wait
 
-    def receive(self, key: Key) -> dict[int, Any]:
+    def receive(self, key: Key, senders: list[int] | None = None) -> dict[int, Any]:
+        """What the other ranks sent for `key`: asked live of the parent when the senders
+        are known and the pass runs them at once (`child._Live`), else the previous pass's."""
+        others = [r for r in senders or () if r != self.rank]
+        got = self.live(key, others) if self.live is not None and others else None
+        if got is not None:
+            now = ValueTable({key: dict(got)}, exact_model=self.table.exact_model)
+            self.send(("r", key, now.signature(key, self.rank)))
+            return got
         self.send(("r", key, self.table.signature(key, self.rank)))
         return {r: v for r, v in self.table.contributions(key).items() if r != self.rank}
 
@@ -714,10 +725,10 @@ class RecordingProcessGroup(_Shared, dist.ProcessGroup):
                 return work, {}
             model_key = ("m", *key[1:])
             self._rec.contribute(model_key, contribution)
-            return work, self._rec.receive(model_key)
+            return work, self._rec.receive(model_key, self._ranks)
         self._rec.contribute(key, contribution)
         wants = any(_is_real(t) for t in result)
-        got = self._rec.receive(key) if wants else None
+        got = self._rec.receive(key, self._ranks) if wants else None
         return work, got
 
     def _from(self, got: dict[int, Any] | None, member: int, default: Any) -> Any:
@@ -956,7 +967,8 @@ class RecordingProcessGroup(_Shared, dist.ProcessGroup):
         mine = self._rec.take_written()
         self._rec.contribute(key, mine)
         by_path: dict[str, dict[int, bytes]] = {}
-        for r, contribution in [(self._me, mine), *self._rec.receive(key).items()]:
+        received = self._rec.receive(key, self._ranks)
+        for r, contribution in [(self._me, mine), *received.items()]:
             for path, content in getattr(contribution, "files", ()):
                 if content is not None:
                     by_path.setdefault(path, {})[r] = content
@@ -1010,7 +1022,7 @@ class RecordingProcessGroup(_Shared, dist.ProcessGroup):
         )
         key = self._channel(peer, self._rec.rank, tag)
         if _is_real(tensors[0]):
-            v = self._rec.receive(key).get(peer)
+            v = self._rec.receive(key, [peer]).get(peer)
             if v is not None:
                 _copy(tensors[0], from_value(v))
         work = self._work(handle, tensors)

@@ -35,8 +35,9 @@ class UnreadValueSteers(DataDependentOutputException):
 
     def __str__(self) -> str:
         return (
-            "a value of a fake tensor (read with .item() or .tolist(), or the tensor tested "
-            "itself) decides what the program does here, and fake tensors do not compute it"
+            "a value of a fake tensor (read with .item(), .tolist(), float() or int(), or the "
+            "tensor tested itself) decides what the program does here, and fake tensors do "
+            "not compute it"
         )
 
 

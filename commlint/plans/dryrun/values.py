@@ -10,7 +10,8 @@ member contributes under its global rank; a different op at the same place never
 it); `("p", group, src, dst, tag, n)` for the n-th message on a point-to-point channel, and
 `("s", group, src, dst, tag, n)` for that message's existence (whatever its value: a receive
 from any source pairs with it); `("m", group, seq, op)` for model data issued from C++
-(DDP's gradient buckets), whose signature is only who sent it.
+(DDP's gradient buckets), whose signature is only who sent it (and, in the driver's exact
+phase, what: see `ValueTable.exact_model`).
 """
 
 from __future__ import annotations
@@ -46,15 +47,19 @@ class ValueTable:
     """What every rank contributed to each communication in the latest pass that ran it."""
 
     values: dict[Key, dict[int, Any]] = field(default_factory=dict)
+    # Model data's values count too (not only who sent it): set once a run whose ranks
+    # raised has settled otherwise (the driver's exact phase), since a program's own checks
+    # of gradient sync read those values.
+    exact_model: bool = False
 
     def contributions(self, key: Key) -> dict[int, Any]:
         return self.values.get(key, {})
 
     def signature(self, key: Key, reader: int) -> tuple:
         """What `reader` can receive for `key`: the digests of the other ranks' values
-        (for model data, key `("m", …)`: only which ranks sent it)."""
+        (for model data, key `("m", …)`: only which ranks sent it, unless `exact_model`)."""
         found = self.values.get(key, {})
-        if key[0] == "m":
+        if key[0] == "m" and not self.exact_model:
             return tuple(sorted(r for r in found if r != reader))
         return tuple(
             sorted(
