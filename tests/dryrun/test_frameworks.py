@@ -69,3 +69,34 @@ def test_transformers_trainer_ddp_is_clean_on_fake_tensors(tmp_path):
 def test_transformers_rank0_only_callback_collective_is_caught_at_its_line(tmp_path):
     pytest.importorskip("transformers")
     assert_rank0_call_is_caught(FIXTURES / "hf_trainer_ddp.py", tmp_path)
+
+
+def test_accelerate_training_script_is_clean_on_fake_tensors(tmp_path):
+    pytest.importorskip("accelerate")
+    proc = dry_run(FIXTURES / "accelerate_train.py", cwd=tmp_path, save=tmp_path / "trace")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "All checks passed" in proc.stdout
+    assert "recorded again with small real CPU tensors" not in out  # no real compute
+    saved = (tmp_path / "trace" / "rank-00000.yaml").read_text()
+    assert '"tensors": "fake"' in saved
+    assert "DDP gradient bucket" in saved
+
+
+def test_accelerate_rank0_only_gather_is_caught_at_the_users_line(tmp_path):
+    pytest.importorskip("accelerate")
+    assert_rank0_call_is_caught(FIXTURES / "accelerate_train.py", tmp_path)
+
+
+@pytest.mark.parametrize("script", ["test_sync", "test_script", "test_ddp_comm_hook"])
+def test_accelerates_own_scripts_pass_as_on_gpus(script, tmp_path):
+    """accelerate's shipped multi-GPU test scripts (gradient sync under accumulation and
+    no_sync, data loader sharding and dispatch, mixed precision, DDP comm hooks) pass on 2
+    GPUs; they check the values DDP and accelerate's collectives deliver over many steps
+    (delivered live within a pass, exact once a rank raises)."""
+    scripts = pytest.importorskip("accelerate.test_utils.scripts")
+    path = Path(scripts.__file__).parent / f"{script}.py"
+    proc = dry_run(path, cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "All checks passed" in proc.stdout

@@ -306,6 +306,35 @@ def _small_real_only(args: tuple, kwargs: dict) -> bool:
 _RANDOM_FACTORIES = frozenset({"randint", "randperm"})
 
 
+_aten_ops = torch.ops.aten
+_RANDOM_FILLS = frozenset(
+    getattr(getattr(_aten_ops, name), overload)
+    for name, overload in (
+        ("random_", "default"),
+        ("random_", "from"),
+        ("random_", "to"),
+        ("uniform_", "default"),
+        ("normal_", "default"),
+        ("bernoulli_", "float"),
+        ("exponential_", "default"),
+    )
+)
+
+
+def _small_fake_cpu(args: tuple, kwargs: dict) -> bool:
+    """A fake CPU tensor of at most `SMALL_REAL` elements filled in place, by numbers only
+    (no generator argument of another device, no tensor argument)."""
+    target = args[0] if args else None
+    if not isinstance(target, _FakeTensor) or target.device.type != "cpu":
+        return False
+    if target.numel() > SMALL_REAL or target.constant is not None:
+        return False
+    if any(isinstance(a, torch.Tensor) for a in (*args[1:], *kwargs.values())):
+        return False
+    generator = kwargs.get("generator")
+    return generator is None or generator.device.type == "cpu"
+
+
 def _small_random(func: Any, args: tuple, kwargs: dict) -> bool:
     """A random integer draw (`torch.randint(0, world, (16,))`, `randperm(8)`) of at most
     `SMALL_REAL` elements on the CPU: drawn for real, like any small real tensor (a router's
@@ -1154,6 +1183,16 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
             # all-reduced): computed for real, so `total == 0` has a value, as in a real run
             with unset_fake_temporarily():
                 return func(*args, **kwargs)
+        if func in _RANDOM_FILLS and _small_fake_cpu(args, kwargs):
+            # `int(torch.empty((), dtype=torch.int64).random_().item())` (accelerate's
+            # sampler seed): a small draw filled in place is drawn for real too, and the fake
+            # tensor keeps the value, as a small real tensor would have it
+            with unset_fake_temporarily():
+                real = torch.empty(tuple(args[0].shape), dtype=args[0].dtype)
+                func(real, *args[1:], **kwargs)
+            out = self.dispatch(func, types, args, kwargs)
+            args[0].constant = real
+            return out
         kept = _constants(args) if func.namespace == "c10d" else None
         self._depth += 1
         try:
