@@ -37,6 +37,19 @@ def test_lightning_trainer_ddp_is_clean_on_fake_tensors(tmp_path):
     assert "DDP gradient bucket" in saved  # the Trainer's DDP backward was recorded
 
 
+def test_lightning_trainer_fsdp_is_clean_on_fake_tensors(tmp_path):
+    """strategy="fsdp" (FSDP1 on the GPU its device_id names): its flat parameters are
+    gathered and its gradients reduce-scattered, on fake tensors."""
+    pytest.importorskip("lightning")
+    proc = dry_run(FIXTURES / "lightning_ddp.py", "fsdp", cwd=tmp_path, save=tmp_path / "t")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "recorded again with small real CPU tensors" not in out  # no real compute
+    saved = (tmp_path / "t" / "rank-00000.yaml").read_text()
+    assert '"tensors": "fake"' in saved
+    assert "all_gather" in saved and "reduce_scatter" in saved
+
+
 def assert_rank0_call_is_caught(script: Path, cwd: Path) -> None:
     """The fixture run with `rank0` injects a collective on rank 0 only (the line marked
     `# rank 0 only`): the dry-run reports a CL2xx error at that line and exits 1."""

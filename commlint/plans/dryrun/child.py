@@ -358,6 +358,7 @@ def _install(spec: RankSpec, recorder: Recorder) -> None:
         _wrap(mod, "monitored_barrier", make_monitored_barrier)
 
     _meshes_on_cpu()
+    _fsdp1_on_cpu()
     _modules_stay_on_cpu()
     if spec.mode == "fake":
         _install_fake_helpers(c10d)
@@ -658,6 +659,22 @@ def _unread_values(recorder: Recorder, spec: RankSpec) -> None:
         assume_once(what, f"assumed: {what}")
 
     unread.install(on_read, on_assume, rec_mod.is_uniform, decide if spec.symbolic else None)
+
+
+def _fsdp1_on_cpu() -> None:
+    """FSDP1 (`FullyShardedDataParallel`, Lightning's "fsdp") computes on the GPU its
+    `device_id` names, and checks before the first forward that its flat parameters are
+    there: they are on the CPU here, like every tensor the program puts on a GPU."""
+    with contextlib.suppress(ImportError):
+        from torch.distributed.fsdp import _init_utils
+
+        compute_device = _init_utils._get_compute_device
+
+        def on_cpu(*a: Any, **k: Any) -> torch.device:
+            device = compute_device(*a, **k)
+            return torch.device("cpu") if _is_cuda(device.type) else device
+
+        _init_utils._get_compute_device = on_cpu
 
 
 def _meshes_on_cpu() -> None:
