@@ -336,14 +336,16 @@ def _record(options):
 
 
 def _crashed_everywhere(result, ranks: list[int], program: str) -> InputError | None:
-    """Every rank raised the same exception at the same line: the program itself is broken
+    """Every rank raised the same exception (or left with the same non-zero `sys.exit`) at
+    the same line: the program itself is broken
     (or something the dry-run cannot stand in for): nothing after that line was seen. The
     messages may differ between ranks in numbers only (`... cuda:0` on rank 0, `cuda:1` on
     rank 1)."""
     from commlint.plans.dryrun.merge import split_site
 
     ends = [result.runs[r].end for r in ranks]
-    if not ends or any(not e or e.get("kind") != "exception" for e in ends):
+    failed = ("exception", "exit")  # an exception, or sys.exit(2) (argparse's, a failed check)
+    if not ends or any(not e or e.get("kind") not in failed or _clean_exit(e) for e in ends):
         return None
     if any(result.runs[r].stopped for r in ranks):
         return None  # stopped by the dry-run's limits (said per rank), not by the program
@@ -356,10 +358,11 @@ def _crashed_everywhere(result, ranks: list[int], program: str) -> InputError | 
         return None
     path, line = split_site(first.get("site"))
     same = all(e["message"] == first["message"] for e in ends)
+    verb = "raised" if first["kind"] == "exception" else "ended with"
     return InputError(
         path=path or program,
         line=line,
-        message=f"every rank raised {first['message']}"
+        message=f"every rank {verb} {first['message']}"
         + ("" if same else f" (on rank {ranks[0]}; the others' messages differ in numbers)"),
     )
 

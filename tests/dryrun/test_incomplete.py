@@ -117,6 +117,25 @@ def test_a_hang_before_a_crash_is_reported_as_the_hang(tmp_path: Path):
     ]
 
 
+def test_every_rank_leaving_with_a_failing_exit_code_is_an_error(tmp_path: Path):
+    """argparse's `sys.exit(2)` on every rank (a missing argument) is a failed run, as
+    torchrun reports it: never "All checks passed"."""
+    program = tmp_path / "needs_args.py"
+    program.write_text(
+        "import argparse\n"
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "parser = argparse.ArgumentParser()\n"
+        "parser.add_argument('--steps', type=int, required=True)\n"
+        "parser.parse_args()\n"
+        "dist.barrier()\n"
+    )
+    out = cli("--nproc-per-node", "2", str(program))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert f"commlint: error: {program}:6: every rank ended with sys.exit(2)" in out.stderr
+    assert "All checks passed" not in out.stdout
+
+
 def test_an_early_sys_exit_zero_is_located():
     program = PROGRAMS / "bad_sys_exit_zero.py"
     _, trace = record(str(program))

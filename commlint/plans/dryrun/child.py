@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from torch.overrides import TorchFunctionMode
 
 from commlint.plans.dryrun import recorder as rec_mod
@@ -49,6 +49,15 @@ FAKE_LIMITS = (
     "UnsupportedOperatorException",
     "UnsupportedFakeTensorException",
 )
+
+
+def _own(exc: BaseException) -> bool:
+    """An exception no tensor could have caused: a missing module or name, an attribute a
+    module lacks (torchtitan 0.3.0 calls `torch.distributed.set_timeout`, which torch 2.13
+    does not have). A real run raises it too: no need to see whether real tensors do."""
+    if isinstance(exc, (ImportError, NameError, SyntaxError)):
+        return True
+    return isinstance(exc, AttributeError) and str(exc).startswith("module '")
 
 
 @dataclass
@@ -359,6 +368,7 @@ def _install(spec: RankSpec, recorder: Recorder) -> None:
 
     _meshes_on_cpu()
     _fsdp1_on_cpu()
+    _flex_attention_on_cpu()
     _modules_stay_on_cpu()
     if spec.mode == "fake":
         _install_fake_helpers(c10d)
@@ -659,6 +669,23 @@ def _unread_values(recorder: Recorder, spec: RankSpec) -> None:
         assume_once(what, f"assumed: {what}")
 
     unread.install(on_read, on_assume, rec_mod.is_uniform, decide if spec.symbolic else None)
+
+
+def _flex_attention_on_cpu() -> None:
+    """FlexAttention refuses a backward pass on the CPU (its kernels are GPU ones); the
+    program's tensors are on the CPU only because the dry-run keeps them there, and fake
+    tensors run its backward's shape rules, not its kernels (torchtitan's llama3)."""
+    with contextlib.suppress(ImportError):
+        from torch.nn.attention import flex_attention as flex
+
+        validate = flex._validate_device
+
+        def on_gpu(query: Any, key: Any, value: Any) -> None:
+            if query.device.type == "cpu" and isinstance(query, FakeTensor):
+                return
+            validate(query, key, value)
+
+        flex._validate_device = on_gpu
 
 
 def _fsdp1_on_cpu() -> None:
@@ -1078,7 +1105,7 @@ def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
                 os.write(fd, traceback.format_exc().encode())
             finally:
                 os.close(fd)
-        if spec.mode == "fake" and not str(exc).startswith(_DDP_UNFINISHED):
+        if spec.mode == "fake" and not str(exc).startswith(_DDP_UNFINISHED) and not _own(exc):
             # DDP's own check failed (its reducer state, not tensor data): no need to see
             # whether real tensors raise it too.
             limit = type(exc).__name__ in FAKE_LIMITS

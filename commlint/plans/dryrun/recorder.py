@@ -287,13 +287,32 @@ SMALL_REAL = 64
 _REAL_TYPES = (torch.Tensor, torch.nn.Parameter)
 
 
-def _small_real_only(args: tuple, kwargs: dict) -> bool:
-    """Tensor arguments (top level) all real CPU tensors of at most `SMALL_REAL` elements,
-    and at least one: a factory call (no tensor in) stays fake."""
+_VIEWS: dict[Any, bool] = {}
+
+
+def _is_view(func: Any) -> bool:
+    """An operation that only views its input (a slice, a reshape, a dtype view): no compute
+    and no memory of its own, whatever the size."""
+    found = _VIEWS.get(func)
+    if found is None:
+        schema = func._schema
+        found = _VIEWS[func] = not schema.is_mutable and any(
+            r.alias_info is not None for r in schema.returns
+        )
+    return found
+
+
+def _small_real_only(args: tuple, kwargs: dict, func: Any = None) -> bool:
+    """Tensor arguments (top level) all real CPU tensors of at most `SMALL_REAL` elements
+    (of any size for a view: `torch.get_rng_state()[:8]`, torchtitan's seed), and at least
+    one: a factory call (no tensor in) stays fake."""
     seen = False
+    view = func is not None and _is_view(func)
     for a in (*args, *kwargs.values()):
         if isinstance(a, torch.Tensor):
-            if type(a) not in _REAL_TYPES or a.device.type != "cpu" or a.numel() > SMALL_REAL:
+            if type(a) not in _REAL_TYPES or a.device.type != "cpu":
+                return False
+            if a.numel() > SMALL_REAL and not view:
                 return False
             seen = True
         elif isinstance(a, list | tuple) and any(isinstance(x, torch.Tensor) for x in a):
@@ -1141,6 +1160,11 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
     itself while computing one (decompositions) — exactly what a mode above it would see.
     """
 
+    # Higher-order operators (FlexAttention, cond, ...) find their fake-tensor rule under
+    # FakeTensorMode's own class, not a subclass's: `__torch_dispatch__` hands them to
+    # FakeTensorMode's.
+    supports_higher_order_operators = True
+
     def validate_and_convert_non_fake_tensors(self, func, converter, flat_args, args_spec):
         """Real inputs become fake ones (torch's rule); a small real one (a count from the
         data, a 0-dim scalar) becomes a fake tensor that knows its value — itself."""
@@ -1163,6 +1187,9 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            # FakeTensorMode runs the fake rule a HOP registered (`register_fake`)
+            return FakeTensorMode.__torch_dispatch__(self, func, types, args, kwargs)
         # Two answers FakeTensorMode.dispatch gives without computing anything, given here
         # without its layers: metadata queries (`prim.device`, thousands per step, asked by
         # the autograd engine), and NotImplemented for a tensor subclass it does not know
@@ -1177,7 +1204,7 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
         ):
             return NotImplemented
         if func.namespace == "aten" and (
-            _small_real_only(args, kwargs) or _small_random(func, args, kwargs)
+            _small_real_only(args, kwargs, func) or _small_random(func, args, kwargs)
         ):
             # only small real tensors in (a count made with torch.tensor(n), then
             # all-reduced): computed for real, so `total == 0` has a value, as in a real run
