@@ -420,9 +420,22 @@ def from_value(v: Value) -> torch.Tensor:
         return raw.view(dtype).reshape(v.shape)
 
 
+def _receivable(t: Any) -> bool:
+    """A buffer a received value can be delivered into: a real tensor, or a small fake CPU
+    tensor (a pipeline's shape header, `torch.zeros(2)` then `recv`), which then knows it."""
+    if _is_real(t):
+        return True
+    return isinstance(t, _FakeTensor) and t.device.type == "cpu" and t.numel() <= SMALL_REAL
+
+
 def _copy(dst: torch.Tensor, src: torch.Tensor | None) -> None:
     """Deliver a received value; a size that does not fit is left for the checker to report."""
-    if src is None or not _is_real(dst):
+    if src is None or not _receivable(dst):
+        return
+    if not _is_real(dst):  # a small fake buffer: the value becomes what it knows
+        if src.numel() == dst.numel():
+            with torch.no_grad(), unset_fake_temporarily():
+                dst.constant = src.reshape(tuple(dst.shape)).to(dst.dtype).clone()
         return
     dst = _data(dst)
     if src.numel() == dst.numel():
@@ -775,7 +788,7 @@ class RecordingProcessGroup(_Shared, dist.ProcessGroup):
             self._rec.contribute(model_key, contribution)
             return work, self._rec.receive(model_key, self._ranks)
         self._rec.contribute(key, contribution)
-        wants = any(_is_real(t) for t in result)
+        wants = any(_receivable(t) for t in result)
         got = self._rec.receive(key, self._ranks) if wants else None
         return work, got
 
@@ -1069,7 +1082,7 @@ class RecordingProcessGroup(_Shared, dist.ProcessGroup):
             "recv", self._name, tensors, peer=peer, tag=tag, extra=extra, frames=frames
         )
         key = self._channel(peer, self._rec.rank, tag)
-        if _is_real(tensors[0]):
+        if _receivable(tensors[0]):
             v = self._rec.receive(key, [peer]).get(peer)
             if v is not None:
                 _copy(tensors[0], from_value(v))
