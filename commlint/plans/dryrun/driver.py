@@ -203,11 +203,13 @@ def _run_pass(
             replies[rank].send(got)
 
     def settle_waits() -> None:
-        done = finished
+        if not waiting:
+            return
+        later = set(pending)  # not started yet (-j below the world size): cannot send now
         active = {rank for rank, _, _ in running.values()}
         for rank, (key, senders) in list(waiting.items()):
             now = sent_now.get(key, {})
-            if all(s in now or s not in this_pass or s in done for s in senders):
+            if all(s in now or s not in this_pass or s in finished or s in later for s in senders):
                 answer(rank)
         if waiting and active and active <= set(waiting):
             for rank in list(waiting):  # every running rank waits: nobody will send now
