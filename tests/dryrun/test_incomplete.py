@@ -308,6 +308,45 @@ def test_a_float_tested_at_once_is_a_decision_over_the_budget(tmp_path: Path):
     assert "recorded again with small real CPU tensors" not in out.stderr
 
 
+def test_shapes_seeds_and_attention_of_gpu_programs_stay_on_fake_tensors(tmp_path: Path):
+    """Three things GPU programs do that used to force real tensors: a pipeline's shape
+    header received into a small buffer (`torch.zeros(2)` then `recv`), a seed read from a
+    view of the RNG state and broadcast (torchtitan's `set_determinism`), FlexAttention
+    with a backward pass (higher-order operators run their fake rules)."""
+    program = tmp_path / "gpu_program.py"
+    program.write_text(
+        "import torch\n"
+        "import torch.distributed as dist\n"
+        "from torch.nn.attention.flex_attention import flex_attention\n"
+        "dist.init_process_group('nccl')\n"
+        "rank = dist.get_rank()\n"
+        "device = torch.device('cuda', rank)\n"
+        "seed_tensor = torch.get_rng_state()[:8].to(device)\n"
+        "dist.broadcast(seed_tensor, src=0)\n"
+        "seed = seed_tensor.to('cpu').view(torch.uint64).item()\n"
+        "assert isinstance(seed, int)\n"
+        "if rank == 0:\n"
+        "    act = torch.randn(4, 8, device=device)\n"
+        "    shape = [float(n) for n in act.shape]\n"
+        "    dist.send(torch.tensor(shape, device=device), 1)\n"
+        "    dist.send(act, 1)\n"
+        "else:\n"
+        "    header = torch.zeros(2, device=device)\n"
+        "    dist.recv(header, 0)\n"
+        "    act = torch.empty(int(header[0]), int(header[1]), device=device)\n"
+        "    dist.recv(act, 0)\n"
+        "q = torch.randn(1, 2, 16, 8, device=device, requires_grad=True)\n"
+        "flex_attention(q, q, q).sum().backward()\n"
+        "dist.all_reduce(q.grad)\n"
+    )
+    result, trace = record(str(program))
+    assert result.mode == "fake" and not result.notes and not trace.ends, result.notes
+    recv = [a for a in trace.ranks[1] if a.op == "recv"]
+    assert [a.shape for a in recv] == [[2], [4, 8]]  # the header's values made the shape
+    assert [a.op for a in trace.ranks[0]][-1] == "all_reduce"
+    assert check_trace(trace, None).findings == []
+
+
 def test_a_read_value_that_steers_falls_back_to_real_tensors_at_that_line(tmp_path: Path):
     program = tmp_path / "steer.py"
     program.write_text(
