@@ -25,15 +25,21 @@ def dry_run(
     )
 
 
-def test_lightning_trainer_ddp_is_clean_on_fake_tensors(tmp_path):
-    pytest.importorskip("lightning")
-    proc = dry_run(FIXTURES / "lightning_ddp.py", cwd=tmp_path, save=tmp_path / "trace")
+def assert_clean_on_fake_tensors(script: Path, *args: str, cwd: Path) -> str:
+    """The dry-run passes without any real compute; returns rank 0's saved trace."""
+    proc = dry_run(script, *args, cwd=cwd, save=cwd / "trace")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "All checks passed" in proc.stdout
     assert "recorded again with small real CPU tensors" not in out  # no real compute
-    saved = (tmp_path / "trace" / "rank-00000.yaml").read_text()
+    saved = (cwd / "trace" / "rank-00000.yaml").read_text()
     assert '"tensors": "fake"' in saved
+    return saved
+
+
+def test_lightning_trainer_ddp_is_clean_on_fake_tensors(tmp_path):
+    pytest.importorskip("lightning")
+    saved = assert_clean_on_fake_tensors(FIXTURES / "lightning_ddp.py", cwd=tmp_path)
     assert "DDP gradient bucket" in saved  # the Trainer's DDP backward was recorded
 
 
@@ -41,12 +47,7 @@ def test_lightning_trainer_fsdp_is_clean_on_fake_tensors(tmp_path):
     """strategy="fsdp" (FSDP1 on the GPU its device_id names): its flat parameters are
     gathered and its gradients reduce-scattered, on fake tensors."""
     pytest.importorskip("lightning")
-    proc = dry_run(FIXTURES / "lightning_ddp.py", "fsdp", cwd=tmp_path, save=tmp_path / "t")
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-3000:]
-    assert "recorded again with small real CPU tensors" not in out  # no real compute
-    saved = (tmp_path / "t" / "rank-00000.yaml").read_text()
-    assert '"tensors": "fake"' in saved
+    saved = assert_clean_on_fake_tensors(FIXTURES / "lightning_ddp.py", "fsdp", cwd=tmp_path)
     assert "all_gather" in saved and "reduce_scatter" in saved
 
 
@@ -68,12 +69,7 @@ def test_lightning_rank0_only_collective_is_caught_at_the_users_line(tmp_path):
 
 def test_transformers_trainer_ddp_is_clean_on_fake_tensors(tmp_path):
     pytest.importorskip("transformers")
-    proc = dry_run(FIXTURES / "hf_trainer_ddp.py", cwd=tmp_path, save=tmp_path / "trace")
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-3000:]
-    assert "recorded again with small real CPU tensors" not in out  # no real compute
-    saved = (tmp_path / "trace" / "rank-00000.yaml").read_text()
-    assert '"tensors": "fake"' in saved
+    saved = assert_clean_on_fake_tensors(FIXTURES / "hf_trainer_ddp.py", cwd=tmp_path)
     assert "DDP gradient bucket" in saved
     # what the dry-run took instead of computing is said, with the line that tested it
     assert "no NaN/inf in the value tested at" in saved
@@ -86,13 +82,7 @@ def test_transformers_rank0_only_callback_collective_is_caught_at_its_line(tmp_p
 
 def test_accelerate_training_script_is_clean_on_fake_tensors(tmp_path):
     pytest.importorskip("accelerate")
-    proc = dry_run(FIXTURES / "accelerate_train.py", cwd=tmp_path, save=tmp_path / "trace")
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-3000:]
-    assert "All checks passed" in proc.stdout
-    assert "recorded again with small real CPU tensors" not in out  # no real compute
-    saved = (tmp_path / "trace" / "rank-00000.yaml").read_text()
-    assert '"tensors": "fake"' in saved
+    saved = assert_clean_on_fake_tensors(FIXTURES / "accelerate_train.py", cwd=tmp_path)
     assert "DDP gradient bucket" in saved
 
 

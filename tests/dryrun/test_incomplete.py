@@ -12,6 +12,7 @@ import uuid
 from functools import cache
 from pathlib import Path
 
+import pytest
 import yaml
 
 from commlint.graph.check import check_trace
@@ -269,24 +270,6 @@ def test_float_and_int_of_fake_tensors_that_never_steer_cost_no_real_compute():
     assert check_trace(trace, None).findings == []
 
 
-def test_a_float_that_steers_keeps_the_fake_limit_at_its_line(tmp_path: Path):
-    program = tmp_path / "float_steers.py"
-    program.write_text(
-        "import torch\n"
-        "import torch.distributed as dist\n"
-        "dist.init_process_group('gloo')\n"
-        "loss = torch.nn.Linear(4, 4)(torch.randn(2, 4)).sum()\n"
-        "print(f'{float(loss):.2f}')  # free\n"
-        "if float(loss) > 1e9:  # steers: needs the real value\n"
-        "    dist.barrier()\n"
-        "dist.all_reduce(torch.ones(2))\n"
-    )
-    result, trace = record(str(program))
-    assert result.mode == "real"
-    assert f"stopped under fake tensors at {program}:6" in result.notes[0]
-    assert [a.op for a in trace.ranks[0]] == ["all_reduce"]
-
-
 def test_a_float_tested_at_once_is_a_decision_over_the_budget(tmp_path: Path):
     """`if float(probe) > 0.5:` of a rank-local value, past the budget: the test is a
     decision (CL211 at it, both outcomes' calls named), no real compute."""
@@ -347,7 +330,18 @@ def test_shapes_seeds_and_attention_of_gpu_programs_stay_on_fake_tensors(tmp_pat
     assert check_trace(trace, None).findings == []
 
 
-def test_a_read_value_that_steers_falls_back_to_real_tensors_at_that_line(tmp_path: Path):
+@pytest.mark.parametrize(
+    ("read", "line"),
+    [
+        # an unread number stops at the test that it steers
+        ("value = loss.item() * 2  # arithmetic is free", 7),
+        # a plain float() number is given only where it never steers: stops at the read
+        ("value = float(loss)", 6),
+    ],
+)
+def test_a_read_value_that_steers_falls_back_to_real_tensors_at_that_line(
+    read: str, line: int, tmp_path: Path
+):
     program = tmp_path / "steer.py"
     program.write_text(
         "import torch\n"
@@ -355,14 +349,14 @@ def test_a_read_value_that_steers_falls_back_to_real_tensors_at_that_line(tmp_pa
         "dist.init_process_group('gloo')\n"
         "w = torch.nn.Parameter(torch.randn(4))\n"
         "loss = (w * 2).sum()\n"
-        "value = loss.item() * 2  # arithmetic is free\n"
+        f"{read}\n"
         "if value > 1e9:  # steers: needs the real value\n"
         "    dist.barrier()\n"
         "dist.all_reduce(torch.ones(2))\n"
     )
     result, trace = record(str(program))
     assert result.mode == "real"
-    assert f"stopped under fake tensors at {program}:7" in result.notes[0]
+    assert f"stopped under fake tensors at {program}:{line}" in result.notes[0]
     assert [a.op for a in trace.ranks[0]] == ["all_reduce"]
     assert check_trace(trace, None).findings == []
 

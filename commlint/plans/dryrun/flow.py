@@ -512,17 +512,10 @@ def only_computed_with(frame: Any, integer: bool = False) -> bool:
 def _follow(frame: Any, integer: bool) -> bool:
     f, callee = frame, None
     while f is not None:
-        c = _analysed(f.f_code)
-        if c is None:
+        at = _frame_call(f)
+        if at is None:
             return False
-        # f_lasti is the call itself when C code called out (`float()`), or its last inline
-        # cache entry when Python code did: the instruction at or before it
-        # (or its PRECALL, which a specialised call of a builtin type runs the call from)
-        k = bisect.bisect_right(c.offsets, f.f_lasti) - 1
-        if 0 <= k < len(c.ins) - 1 and c.ins[k].opname == "PRECALL":
-            k += 1
-        if k < 0 or c.ins[k].opname != "CALL" or c.states[k] is None:
-            return False
+        c, k = at
         scope = _Scope(c, f, integer=integer)
         if callee is not None and not _calls(scope, k, callee):
             return False  # called from C code (a hook, `map`): who gets the value is unknown
@@ -534,6 +527,25 @@ def _follow(frame: Any, integer: bool) -> bool:
             return True
         callee, f = f.f_code, f.f_back  # the caller receives it: its call at f_lasti made it
     return False
+
+
+def _frame_call(frame: Any) -> tuple[_Code, int] | None:
+    """A running frame's analysed code and the CALL instruction it is in."""
+    c = _analysed(frame.f_code)
+    k = _call_at(c, frame.f_lasti) if c is not None else None
+    return None if c is None or k is None else (c, k)
+
+
+def _call_at(c: _Code, lasti: int) -> int | None:
+    """The CALL instruction a frame is in: f_lasti is the call itself when C code called out
+    (`float()`), its last inline cache entry when Python code did, or its PRECALL, which a
+    specialised call of a builtin type runs the call from."""
+    k = bisect.bisect_right(c.offsets, lasti) - 1
+    if 0 <= k < len(c.ins) - 1 and c.ins[k].opname == "PRECALL":
+        k += 1
+    if k < 0 or c.ins[k].opname != "CALL" or c.states[k] is None:
+        return None
+    return k
 
 
 def _calls(scope: _Scope, k: int, code: types.CodeType) -> bool:
@@ -559,16 +571,10 @@ def tested_at_once(frame: Any) -> tuple[str | None, Any, bool, bool | None] | No
     comparison: "lt", "gt", ... or None for a truth test, the number compared with, whether
     the call's value is the left operand, the outcome that makes an `assert` hold or None).
     None when the value is used otherwise."""
-    if not _SUPPORTED or frame is None:
+    at = _frame_call(frame) if _SUPPORTED and frame is not None else None
+    if at is None:
         return None
-    c = _analysed(frame.f_code)
-    if c is None:
-        return None
-    k = bisect.bisect_right(c.offsets, frame.f_lasti) - 1
-    if 0 <= k < len(c.ins) - 1 and c.ins[k].opname == "PRECALL":
-        k += 1
-    if k < 0 or c.ins[k].opname != "CALL":
-        return None
+    c, k = at
     users = [j for j in range(len(c.ins)) if c.states[j] is not None and _reads(c, j, k)]
     if len(users) != 1:
         return None

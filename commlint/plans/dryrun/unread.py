@@ -270,6 +270,22 @@ def _nested(shape: tuple[int, ...], dtype: torch.dtype, site: str | None, unifor
     return [_nested(shape[1:], dtype, site, uniform) for _ in range(shape[0])]
 
 
+def _when_fake(read: Callable[..., Any], instead: Callable[[Any], Any]) -> Callable[..., Any]:
+    """`read` (a tensor method that reads its value); for a fake tensor without one,
+    `instead(tensor)`, called while the fake limit is being handled (a bare `raise` in it
+    keeps the limit)."""
+
+    def reading(self: torch.Tensor) -> Any:
+        try:
+            return read(self)
+        except DataDependentOutputException:
+            if not _fake_underneath(self):
+                raise
+            return instead(self)
+
+    return reading
+
+
 def install(
     on_read: Callable[[], str | None],
     on_assume: Callable[[str], None] | None = None,
@@ -284,92 +300,66 @@ def install(
     test of an unread number instead of the fake-tensor limit."""
     global _on_assume, _decide
     _on_assume, _decide = on_assume, decide
-    item, tolist = torch.Tensor.item, torch.Tensor.tolist
     uniform = is_uniform or (lambda t: False)
 
-    def fake_item(self: torch.Tensor) -> Any:
-        try:
-            return item(self)
-        except DataDependentOutputException:
-            if not _fake_underneath(self):
-                raise
-            return unread(self.dtype, on_read(), uniform(self) or _replicated_everywhere(self))
+    def same(t: torch.Tensor) -> bool:
+        return uniform(t) or _replicated_everywhere(t)
 
-    def fake_tolist(self: torch.Tensor) -> Any:
-        try:
-            return tolist(self)
-        except DataDependentOutputException:
-            if not _fake_underneath(self):
-                raise
-            same = uniform(self) or _replicated_everywhere(self)
-            return _nested(tuple(self.shape), self.dtype, on_read(), same)
+    def unread_item(self: torch.Tensor) -> Any:
+        return unread(self.dtype, on_read(), same(self))
 
-    tensor_bool = torch.Tensor.__bool__
+    def unread_list(self: torch.Tensor) -> Any:
+        return _nested(tuple(self.shape), self.dtype, on_read(), same(self))
 
-    def fake_bool(self: torch.Tensor) -> bool:
+    def decided_bool(self: torch.Tensor) -> bool:
         # `if loss > 10:` tests a fake tensor itself: with symbolic steering, a decision as
         # for an unread number (taken as False: a loop on it ends), else the fake limit
-        try:
-            return tensor_bool(self)
-        except DataDependentOutputException:
-            if not _fake_underneath(self):
-                raise
-            if _decide is None:
-                raise UnreadValueSteers(_ITEM) from None
-            same = uniform(self) or _replicated_everywhere(self)
-            held = assertion_outcome(_testing_frame())
-            return _decide(unread(torch.float32, on_read(), same), False, held)
+        if _decide is None:
+            raise UnreadValueSteers(_ITEM) from None
+        held = assertion_outcome(_testing_frame())
+        return _decide(unread(torch.float32, on_read(), same(self)), False, held)
 
-    def conversion(name: str, integer: bool) -> Callable[[torch.Tensor], Any]:
-        convert = getattr(torch.Tensor, name)
-
-        def fake_convert(self: torch.Tensor) -> Any:
+    def converted(integer: bool) -> Callable[[torch.Tensor], Any]:
+        def placeholder_or_limit(self: torch.Tensor) -> Any:
             # `float(loss)`: Python makes whatever this returns a plain number, so an unread
             # one cannot be given. The placeholder is given only when the program's bytecode
             # shows the number is never tested, used as a size or index, or kept beyond the
             # caller's reach (`flow.py`); else the fake limit, as for a test.
-            try:
-                return convert(self)
-            except DataDependentOutputException:
-                if not _fake_underneath(self):
-                    raise
-                from commlint.plans.dryrun.flow import only_computed_with, tested_at_once
+            from commlint.plans.dryrun.flow import only_computed_with, tested_at_once
 
-                caller = sys._getframe(1)  # past the dry-run's own torch-function layer
-                while caller is not None and caller.f_code.co_filename.startswith(_OWN_DIRS[1]):
-                    caller = caller.f_back
-                placeholder = 1 if integer else 1.0
-                if only_computed_with(caller, integer):
-                    on_read()
-                    return placeholder
-                test = tested_at_once(caller)
-                if test is None:
-                    raise
-                if _decide is None:  # a test: the limit says so (symbolic steering decides it)
-                    raise UnreadValueSteers(_ITEM) from None
-                # symbolic steering: `if float(loss) > 10:` is a decision like a test of an
-                # unread number; the number given makes the test come out as decided
-                op, other, left, holds = test
+            caller = sys._getframe(2)  # past the dry-run's own torch-function layer
+            while caller is not None and caller.f_code.co_filename.startswith(_OWN_DIRS[1]):
+                caller = caller.f_back
+            placeholder = 1 if integer else 1.0
+            if only_computed_with(caller, integer):
+                on_read()
+                return placeholder
+            test = tested_at_once(caller)
+            if test is None:
+                raise  # the fake limit being handled
+            if _decide is None:  # a test: the limit says so (symbolic steering decides it)
+                raise UnreadValueSteers(_ITEM) from None
+            # symbolic steering: `if float(loss) > 10:` is a decision like a test of an
+            # unread number; the number given makes the test come out as decided
+            op, other, left, holds = test
 
-                def outcome(v: float) -> bool:
-                    if op is None:
-                        return bool(v)
-                    return bool(getattr(operator, op)(*((v, other) if left else (other, v))))
+            def outcome(v: float) -> bool:
+                if op is None:
+                    return bool(v)
+                return bool(getattr(operator, op)(*((v, other) if left else (other, v))))
 
-                same = uniform(self) or _replicated_everywhere(self)
-                value = unread(torch.float32, on_read(), same)
-                chosen = _decide(value, outcome(placeholder), holds)
-                near = (0, other, other - 1, other + 1, other - 0.5, other + 0.5, -1)
-                for v in (placeholder, *near):
-                    given = int(v) if integer else float(v)
-                    if outcome(given) == chosen:
-                        return given
-                raise
+            chosen = _decide(unread(torch.float32, on_read(), same(self)), outcome(1), holds)
+            near = () if other is None else (other, other - 1, other + 1, other - 0.5)
+            for v in (placeholder, 0, *near, -1):
+                given = int(v) if integer else float(v)
+                if outcome(given) == chosen:
+                    return given
+            raise
 
-        return fake_convert
+        return placeholder_or_limit
 
-    torch.Tensor.__float__ = conversion("__float__", False)  # type: ignore[method-assign]
-    torch.Tensor.__int__ = conversion("__int__", True)  # type: ignore[method-assign]
-    torch.Tensor.item = fake_item
-    torch.Tensor.tolist = fake_tolist
-    torch.Tensor.__bool__ = fake_bool  # type: ignore[method-assign]
+    torch.Tensor.__float__ = _when_fake(torch.Tensor.__float__, converted(False))  # type: ignore[method-assign]
+    torch.Tensor.__int__ = _when_fake(torch.Tensor.__int__, converted(True))  # type: ignore[method-assign]
+    torch.Tensor.item = _when_fake(torch.Tensor.item, unread_item)
+    torch.Tensor.tolist = _when_fake(torch.Tensor.tolist, unread_list)
+    torch.Tensor.__bool__ = _when_fake(torch.Tensor.__bool__, decided_bool)  # type: ignore[method-assign]
