@@ -17,6 +17,7 @@ import runpy
 import signal
 import sys
 import tempfile
+import threading
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -998,8 +999,11 @@ class _Live:
 
     def __init__(self, send: Callable[[Any], None], replies: Any, timeout: float) -> None:
         self._send, self._replies, self._timeout = send, replies, timeout
+        self._pid = os.getpid()
 
     def __call__(self, key: Any, senders: list[int]) -> dict[int, Any] | None:
+        if threading.current_thread() is not threading.main_thread() or os.getpid() != self._pid:
+            return None  # one question at a time: the main thread's (not a helper process's)
         self._send(("want", key, senders))
         if not self._replies.poll(self._timeout):
             return None
