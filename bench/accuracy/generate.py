@@ -54,8 +54,9 @@ CLASSES = (
     "main_helper",
 )
 IN_PLACE = {"all_reduce", "broadcast", "reduce"}
-STEPS_OPS = {"ddp_step", "module_step"}  # a whole training step whose collectives are hidden
+STEPS_OPS = {"ddp_step", "module_step", "acc_step"}  # a whole step, its collectives hidden
 COLLECTIVES = IN_PLACE | {"all_gather", "reduce_scatter", "all_to_all_single", "barrier"}
+COLLECTIVES |= {"acc_gather"}
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,15 @@ def render_comm(c: Comm, indent: int, *, t: str | None = None, splits: str = "")
             "opt.step()",
             "opt.zero_grad()",
         ]
+    elif c.op == "acc_step":
+        call = [
+            "loss = (model(x) - 1.0).pow(2).mean()",
+            "accelerator.backward(loss)",
+            "opt.step()",
+            "opt.zero_grad()",
+        ]
+    elif c.op == "acc_gather":
+        call = [f"{c.out} = accelerator.gather({t})"]
     elif c.op == "ddp_step":
         call = [
             "loss = (model(x) - 1.0).pow(2).mean()",
@@ -801,7 +811,48 @@ def fam_dtensor(world: int) -> Family:
     return Family("dtensor", "DTensor TP", DTENSOR_SETUP, pre, body, checks)
 
 
+ACC_SETUP = """\
+from accelerate import Accelerator
+
+# accelerate reads the launcher's environment (torchrun, `accelerate launch`)
+os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+os.environ.update(LOCAL_WORLD_SIZE=str(world_size))
+world = dist.new_group(list(range(world_size)), timeout=timeout)
+probe_gen = torch.Generator().manual_seed(500 + rank)"""
+
+
+def fam_accelerate(world: int) -> Family:
+    """A training loop written with accelerate: `Accelerator.prepare` (DDP underneath),
+    `accelerator.backward`, a loss gathered with `accelerator.gather`, then logged."""
+    pre = [
+        L(1, "accelerator = Accelerator(cpu=True)"),
+        L(1, "torch.manual_seed(8000)"),
+        L(
+            1,
+            "net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), "
+            "torch.nn.Linear(8, 4))",
+        ),
+        L(1, "opt = torch.optim.SGD(net.parameters(), lr=0.05)"),
+        L(1, "model, opt = accelerator.prepare(net, opt)"),
+        L(1, "gen = torch.Generator().manual_seed(100 + rank)"),
+        L(1, "loss = torch.zeros(())"),
+    ]
+    body = [
+        L(2, "x = torch.randn(4, 8, generator=gen)"),
+        C(2, Comm("acc_step", "acc_step", "", "world")),
+        L(2, "lossv = loss.detach().reshape(1)"),
+        C(2, Comm("acc_gather", "acc_gather", "lossv", "world", out="gathered")),
+        C(2, Comm("log_ar", "all_reduce", "lossv", "world", alt_group="world", twin="world_twin")),
+    ]
+    checks = (
+        '[("params", float(sum(p.sum() for p in net.parameters()))), ("loss", float(lossv.sum()))]'
+    )
+    return Family("accelerate", "accelerate (DDP)", ACC_SETUP, pre, body, checks)
+
+
 EXTRA_FAMILIES = ("fsdp2", "dtensor")
+# Families written with a framework's API: a third stream, numbered after the others.
+FRAMEWORK_FAMILIES = ("accelerate",)
 
 
 def build_family(name: str, world: int, rng: random.Random) -> Family:
@@ -815,6 +866,7 @@ def build_family(name: str, world: int, rng: random.Random) -> Family:
         "ddp": fam_ddp,
         "fsdp2": fam_fsdp2,
         "dtensor": fam_dtensor,
+        "accelerate": fam_accelerate,
     }[name](world)
 
 
@@ -1276,10 +1328,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--extra", type=int, default=80, help="FSDP2 / DTensor programs, numbered after the rest"
     )
+    p.add_argument(
+        "--frameworks",
+        type=int,
+        default=40,
+        help="programs written with accelerate, numbered after the extra ones",
+    )
     args = p.parse_args(argv)
     # The library front ends come as a second stream, so adding them never changes the others.
     records = generate(args.count, args.seed)
     records += generate(args.extra, args.seed + 1, EXTRA_FAMILIES, start=args.count)
+    start = args.count + args.extra
+    records += generate(args.frameworks, args.seed + 2, FRAMEWORK_FAMILIES, start=start)
     write(records)
     from collections import Counter
 

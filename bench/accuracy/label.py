@@ -63,8 +63,11 @@ def save_labels(data: dict) -> None:
 
 def needs_own_launch(prog: dict) -> bool:
     """DTensor caches meshes by their ranks, not their groups: a later program on the same
-    ranks would reuse an earlier program's (possibly wedged) groups. Run it alone."""
-    return "parallelize_module" in (HERE / prog["path"]).read_text()
+    ranks would reuse an earlier program's (possibly wedged) groups. accelerate's `prepare`
+    wraps the model in DDP on the default group, which a hang wedges for every later program
+    of the launch. Run either alone."""
+    text = (HERE / prog["path"]).read_text()
+    return "parallelize_module" in text or "Accelerator(" in text
 
 
 def _launches(progs: list[dict], chunk: int) -> list[list[dict]]:

@@ -31,6 +31,7 @@ from commlint.trace import Action, RankEnd, Trace
 GRACE_SECONDS = 3.0
 REAL_BUDGET = 1 << 30  # default --real-budget: 1 GiB of tensors per rank
 _STABLE_PASSES = 2  # reruns in a row with unchanged traces that count as settled
+_EXACT_PASSES = 16  # passes the exact phase (model data by value, after a rank raised) may add
 
 
 @dataclass
@@ -458,6 +459,7 @@ def _dry_run(
     symbolic = False  # comparisons of uncomputed numbers are decisions (over the budget)
     settled_at: int | None = None  # the pass after which only values, not traces, changed
     exact_from: int | None = None  # the pass after which model data's values counted too
+    exact_unsettled = False  # ... and they had not settled when the exact phase ended
     while todo and passes < options.max_passes:
         passes += 1
         if on_start_pass:
@@ -473,6 +475,14 @@ def _dry_run(
             table.replace_rank(r, run.sent)
         todo = _stale(runs, table)
         converged = not todo
+        if (
+            todo
+            and exact_from is not None
+            and (passes - exact_from >= _EXACT_PASSES or passes >= options.max_passes)
+        ):
+            # The exact phase is a second look at a run that had settled: past its share of
+            # passes, the last pass stands (as when only values kept changing, below).
+            todo, converged, exact_unsettled = [], True, True
         if todo and stable >= _STABLE_PASSES and not table.exact_model:
             # Data that only flows (a mismatched program's activations feeding each other)
             # may never settle; what matters is the communication, and it stopped changing.
@@ -545,7 +555,11 @@ def _dry_run(
         notes.append(
             f"a rank raised, so gradient buckets were delivered by value too: {passes} passes "
             f"({passes - exact_from} after pass {exact_from})"
-            + ("" if converged else ", and their values still changed (--max-passes)")
+            + (
+                ", and their values still changed: the traces are those of the last pass"
+                if exact_unsettled
+                else ""
+            )
         )
     if settled_at is not None:
         notes.append(
