@@ -700,6 +700,19 @@ def fam_hier(world: int, op: str) -> Family:
     )
 
 
+# The small model and the per-rank data of the library and framework families.
+SMALL_NET = (
+    "net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))"
+)
+
+
+def local_data() -> list[Line]:
+    return [
+        L(1, "gen = torch.Generator().manual_seed(100 + rank)"),
+        L(1, "loss = torch.zeros(())"),
+    ]
+
+
 DDP_SETUP = """\
 world = dist.new_group(list(range(world_size)), timeout=timeout)
 dp_group = dist.new_group(list(range(world_size)), timeout=timeout)
@@ -709,15 +722,10 @@ probe_gen = torch.Generator().manual_seed(500 + rank)"""
 def fam_ddp(world: int) -> Family:
     pre = [
         L(1, "torch.manual_seed(5000)"),
-        L(
-            1,
-            "net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), "
-            "torch.nn.Linear(8, 4))",
-        ),
+        L(1, SMALL_NET),
         L(1, "model = torch.nn.parallel.DistributedDataParallel(net, process_group=dp_group)"),
         L(1, "opt = torch.optim.SGD(model.parameters(), lr=0.05)"),
-        L(1, "gen = torch.Generator().manual_seed(100 + rank)"),
-        L(1, "loss = torch.zeros(())"),
+        *local_data(),
     ]
     body = [
         L(2, "x = torch.randn(4, 8, generator=gen)"),
@@ -746,17 +754,12 @@ probe_gen = torch.Generator().manual_seed(500 + rank)"""
 def fam_fsdp2(world: int) -> Family:
     pre = [
         L(1, "torch.manual_seed(6000)"),
-        L(
-            1,
-            "net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), "
-            "torch.nn.Linear(8, 4))",
-        ),
+        L(1, SMALL_NET),
         L(1, 'mesh = DeviceMesh.from_group(dp_group, "cpu")'),
         L(1, "fully_shard(net[0], mesh=mesh)"),
         L(1, "fully_shard(net, mesh=mesh)"),
         L(1, "opt = torch.optim.SGD(net.parameters(), lr=0.05)"),
-        L(1, "gen = torch.Generator().manual_seed(100 + rank)"),
-        L(1, "loss = torch.zeros(())"),
+        *local_data(),
     ]
     body = [
         L(2, "x = torch.randn(4, 8, generator=gen)"),
@@ -827,15 +830,10 @@ def fam_accelerate(world: int) -> Family:
     pre = [
         L(1, "accelerator = Accelerator(cpu=True)"),
         L(1, "torch.manual_seed(8000)"),
-        L(
-            1,
-            "net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), "
-            "torch.nn.Linear(8, 4))",
-        ),
+        L(1, SMALL_NET),
         L(1, "opt = torch.optim.SGD(net.parameters(), lr=0.05)"),
         L(1, "model, opt = accelerator.prepare(net, opt)"),
-        L(1, "gen = torch.Generator().manual_seed(100 + rank)"),
-        L(1, "loss = torch.zeros(())"),
+        *local_data(),
     ]
     body = [
         L(2, "x = torch.randn(4, 8, generator=gen)"),
