@@ -195,9 +195,9 @@ def _run_pass(
         now, before = sent_now.get(key, {}), table.contributions(key)
         got = {}
         for s in senders:
-            value = now.get(s) if s in this_pass else before.get(s)
-            if s in this_pass and s not in now:
-                value = before.get(s)  # it ended without sending it: as without live values
+            # what it sent now; else (not run in this pass, or ended without sending it) what
+            # it sent before, as without live values
+            value = now[s] if s in now else before.get(s)
             if value is not None:
                 got[s] = value
         with contextlib.suppress(OSError):

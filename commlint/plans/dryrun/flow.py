@@ -329,9 +329,7 @@ def _taint(scope: _Scope, start: set[int], names: set[str], depth: int) -> bool:
             if name == "LOAD_FAST" and ins.argval in locals_:
                 tainted.add(k)
                 continue
-            popped = c.popped(k)
-            if name == "COPY":
-                continue  # the copy shares the slot's producers
+            popped = c.popped(k)  # (none for a COPY: the copy shares the slot's producers)
             marks = [hit(slot) for slot in popped]
             if not any(marks):
                 continue

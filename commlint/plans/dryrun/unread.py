@@ -12,7 +12,8 @@ symbolic steering): the placeholder's outcome on every rank, the other one explo
 rank-local value. Each unread number carries the line that read it and whether it is the same
 on every rank (read from a tensor a collective over every rank delivered).
 Unread numbers print as 1 (a finite value, so `math.isfinite` and `math.log` checks that
-merely log do not fail).
+merely log do not fail). `float(t)` / `int(t)` must return plain numbers: they give the
+placeholder only where the program's bytecode shows the number never steers (`flow.py`).
 """
 
 from __future__ import annotations
