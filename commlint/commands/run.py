@@ -219,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
         steps=args.steps,
         jobs=args.jobs or default_jobs(),
         mode=args.tensors,
+        model=args.model,
         **({"max_passes": args.max_passes} if "max_passes" in args else {}),
         **({"real_budget": args.real_budget} if "real_budget" in args else {}),
     )

@@ -57,6 +57,9 @@ class RankRun:
     output: str = ""  # what the program printed (stdout and stderr) in this run
     stopped: str | None = None  # why the rank did not reach its program's end, if it did not
     leftover: int = 0  # processes the rank started that were still running at its end
+    # fake tensors stopped it after it was already part of a hang the checker found: what
+    # the stop would have been, and the hang (a real run never gets past it: `_behind_hang`)
+    behind: str | None = None
     # torch's name of each group the rank created, in call order (CL212)
     creations: list[dict[str, Any]] = field(default_factory=list)
 
@@ -76,6 +79,9 @@ class DryRunOptions:
     # Largest real re-run allowed, in bytes of tensors per rank (the live fake tensors when
     # fake tensors stopped a rank); None: no limit. Past it the rank is reported as stopped.
     real_budget: int | None = REAL_BUDGET
+    # queue model of the verdict (None: the backend the program asks for), also used to
+    # tell whether a rank fake tensors stopped had already hung (`_behind_hang`)
+    model: str | None = None
 
 
 @dataclass
@@ -502,6 +508,21 @@ def _dry_run(
         # again with real CPU tensors — at once for a known limit, after settling otherwise.
         limited = {r: run.fake_limit for r, run in runs.items() if run.fake_limit}
         hard = {r: lim for r, lim in limited.items() if lim[2]}
+        behind = _behind_hang(options, runs, limited) if mode == "fake" and limited else None
+        if behind is not None:
+            # Every rank fake tensors stopped had already hung (or failed) at a communication
+            # the checker proves wrong: a real run never gets to the stop, so nothing more is
+            # needed — no real tensors. Settle first (its values may still change the hang).
+            if converged:
+                for r, (hang, site) in behind.items():
+                    message, stop, _ = limited[r]
+                    runs[r].behind = f"{stop or '?'} ({message})"
+                    runs[r].end = None
+                    notes.append(
+                        f"rank {r} stopped under fake tensors at {stop or '?'} ({message}), "
+                        f"after its part in {hang} at {site}: a real run never gets there"
+                    )
+            continue
         if mode == "fake" and (hard or (limited and converged)) and passes < options.max_passes:
             rank, (message, site, _) = min((hard or limited).items())
             where = f" at {site}" if site else ""
@@ -574,13 +595,50 @@ def _dry_run(
             notes.remove(fallback_note)  # the program's own exception, not a fake-tensor limit
     if mode == "fake":
         for run in runs.values():
-            if run.fake_limit and run.fake_limit[2] and not run.stopped:
+            if run.fake_limit and run.fake_limit[2] and not run.stopped and not run.behind:
                 run.stopped = f"fake tensors cannot run it ({run.fake_limit[0]})"
     unsettled = [] if converged else sorted(todo)
     steering = _explore(options, runs, table, scratch) if symbolic else []
     return DryRunResult(
         runs, passes, mode, notes, converged, time.monotonic() - start, unsettled, steering
     )
+
+
+# findings that hold whatever a rank does after its recorded actions: a wait-for cycle, calls
+# that never match, a group named differently; not a peer left waiting at a rank's end
+_HANGS_ANYWAY = frozenset({"CL201", "CL203", "CL204", "CL205", "CL208", "CL212"})
+
+
+def _behind_hang(
+    options: DryRunOptions, runs: dict[int, RankRun], limited: dict[int, Any]
+) -> dict[int, tuple[str, str]] | None:
+    """For each rank fake tensors stopped, the hang it took part in before its stop — a
+    finding of `_HANGS_ANYWAY` naming one of its recorded actions, found on every rank's
+    trace with the stopped ranks' ends left out — or None when some stopped rank has none
+    (or only some ranks were recorded). A real run never gets past such a hang, so what
+    fake tensors could not compute after it does not matter."""
+    if sorted(runs) != list(range(options.world_size)) or set(options.ranks) != set(runs):
+        return None
+    from dataclasses import replace
+
+    from commlint.graph.check import check_trace
+
+    cut = {r: replace(run, end=None) if r in limited else run for r, run in runs.items()}
+    draft = DryRunResult(cut, 0, "fake", [], True, 0.0)
+    try:
+        trace = draft.trace(options)
+        findings = check_trace(trace, options.model, options.program).findings
+    except Exception:  # noqa: BLE001 - a trace the checker cannot take: fall back as before
+        return None
+    out: dict[int, tuple[str, str]] = {}
+    for f in findings:
+        if f.code not in _HANGS_ANYWAY or f.severity != "error":
+            continue
+        involved = {a.rank for a in f.actions} | {e.rank for e in f.cycle or ()}
+        site = next((a.site for a in f.actions if a.site), None) or "?"
+        for r in involved & set(limited):
+            out.setdefault(r, (f"{f.code} {f.name}".strip(), site))
+    return out if set(out) == set(limited) else None
 
 
 _STEERS = "UnreadValueSteers"  # the fake-tensor limit of a comparison of an unread number

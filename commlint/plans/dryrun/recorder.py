@@ -320,8 +320,8 @@ def _small_real_only(args: tuple, kwargs: dict, func: Any = None) -> bool:
     return seen
 
 
-# integer draws only (indices, expert choices): a small `randn` may be a parameter, which
-# stays fake like every factory's output
+# integer draws (indices, expert choices) come out real; float draws stay fake tensors that
+# know their value (`_RANDOM_DRAWS`): a small `randn` may be a parameter, which must stay fake
 _RANDOM_FACTORIES = frozenset({"randint", "randperm"})
 
 
@@ -338,6 +338,26 @@ _RANDOM_FILLS = frozenset(
         ("exponential_", "default"),
     )
 )
+
+
+# float draws from numbers alone (`torch.rand(1, generator=g)`, a data probe, a dropout
+# coin): drawn for real when small, and kept by the fake tensor as its value (`_small_draw`)
+_RANDOM_DRAWS = frozenset({"rand", "randn", "normal"})
+
+
+def _small_draw(func: Any, args: tuple, kwargs: dict, out: Any) -> bool:
+    """A float random draw of at most `SMALL_REAL` elements on the CPU, made of numbers only
+    (no tensor argument, a CPU generator if any), whose fake result `out` has no value yet."""
+    if func.__name__.split(".", 1)[0] not in _RANDOM_DRAWS:
+        return False
+    if not isinstance(out, _FakeTensor) or out.device.type != "cpu" or out.constant is not None:
+        return False
+    if out.numel() > SMALL_REAL or any(
+        isinstance(a, torch.Tensor) for a in (*args, *kwargs.values())
+    ):
+        return False
+    generator = kwargs.get("generator")
+    return generator is None or generator.device.type == "cpu"
 
 
 def _small_fake_cpu(args: tuple, kwargs: dict) -> bool:
@@ -1232,6 +1252,16 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
                 func(real, *args[1:], **kwargs)
             out = self.dispatch(func, types, args, kwargs)
             args[0].constant = real
+            return out
+        if func.namespace == "aten" and func.__name__.split(".", 1)[0] in _RANDOM_DRAWS:
+            out = self.dispatch(func, types, args, kwargs)
+            if _small_draw(func, args, kwargs, out):
+                # the value is drawn as a real run draws it (same generator, same state): a
+                # rank's data probe `if float(torch.rand(1, generator=g)) > p` is decided as
+                # it is on the GPUs, with no real compute; a parameter drawn this way stays
+                # fake (its value is forgotten at its first update)
+                with unset_fake_temporarily():
+                    out.constant = func(*args, **kwargs)
             return out
         kept = _constants(args) if func.namespace == "c10d" else None
         self._depth += 1
