@@ -280,7 +280,7 @@ def test_a_float_tested_at_once_is_a_decision_over_the_budget(tmp_path: Path):
         "dist.init_process_group('gloo')\n"
         "gen = torch.Generator().manual_seed(500 + dist.get_rank())\n"
         "weight = torch.nn.Linear(8, 8).weight.data\n"
-        "if float(torch.rand(1, generator=gen)) > 0.5:\n"
+        "if float(weight.sum() * torch.rand(1, generator=gen)) > 0.5:\n"
         "    dist.all_reduce(weight)\n"
         "dist.barrier()\n"
     )
@@ -642,3 +642,114 @@ def test_assertions_on_uncomputed_values_are_taken_to_hold(tmp_path: Path):
         assert (
             f"the assertion at {program}:{line} on a value fake tensors did not compute" in assumes
         )
+
+
+def test_small_random_draws_are_drawn_for_real_and_decide_on_fake_tensors():
+    """`float(torch.rand(1, generator=g))`: the draw is drawn as a real run draws it, so a
+    per-rank probe decides per rank and a probe seeded alike decides alike — with the model on
+    fake tensors throughout (no real re-run)."""
+    bad = PROGRAMS / "bad_probe_draw.py"
+    result, trace = record(str(bad))
+    assert result.mode == "fake" and not result.notes and not trace.ends, result.notes
+    [finding] = [f for f in check_trace(trace, None).findings if f.severity == "error"]
+    assert finding.code == "CL203"
+    assert {(a.rank, a.site) for a in finding.actions} == {
+        (0, f"{os.path.relpath(bad)}:{line_of(bad, 'dist.barrier()')}"),
+        (1, f"{os.path.relpath(bad)}:{line_of(bad, 'dist.all_reduce(')}"),
+    }
+    ok = PROGRAMS / "ok_probe_draw.py"
+    result, trace = record(str(ok))
+    assert result.mode == "fake" and not result.notes and not trace.ends, result.notes
+    assert check_trace(trace, None).findings == []
+    # the draws were the generator's own: 3 steps, the same branch on both ranks
+    assert len(trace.ranks[0]) == len(trace.ranks[1]) >= 3
+
+
+@pytest.mark.parametrize("budget", [None, "0"])
+def test_a_value_fake_tensors_cannot_give_after_a_proven_hang_needs_no_real_run(
+    tmp_path: Path, budget: str | None
+):
+    """Rank 1 would read a header that never arrives (the payload came first): a real run
+    fails at the mismatched receive before the read, so the dry-run reports the mismatch,
+    says where fake tensors stopped and why it does not matter — no real re-run, whatever
+    the budget, and no "did not reach the end" error."""
+    program = PROGRAMS / "bad_header_after_payload.py"
+    extra = ["--real-budget", budget] if budget else []
+    out = cli("--nproc-per-node", "2", *extra, str(program))
+    assert out.returncode == 1, out.stderr
+    assert errors(out) == []
+    rel = os.path.relpath(program)
+    assert f"{rel}:{line_of(program, 'dist.send(act')}: CL204" in out.stdout
+    assert "recorded again with small real CPU tensors" not in out.stderr
+    stop = line_of(program, "int(header[0])")
+    assert (
+        f"rank 1 stopped under fake tensors at {rel}:{stop} (DataDependentOutputException"
+        in out.stderr
+    )
+    assert "CL204 argument-mismatch" in out.stderr and "a real run never gets there" in out.stderr
+
+
+def test_a_stop_that_no_hang_precedes_is_not_excused(tmp_path: Path):
+    """The other side: the header is computed by the model (fake, no value) and arrives in
+    order, so nothing is wrong before rank 1 reads it: with no budget for real tensors the
+    rank is reported as not seen to its end (exit 2), never excused."""
+    program = tmp_path / "computed_header.py"
+    program.write_text(
+        "import torch\n"
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "if dist.get_rank() == 0:\n"
+        "    act = torch.nn.Linear(8, 8)(torch.randn(4, 8))\n"
+        "    dist.send(act[0, :2].abs().ceil() + 4, dst=1)\n"
+        "else:\n"
+        "    header = torch.zeros(2)\n"
+        "    dist.recv(header, src=0)\n"
+        "    for _ in range(int(header[0])):\n"
+        "        dist.barrier()\n"
+    )
+    out = cli("--nproc-per-node", "2", "--real-budget", "0", str(program))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "never gets there" not in out.stderr
+    assert any(f"{program}:10: rank 1 did not reach the end" in e for e in errors(out)), out.stderr
+
+
+def test_data_dependent_sizes_stay_symbolic_until_they_steer_or_are_sent(tmp_path: Path):
+    """nonzero / unique / bincount / boolean masks get torch's unbacked sizes: a loss over
+    the kept tokens costs no real compute. Only a test of such a size, or a tensor of such a
+    size given to a communication, stops fake tensors — said at that line."""
+    ok = PROGRAMS / "ok_masked_loss.py"
+    result, trace = record(str(ok))
+    assert result.mode == "fake" and not result.notes and not trace.ends, result.notes
+    assert check_trace(trace, None).findings == []
+    assert len([a for a in trace.ranks[0] if a.label == "DDP gradient bucket"]) >= 3
+
+    program = tmp_path / "sent.py"
+    program.write_text(
+        "import torch\n"
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "h = torch.nn.Linear(64, 64)(torch.randn(32, 64))\n"
+        "keep = (h[:, 0] > 0).nonzero().squeeze(1)\n"
+        "dist.all_reduce(h[keep])\n"
+        "if keep.numel() > 8:\n"
+        "    dist.barrier()\n"
+    )
+    out = cli("--nproc-per-node", "2", "--real-budget", "0", str(program))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert any(
+        f"{program}:6: rank 0 did not reach the end" in e
+        and "DataDependentSize: the tensor given to all_reduce has a data-dependent size" in e
+        for e in errors(out)
+    ), out.stderr
+    program.write_text(program.read_text().replace("dist.all_reduce(h[keep])\n", ""))
+    out = cli("--nproc-per-node", "2", "--real-budget", "0", str(program))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert any(
+        f"{program}:6: rank 1 did not reach the end" in e
+        and "a data-dependent size (nonzero, unique, bincount, a boolean mask) decides" in e
+        for e in errors(out)
+    ), out.stderr
+    # under the real re-run budget (the default), real tensors give the sizes
+    out = cli("--nproc-per-node", "2", str(program))
+    assert out.returncode in (0, 1) and errors(out) == [], out.stderr
+    assert "recorded again with small real CPU tensors" in out.stderr

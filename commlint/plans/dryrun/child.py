@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dis
 import faulthandler
 import io
 import os
@@ -27,6 +28,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from torch.overrides import TorchFunctionMode
 
 from commlint.plans.dryrun import recorder as rec_mod
@@ -36,6 +38,7 @@ from commlint.plans.dryrun.recorder import (
     RecordingFakeTensorMode,
     StopRank,
     is_user_file,
+    know,
     make_backend,
     short_path,
     user_site,
@@ -49,6 +52,10 @@ FAKE_LIMITS = (
     "DynamicOutputShapeException",
     "UnsupportedOperatorException",
     "UnsupportedFakeTensorException",
+    # a data-dependent size (an unbacked symbol) tested, or given where a number is needed
+    "GuardOnDataDependentSymNode",
+    "PendingUnbackedSymbolNotFound",
+    "DataDependentSize",
 )
 
 
@@ -58,7 +65,28 @@ def _own(exc: BaseException) -> bool:
     does not have). A real run raises it too: no need to see whether real tensors do."""
     if isinstance(exc, (ImportError, NameError, SyntaxError)):
         return True
-    return isinstance(exc, AttributeError) and str(exc).startswith("module '")
+    if isinstance(exc, AttributeError) and str(exc).startswith("module '"):
+        return True
+    return _raised_by_the_program(exc)
+
+
+_RAISE = dis.opmap["RAISE_VARARGS"]
+
+
+def _raised_by_the_program(exc: BaseException) -> bool:
+    """A `raise` (or `assert`) statement of the user's own file, not while handling another
+    exception: its condition was computed from values the dry-run has (a fake tensor's value
+    is never tested silently: a test stops the rank, `unread.py`), so real tensors would
+    raise it too. Not an error raised by an operation (`1 / n` of a placeholder count)."""
+    if exc.__cause__ is not None or exc.__context__ is not None:
+        return False
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None or not is_user_file(tb.tb_frame.f_code.co_filename):
+        return False
+    code = tb.tb_frame.f_code.co_code
+    return 0 <= tb.tb_lasti < len(code) and code[tb.tb_lasti] == _RAISE
 
 
 @dataclass
@@ -556,7 +584,7 @@ def _deep_copies_keep_constants() -> None:
         finally:
             self.constant = constant
         with unset_fake_temporarily():
-            new.constant = constant.clone()
+            know(new, constant.clone())
         return new
 
     torch.Tensor.__deepcopy__ = __deepcopy__
@@ -939,9 +967,10 @@ def live_fake_bytes() -> int:
                 key = storage._cdata
             except Exception:  # a tensor whose storage cannot be asked for (sparse, nested)
                 continue
-            if key not in seen:
+            nbytes = storage.nbytes()
+            if key not in seen and type(nbytes) is int:  # a data-dependent size: not counted
                 seen.add(key)
-                total += storage.nbytes()
+                total += nbytes
     return total
 
 
@@ -949,6 +978,13 @@ def _one_line(exc: BaseException) -> str:
     """The exception's first line; DDP's unused-parameter error (whose first line stops
     mid-sentence) summed up."""
     text = str(exc).strip()
+    if type(exc).__name__ == "GuardOnDataDependentSymNode":
+        test = re.search(r"data-dependent expression (.+?) \(unhinted", text)
+        return (
+            f"{type(exc).__name__}: a data-dependent size (nonzero, unique, bincount, a "
+            "boolean mask) decides what the program does here"
+            + (f" ({test.group(1)})" if test else "")
+        )
     if text.startswith(_DDP_UNFINISHED):
         return f"{type(exc).__name__}: {_ddp_unfinished(text)}"
     lines = text.splitlines()
@@ -1081,7 +1117,18 @@ def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
     stack = contextlib.ExitStack()
     try:
         if spec.mode == "fake":
-            stack.enter_context(RecordingFakeTensorMode(recorder, allow_non_fake_inputs=True))
+            # a ShapeEnv gives data-dependent sizes (nonzero, unique, bincount, boolean masks)
+            # a symbol instead of stopping: only a test of one stops the rank (`FAKE_LIMITS`);
+            # every size the program gives stays a number (static_shapes)
+            stack.enter_context(
+                RecordingFakeTensorMode(
+                    recorder,
+                    allow_non_fake_inputs=True,
+                    # `.item()` still raises (the unread values of `unread.py` answer it)
+                    shape_env=ShapeEnv(allow_scalar_outputs=False),
+                    static_shapes=True,
+                )
+            )
         stack.enter_context(CudaOnCpu())
         with stack:
             runpy.run_path(spec.program, run_name="__main__")

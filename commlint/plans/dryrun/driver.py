@@ -507,7 +507,9 @@ def _dry_run(
         # an exception under them may be theirs rather than the program's: record every rank
         # again with real CPU tensors — at once for a known limit, after settling otherwise.
         limited = {r: run.fake_limit for r, run in runs.items() if run.fake_limit}
-        hard = {r: lim for r, lim in limited.items() if lim[2]}
+        # a known limit sends every rank to real tensors at once — unless the rank would
+        # receive something else next pass (a value a peer had not sent yet may answer it)
+        hard = {r: lim for r, lim in limited.items() if lim[2] and r not in todo}
         behind = _behind_hang(options, runs, limited) if mode == "fake" and limited else None
         if behind is not None:
             # Every rank fake tensors stopped had already hung (or failed) at a communication
@@ -607,15 +609,17 @@ def _dry_run(
 # findings that hold whatever a rank does after its recorded actions: a wait-for cycle, calls
 # that never match, a group named differently; not a peer left waiting at a rank's end
 _HANGS_ANYWAY = frozenset({"CL201", "CL203", "CL204", "CL205", "CL208", "CL212"})
+_STRANDED = frozenset({"CL202", "CL210"})  # waiting at a rank's end: the waiters are stuck
 
 
 def _behind_hang(
     options: DryRunOptions, runs: dict[int, RankRun], limited: dict[int, Any]
 ) -> dict[int, tuple[str, str]] | None:
     """For each rank fake tensors stopped, the hang it took part in before its stop — a
-    finding of `_HANGS_ANYWAY` naming one of its recorded actions, found on every rank's
-    trace with the stopped ranks' ends left out — or None when some stopped rank has none
-    (or only some ranks were recorded). A real run never gets past such a hang, so what
+    finding of `_HANGS_ANYWAY` naming one of its recorded actions, or of `_STRANDED` where
+    it waits for a rank seen to its end, found on every rank's trace with the stopped ranks'
+    ends left out — or None when some stopped rank has none (or only some ranks were
+    recorded). A real run never gets past such a hang, so what
     fake tensors could not compute after it does not matter."""
     if sorted(runs) != list(range(options.world_size)) or set(options.ranks) != set(runs):
         return None
@@ -628,11 +632,18 @@ def _behind_hang(
     try:
         trace = draft.trace(options)
         findings = check_trace(trace, options.model, options.program).findings
-    except Exception:  # noqa: BLE001 - a trace the checker cannot take: fall back as before
+    except Exception:  # a trace the checker cannot take: fall back as before
         return None
     out: dict[int, tuple[str, str]] = {}
     for f in findings:
-        if f.code not in _HANGS_ANYWAY or f.severity != "error":
+        if f.severity != "error":
+            continue
+        if f.code in _STRANDED:
+            # a rank left waiting for a peer that raised, exited or finished: holds when that
+            # peer was seen to its end (not one of the ranks stopped here)
+            if {loc.rank for loc in f.related} & set(limited):
+                continue
+        elif f.code not in _HANGS_ANYWAY:
             continue
         involved = {a.rank for a in f.actions} | {e.rank for e in f.cycle or ()}
         site = next((a.site for a in f.actions if a.site), None) or "?"
@@ -736,6 +747,9 @@ def warm_up(mode: str = "fake") -> None:
         "torch.distributed.pipelining",
         "torch.distributed._functional_collectives",
         "torch.optim",
+        # imported by the first data-dependent size; under the CUDA stand-ins (a
+        # `torch.version.cuda`) its import warns that triton is missing, into the program's output
+        "torch.utils.flop_counter",
     ):
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
@@ -756,8 +770,11 @@ def _warm_fake_tensors() -> None:
     import torch.nn.functional as F
     from torch import nn
     from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-    with FakeTensorMode(allow_non_fake_inputs=True):
+    shape_env = ShapeEnv(allow_scalar_outputs=False)
+    with FakeTensorMode(allow_non_fake_inputs=True, shape_env=shape_env, static_shapes=True):
+        (torch.randn(8) > 0).nonzero().sum()  # a data-dependent size: sympy's first use
         emb = nn.Embedding(16, 8)
         layer = nn.Sequential(nn.LayerNorm(8), nn.Linear(8, 8), nn.GELU(), nn.Dropout(0.1))
         idx = torch.randint(0, 16, (2, 4))

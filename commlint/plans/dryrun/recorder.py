@@ -260,7 +260,7 @@ def _propagate_uniform(args: tuple, out: Any) -> None:
     if not isinstance(out, _FakeTensor):
         return
     marked = is_uniform(out)  # an in-place op's result is its input, marked before
-    if not marked and out.numel() > SMALL_REAL:
+    if not marked and not small(out):
         return
     found = False
     for a in args:
@@ -300,6 +300,38 @@ def _is_view(func: Any) -> bool:
             r.alias_info is not None for r in schema.returns
         )
     return found
+
+
+class DataDependentSize(Exception):
+    """A communicated tensor's size depends on values fake tensors did not compute."""
+
+
+def sized(t: torch.Tensor) -> bool:
+    """Every dimension a plain number: not a data-dependent size (`nonzero`, `unique`,
+    `bincount`, a boolean mask's selection: an unbacked symbol of the fake mode's ShapeEnv),
+    which any comparison would raise on."""
+    return all(type(d) is int for d in t.shape)
+
+
+def small(t: torch.Tensor, limit: int = 0) -> bool:
+    """At most `limit` (default `SMALL_REAL`) elements, known to be."""
+    return sized(t) and t.numel() <= (limit or SMALL_REAL)
+
+
+def _row(t: torch.Tensor) -> int | None:
+    """Elements per row (dimension 0) of an all_to_all buffer, when known."""
+    n = 1
+    for d in t.shape[1:]:
+        if type(d) is not int:
+            return None
+        n *= d
+    return n
+
+
+def _even_rows(t: torch.Tensor, parts: int) -> list[Any]:
+    """Rows per member of an even all_to_all split (a symbol for a data-dependent size)."""
+    rows = t.shape[0] if t.dim() else 1
+    return [rows // parts if type(rows) is int else rows] * parts
 
 
 def _small_real_only(args: tuple, kwargs: dict, func: Any = None) -> bool:
@@ -343,18 +375,23 @@ _RANDOM_FILLS = frozenset(
 # float draws from numbers alone (`torch.rand(1, generator=g)`, a data probe, a dropout
 # coin): drawn for real when small, and kept by the fake tensor as its value (`_small_draw`)
 _RANDOM_DRAWS = frozenset({"rand", "randn", "normal"})
+# numbers made from numbers (`done = torch.zeros(1)`, then `done += 1`, then all-reduced and
+# tested): small ones know their value, as a real run's do
+_FILLED = frozenset({"zeros", "ones", "full", "arange", "scalar_tensor", "eye", "linspace"})
+
+
+_KNOWN_FACTORIES = _RANDOM_DRAWS | _FILLED
 
 
 def _small_draw(func: Any, args: tuple, kwargs: dict, out: Any) -> bool:
-    """A float random draw of at most `SMALL_REAL` elements on the CPU, made of numbers only
+    """A float random draw (or a filled tensor, `_FILLED`) of at most `SMALL_REAL`
+    elements on the CPU, made of numbers only
     (no tensor argument, a CPU generator if any), whose fake result `out` has no value yet."""
-    if func.__name__.split(".", 1)[0] not in _RANDOM_DRAWS:
+    if func.__name__.split(".", 1)[0] not in _KNOWN_FACTORIES:
         return False
     if not isinstance(out, _FakeTensor) or out.device.type != "cpu" or out.constant is not None:
         return False
-    if out.numel() > SMALL_REAL or any(
-        isinstance(a, torch.Tensor) for a in (*args, *kwargs.values())
-    ):
+    if not small(out) or any(isinstance(a, torch.Tensor) for a in (*args, *kwargs.values())):
         return False
     generator = kwargs.get("generator")
     return generator is None or generator.device.type == "cpu"
@@ -366,7 +403,7 @@ def _small_fake_cpu(args: tuple, kwargs: dict) -> bool:
     target = args[0] if args else None
     if not isinstance(target, _FakeTensor) or target.device.type != "cpu":
         return False
-    if target.numel() > SMALL_REAL or target.constant is not None:
+    if not small(target) or target.constant is not None:
         return False
     if any(isinstance(a, torch.Tensor) for a in (*args[1:], *kwargs.values())):
         return False
@@ -440,12 +477,45 @@ def from_value(v: Value) -> torch.Tensor:
         return raw.view(dtype).reshape(v.shape)
 
 
+def know(t: Any, value: torch.Tensor) -> None:
+    """Give fake tensor `t` a value (`t.constant`), registered with its fake mode like the
+    constants it makes itself: an in-place write from a tensor without a value (`x.add_(y)`
+    of a fake `y`, through any view of `x`) then forgets it instead of leaving a stale one."""
+    t.constant = value
+    t.fake_mode.fake_tensor_converter.add_constant_storage_mapping(t)
+
+
+def _copy_parts(dst: torch.Tensor, parts: list[Any], views: Any) -> None:
+    """Deliver one part per member into `dst` (all_gather, all_to_all): a real buffer part
+    by part (its views share its memory), a fake one whole — only when every part is known
+    (a value set on a fake view would not be the buffer's)."""
+    if isinstance(dst, _FakeTensor):
+        if all(p is not None for p in parts) and _receivable(dst):
+            with unset_fake_temporarily():
+                parts = [from_value(p) if isinstance(p, Value) else p for p in parts]
+                whole = torch.cat([p.reshape(-1) for p in parts])
+            _copy(dst, whole)
+        return
+    for p, view in zip(parts, views, strict=False):
+        if p is not None:
+            _copy(view, from_value(p) if isinstance(p, Value) else p)
+
+
+def forget(t: Any) -> None:
+    """A fake tensor's value is overwritten by communication: it is known again only if
+    what arrives is (`_copy`), never kept from before (`done = torch.zeros(1)`, then an
+    all_reduce a peer contributed an uncomputed value to)."""
+    if isinstance(t, _FakeTensor) and t.constant is not None:
+        t.fake_mode.fake_tensor_converter.invalidate_constant_aliases(t.constant)
+        t.constant = None
+
+
 def _receivable(t: Any) -> bool:
     """A buffer a received value can be delivered into: a real tensor, or a small fake CPU
     tensor (a pipeline's shape header, `torch.zeros(2)` then `recv`), which then knows it."""
     if _is_real(t):
         return True
-    return isinstance(t, _FakeTensor) and t.device.type == "cpu" and t.numel() <= SMALL_REAL
+    return isinstance(t, _FakeTensor) and t.device.type == "cpu" and small(t)
 
 
 def _copy(dst: torch.Tensor, src: torch.Tensor | None) -> None:
@@ -455,7 +525,7 @@ def _copy(dst: torch.Tensor, src: torch.Tensor | None) -> None:
     if not _is_real(dst):  # a small fake buffer: the value becomes what it knows
         if src.numel() == dst.numel():
             with torch.no_grad(), unset_fake_temporarily():
-                dst.constant = src.reshape(tuple(dst.shape)).to(dst.dtype).clone()
+                know(dst, src.reshape(tuple(dst.shape)).to(dst.dtype).clone())
         return
     dst = _data(dst)
     if src.numel() == dst.numel():
@@ -665,6 +735,13 @@ class Recorder(_Shared):
     ) -> str | None:
         """Emit the action (`frames`: the caller's stack); return its handle when the caller
         gets an async work."""
+        unsized = next((t for t in tensors if not sized(t)), None)
+        if unsized is not None:
+            raise DataDependentSize(
+                f"the tensor given to {op} has a data-dependent size "
+                f"{tuple(unsized.shape)} (nonzero, unique, a boolean mask): fake tensors do not "
+                "know how many elements each rank sends"
+            )
         api, local = _c10d_api(frames)
         action: dict[str, Any] = {"op": op, "group": group}
         handle = None
@@ -701,12 +778,14 @@ class Recorder(_Shared):
         if reduce_op:
             action["reduce_op"] = reduce_op
         if len(tensors) > 1:  # coalesced: one op over several tensors
-            action["bytes"] = sum(t.numel() * t.element_size() for t in tensors)
+            if all(sized(t) for t in tensors):
+                action["bytes"] = sum(t.numel() * t.element_size() for t in tensors)
             action["dtype"] = str(tensors[0].dtype).removeprefix("torch.")
             action["label"] = f"coalesced, {len(tensors)} tensors"
         elif tensors:
             t = tensors[0]
-            action["shape"] = list(t.shape)
+            if sized(t):  # a data-dependent size is not known: the checker takes any size
+                action["shape"] = list(t.shape)
             action["dtype"] = str(t.dtype).removeprefix("torch.")
         if extra:
             action.update(extra)
@@ -808,9 +887,21 @@ class RecordingProcessGroup(_Shared, dist.ProcessGroup):
             self._rec.contribute(model_key, contribution)
             return work, self._rec.receive(model_key, self._ranks)
         self._rec.contribute(key, contribution)
+        for t in result:
+            forget(t)  # a fake buffer knows only what this call delivers into it
         wants = any(_receivable(t) for t in result)
         got = self._rec.receive(key, self._ranks) if wants else None
         return work, got
+
+    def _part(self, got: dict[int, Any] | None, member: int, own: Any, buffer: Any) -> Any:
+        """What `member` contributed; a missing one (not known yet) is the rank's own for a
+        real buffer (until the next pass brings it), None — unknown — for a fake one."""
+        if member == self._me:
+            return own
+        v = self._from(got, member, None)
+        if v is None and not isinstance(buffer, _FakeTensor):
+            return own
+        return v
 
     def _from(self, got: dict[int, Any] | None, member: int, default: Any) -> Any:
         if got is None:
@@ -844,16 +935,22 @@ class RecordingProcessGroup(_Shared, dist.ProcessGroup):
                     continue
                 parts = []
                 local = from_value(vals[i])
+                fake = isinstance(t, _FakeTensor)
                 for m in range(len(self._ranks)):
-                    v = vals if m == self._me else self._from(got, m, vals)
-                    part = from_value(v[i] if v[i] is not None else vals[i])
+                    v = vals if m == self._me else self._from(got, m, None)
+                    if v is None or v[i] is None:
+                        if fake:  # a peer's value is not known: neither is the sum
+                            break
+                        v = vals  # real tensors: the rank's own until the peer's is known
+                    part = from_value(v[i])
                     # A peer's buffer of another shape is the program's bug (the checker
                     # reports CL204 from the recorded shapes), not a reason for the recorder
                     # to raise: reduce what lines up, keep the local value otherwise.
                     if isinstance(part, torch.Tensor) and isinstance(local, torch.Tensor):
                         part = part.reshape(local.shape) if part.numel() == local.numel() else local
                     parts.append(part)
-                _copy(t, _reduce(parts, red, self._factor(opts)))
+                if len(parts) == len(self._ranks):
+                    _copy(t, _reduce(parts, red, self._factor(opts)))
         self._rec.filled_alike(len(self._ranks), tensors)
         return work
 
@@ -880,7 +977,9 @@ class RecordingProcessGroup(_Shared, dist.ProcessGroup):
         work, got = self._coll("all_gather", inputs, own, outputs[0])
         if got is not None and own is not None:
             for m, out in enumerate(outputs[0]):
-                _copy(out, from_value(own if m == self._me else self._from(got, m, own)))
+                v = self._part(got, m, own, out)
+                if v is not None:
+                    _copy(out, from_value(v))
         self._rec.filled_alike(len(self._ranks), outputs[0])
         return work
 
@@ -890,8 +989,8 @@ class RecordingProcessGroup(_Shared, dist.ProcessGroup):
         own = to_value(input)
         work, got = self._coll("all_gather", [input], own, [output])
         if got is not None and own is not None:
-            for m, out in enumerate(output.chunk(len(self._ranks))):
-                _copy(out, from_value(own if m == self._me else self._from(got, m, own)))
+            parts = [self._part(got, m, own, output) for m in range(len(self._ranks))]
+            _copy_parts(output, parts, output.chunk(len(self._ranks)))
         self._rec.filled_alike(len(self._ranks), (output,))
         return work
 
@@ -916,7 +1015,9 @@ class RecordingProcessGroup(_Shared, dist.ProcessGroup):
         work, got = self._coll("gather", inputs, own, result, root=self._ranks[root])
         if got is not None and own is not None:
             for m, out in enumerate(result):
-                _copy(out, from_value(own if m == self._me else self._from(got, m, own)))
+                v = self._part(got, m, own, out)
+                if v is not None:
+                    _copy(out, from_value(v))
         return work
 
     def scatter(
@@ -945,11 +1046,10 @@ class RecordingProcessGroup(_Shared, dist.ProcessGroup):
             "reduce", tensors, own, result, root=self._ranks[root], reduce_op=red
         )
         if got is not None and own is not None:
-            parts = [
-                from_value(own if m == self._me else self._from(got, m, own))
-                for m in range(len(self._ranks))
-            ]
-            _copy(tensors[0], _reduce(parts, red, self._factor(opts)))
+            parts = [self._part(got, m, own, tensors[0]) for m in range(len(self._ranks))]
+            if all(v is not None for v in parts):
+                parts = [from_value(v) for v in parts]
+                _copy(tensors[0], _reduce(parts, red, self._factor(opts)))
         return work
 
     def _reduce_scatter_base(
@@ -960,11 +1060,10 @@ class RecordingProcessGroup(_Shared, dist.ProcessGroup):
         work, got = self._coll("reduce_scatter", [input], own, [output], reduce_op=red)
         if got is not None and own is not None:
             n = len(self._ranks)
-            parts = [
-                from_value(own if m == self._me else self._from(got, m, own)).chunk(n)[self._me]
-                for m in range(n)
-            ]
-            _copy(output, _reduce(parts, red, self._factor(opts)))
+            parts = [self._part(got, m, own, output) for m in range(n)]
+            if all(v is not None for v in parts):
+                parts = [from_value(v).chunk(n)[self._me] for v in parts]
+                _copy(output, _reduce(parts, red, self._factor(opts)))
         return work
 
     def reduce_scatter(
@@ -975,10 +1074,16 @@ class RecordingProcessGroup(_Shared, dist.ProcessGroup):
         work, got = self._coll("reduce_scatter", inputs[0][:1], own, outputs, reduce_op=red)
         if got is not None and own[self._me] is not None:
             parts = []
+            fake = isinstance(outputs[0], _FakeTensor)
             for m in range(len(self._ranks)):
-                v = own if m == self._me else self._from(got, m, own)
-                parts.append(from_value(v[self._me] or own[self._me]))
-            _copy(outputs[0], _reduce(parts, red, self._factor(opts)))
+                v = self._part(got, m, own, outputs[0])
+                if v is not None and v[self._me] is None and not fake:
+                    v = own
+                if v is None or v[self._me] is None:
+                    break
+                parts.append(from_value(v[self._me]))
+            if len(parts) == len(self._ranks):
+                _copy(outputs[0], _reduce(parts, red, self._factor(opts)))
         return work
 
     def reduce_scatter_tensor_coalesced(
@@ -995,28 +1100,40 @@ class RecordingProcessGroup(_Shared, dist.ProcessGroup):
         opts: Any = None,
     ) -> RecordedWork:
         n = len(self._ranks)
-        row = input[0].numel() if input.dim() and input.shape[0] else 1
-        in_rows = list(input_split_sizes) or [input.shape[0] // n] * n
-        out_rows = list(output_split_sizes) or [output.shape[0] // n] * n
-        extra = {"in_splits": [r * row for r in in_rows], "out_splits": [r * row for r in out_rows]}
+        extra: dict[str, Any] | None = None
+        in_rows = list(input_split_sizes) or _even_rows(input, n)
+        out_rows = list(output_split_sizes) or _even_rows(output, n)
+        row = _row(input)
+        if row is not None and all(type(r) is int for r in (*in_rows, *out_rows)):
+            extra = {
+                "in_splits": [r * row for r in in_rows],
+                "out_splits": [r * row for r in out_rows],
+            }
+        # else: a data-dependent size (tokens picked by `nonzero`): the splits are not known
         own = to_value(input)
-        work, got = self._coll("all_to_all", [input], (own, tuple(in_rows)), [output], extra=extra)
+        rows = tuple(in_rows) if extra else ()
+        work, got = self._coll("all_to_all", [input], (own, rows), [output], extra=extra)
         if got is not None and own is not None:
-            outs = output.split(out_rows)
+            pieces = []
             for m in range(n):
-                v, rows = (own, tuple(in_rows)) if m == self._me else self._from(got, m, (None, ()))
-                if v is not None and len(rows) == n:
-                    _copy(outs[m], from_value(v).split(list(rows))[self._me])
+                v, sent = (own, rows) if m == self._me else self._from(got, m, (None, ()))
+                known = v is not None and len(sent) == n
+                pieces.append(from_value(v).split(list(sent))[self._me] if known else None)
+            _copy_parts(output, pieces, output.split(out_rows))
         return work
 
     def alltoall(
         self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
     ) -> RecordedWork:
         own = tuple(to_value(t) for t in inputs)
-        extra = {
-            "in_splits": [t.numel() for t in inputs],
-            "out_splits": [t.numel() for t in outputs],
-        }
+        extra = (
+            {
+                "in_splits": [t.numel() for t in inputs],
+                "out_splits": [t.numel() for t in outputs],
+            }
+            if all(sized(t) for t in (*inputs, *outputs))
+            else None
+        )
         work, got = self._coll("all_to_all", inputs[:1], own, outputs, extra=extra)
         if got is not None:
             for m, out in enumerate(outputs):
@@ -1102,6 +1219,7 @@ class RecordingProcessGroup(_Shared, dist.ProcessGroup):
             "recv", self._name, tensors, peer=peer, tag=tag, extra=extra, frames=frames
         )
         key = self._channel(peer, self._rec.rank, tag)
+        forget(tensors[0])  # a fake buffer knows only what arrives in it
         if _receivable(tensors[0]):
             v = self._rec.receive(key, [peer]).get(peer)
             if v is not None:
@@ -1251,9 +1369,9 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
                 real = torch.empty(tuple(args[0].shape), dtype=args[0].dtype)
                 func(real, *args[1:], **kwargs)
             out = self.dispatch(func, types, args, kwargs)
-            args[0].constant = real
+            know(args[0], real)
             return out
-        if func.namespace == "aten" and func.__name__.split(".", 1)[0] in _RANDOM_DRAWS:
+        if func.namespace == "aten" and func.__name__.split(".", 1)[0] in _KNOWN_FACTORIES:
             out = self.dispatch(func, types, args, kwargs)
             if _small_draw(func, args, kwargs, out):
                 # the value is drawn as a real run draws it (same generator, same state): a
@@ -1261,9 +1379,14 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
                 # it is on the GPUs, with no real compute; a parameter drawn this way stays
                 # fake (its value is forgotten at its first update)
                 with unset_fake_temporarily():
-                    out.constant = func(*args, **kwargs)
+                    know(out, func(*args, **kwargs))
             return out
         kept = _constants(args) if func.namespace == "c10d" else None
+        # a functional collective of tensors that know their values would be run for real by
+        # FakeTensorMode (constant propagation): through the backend, recorded twice
+        hidden = _constants(args) if func.namespace in _FUNCTIONAL_NAMESPACES else []
+        for t, _ in hidden:
+            t.constant = None
         self._depth += 1
         try:
             # FakeTensorMode.__torch_dispatch__ is `dispatch` behind a dynamo guard and a call
@@ -1296,6 +1419,8 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
                 )
         finally:
             self._depth -= 1
+            for t, constant in hidden:
+                t.constant = constant
         if kept:
             # FakeTensorMode forgets the value of a tensor an op writes to; a collective's
             # tensors hold what the backend delivered into that value (`_copy`): keep it, so
@@ -1303,7 +1428,7 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
             # has_len_all_ranks) instead of forcing real tensors
             for t, constant in kept:
                 if t.constant is None:
-                    t.constant = constant
+                    know(t, constant)
         if func in _FINITE_TESTS and not self._depth:
             _mark_finite_test(func, args, out)
         if self.rec.uniform_made and not self._depth:
@@ -1335,10 +1460,11 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
             "group": group,
             "async": True,
             "handle": handle,
-            "shape": list(first.shape),
             "dtype": str(first.dtype).removeprefix("torch."),
             "label": f"functional {name}",
         }
+        if sized(first):
+            action["shape"] = list(first.shape)
         if op in ("all_reduce", "reduce_scatter"):
             red = next((a for a in args[1:] if isinstance(a, str)), "sum")
             action["reduce_op"] = red
