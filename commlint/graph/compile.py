@@ -73,6 +73,9 @@ class Graph:
     inst_need: list[int] = field(default_factory=list)
     inst_members: list[list[int]] = field(default_factory=list)
     inst_key: list[tuple] = field(default_factory=list)  # ("coll", group, seq) / ("p2p", …)
+    # per group: (seq, refs, acts) of collectives NCCL pairs silently though their ops
+    # differ (a barrier with a one-element all_reduce): where the ranks' calls first differ
+    barrier_paired: dict[str, list[tuple[int, list, list]]] = field(default_factory=dict)
     # per rank: steps `arg << 3 | kind`; arg is an op id, or an index into `waits`
     steps: dict[int, list[int]] = field(default_factory=dict)
     waits: list[tuple[int, ...]] = field(default_factory=list)
@@ -348,6 +351,8 @@ def _check_collective(
     _, group, seq = g.inst_key[inst]
     num = seq_name(seq, acts)
     sigs = {_coll_signature(a) for a in acts}
+    if len(sigs) > 1 and g.model == "nccl" and _nccl_barrier_pairs(acts):
+        g.barrier_paired.setdefault(group, []).append((seq, refs, acts))
     if len(sigs) > 1 and not (g.model == "nccl" and _nccl_barrier_pairs(acts)):
         g.mismatched.add(inst)
         g.inst_need[inst] = NEVER
@@ -355,11 +360,30 @@ def _check_collective(
             return  # the group already hangs at an earlier mismatch; this one is never reached
         g.hung_groups.add(group)
         parts = _group_by(refs, acts, lambda a: a.describe())
+        first = min(
+            (p for p in g.barrier_paired.get(group, ()) if p[0] < seq),
+            key=lambda p: p[0],
+            default=None,
+        )
+        before = ""
+        if first is not None:
+            # The calls differed earlier, where NCCL pairs a barrier with a one-element
+            # all_reduce without complaint: that is where the sequences part (a call added
+            # or skipped on some rank), and where the finding is located.
+            f_seq, f_refs, f_acts = first
+            before = (
+                f" The ranks' calls on this group first differ at collective "
+                f"{seq_name(f_seq, f_acts)}: "
+                f"{_group_by(f_refs, f_acts, lambda a: a.describe())} — NCCL pairs a barrier "
+                "with a one-element all_reduce silently, so the sequences drift apart there "
+                "and fail here."
+            )
+            refs = [*f_refs, *refs]
         g.problems.append(
             Problem(
                 "CL203",
                 f"collective {num} on group '{group}' does not match across ranks: {parts}. "
-                "The ranks never meet in one collective: all of them hang.",
+                f"The ranks never meet in one collective: all of them hang.{before}",
                 refs,
                 fix="Make every member of the group issue the same collective (same op and "
                 "root) at this point; look for a collective skipped or added under a rank "

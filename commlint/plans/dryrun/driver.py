@@ -31,6 +31,9 @@ from commlint.trace import Action, RankEnd, Trace
 GRACE_SECONDS = 3.0
 REAL_BUDGET = 1 << 30  # default --real-budget: 1 GiB of tensors per rank
 _STABLE_PASSES = 2  # reruns in a row with unchanged traces that count as settled
+# passes a stopped rank may wait for values still on their way before the run counts as
+# settled (values that keep changing otherwise settle after _STABLE_PASSES)
+_LIMIT_WAIT = 6
 _EXACT_PASSES = 16  # passes the exact phase (model data by value, after a rank raised) may add
 
 
@@ -210,16 +213,18 @@ def _run_pass(
             replies[rank].send(got)
 
     def settle_waits() -> None:
+        # A sender not started yet (-j below the world size) is started next, since a rank
+        # that waits uses no CPU (it does not count against -j): a pipeline's stages then
+        # exchange their values in one pass instead of one hop per pass.
         if not waiting:
             return
-        later = set(pending)  # not started yet (-j below the world size): cannot send now
         active = {rank for rank, _, _ in running.values()}
         for rank, (key, senders) in list(waiting.items()):
             now = sent_now.get(key, {})
-            if all(s in now or s not in this_pass or s in finished or s in later for s in senders):
+            if all(s in now or s not in this_pass or s in finished for s in senders):
                 answer(rank)
-        if waiting and active and active <= set(waiting):
-            for rank in list(waiting):  # every running rank waits: nobody will send now
+        if waiting and active and active <= set(waiting) and not pending:
+            for rank in list(waiting):  # every rank of the pass waits: nobody will send now
                 answer(rank)
 
     finished: set[int] = set()
@@ -248,7 +253,7 @@ def _run_pass(
 
     try:
         while pending or running:
-            while pending and len(running) < max(1, options.jobs):
+            while pending and len(running) - len(waiting) < max(1, options.jobs):
                 rank = pending.pop(0)
                 recv_end, send_end = ctx.Pipe(duplex=False)
                 reply_recv, replies[rank] = ctx.Pipe(duplex=False)
@@ -489,7 +494,16 @@ def _dry_run(
             # The exact phase is a second look at a run that had settled: past its share of
             # passes, the last pass stands (as when only values kept changing, below).
             todo, converged, exact_unsettled = [], True, True
-        if todo and stable >= _STABLE_PASSES and not table.exact_model:
+        if (
+            todo
+            and stable >= _STABLE_PASSES
+            and not table.exact_model
+            # a rank fake tensors stopped, that would receive something else: the value it
+            # stopped on may be on its way (a pipeline's vote, one hop per pass)
+            and (
+                stable >= _STABLE_PASSES + _LIMIT_WAIT or not any(runs[r].fake_limit for r in todo)
+            )
+        ):
             # Data that only flows (a mismatched program's activations feeding each other)
             # may never settle; what matters is the communication, and it stopped changing.
             settled_at = passes
@@ -507,9 +521,10 @@ def _dry_run(
         # an exception under them may be theirs rather than the program's: record every rank
         # again with real CPU tensors — at once for a known limit, after settling otherwise.
         limited = {r: run.fake_limit for r, run in runs.items() if run.fake_limit}
-        # a known limit sends every rank to real tensors at once — unless the rank would
-        # receive something else next pass (a value a peer had not sent yet may answer it)
-        hard = {r: lim for r, lim in limited.items() if lim[2] and r not in todo}
+        # a known limit sends every rank to real tensors at once — unless some rank will run
+        # again: what it sends next may be the value the stopped rank waits for (a pipeline's
+        # vote, one hop per pass while its stages run one after another under -j)
+        hard = {r: lim for r, lim in limited.items() if lim[2]} if not todo else {}
         behind = _behind_hang(options, runs, limited) if mode == "fake" and limited else None
         if behind is not None:
             # Every rank fake tensors stopped had already hung (or failed) at a communication

@@ -746,7 +746,12 @@ class Recorder(_Shared):
         action: dict[str, Any] = {"op": op, "group": group}
         handle = None
         self.from_cpp = api is None
-        if api is None:
+        if api is None and _cpp_origin(frames) == "functional collective":
+            # A functional collective of real tensors (a small count): its Work completes at
+            # once, so torch never registers it for `wait_tensor`, and the result is waited
+            # for before any use (AsyncCollectiveTensor): the blocking call it amounts to.
+            action["label"] = "functional collective"
+        elif api is None:
             # Issued from C++ (DDP's reducer, functional collectives): asynchronous, waited
             # through its Work or future.
             handle = self.next_handle()
@@ -1442,6 +1447,9 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
     def _record(self, func: Any, args: Any, out: Any) -> None:
         name = func.__name__.split(".")[0]
         if name == "wait_tensor":
+            constant = getattr(args[0], "constant", None)
+            if constant is not None and isinstance(out, _FakeTensor) and out is not args[0]:
+                know(out, constant)  # waiting gives what the collective delivered
             handle = self.rec.functional_handles.pop(id(args[0]), None)
             if handle and handle not in self.rec.functional_waited:
                 self.rec.functional_waited.add(handle)
@@ -1474,5 +1482,25 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
         outs = out if isinstance(out, (list, tuple)) else [out]
         for o in outs:
             self.rec.functional_handles[id(o)] = handle
+        if op == "all_reduce" and ranks and isinstance(out, _FakeTensor):
+            self._deliver_sum(group, ranks, first, out, action.get("reduce_op", "sum"))
         if op in _UNIFORM_OPS:
             self.rec.filled_alike(len(ranks), outs)
+
+    def _deliver_sum(self, group: str, ranks: list[int], tensor: Any, out: Any, red: str) -> None:
+        """A functional all_reduce delivers values as the backend's does (same key, same
+        contribution): a token count or a metric summed with `funcol.all_reduce` is known
+        on every rank when every member's is."""
+        key = ("c", group, self.rec.seq[group] - 1, "all_reduce")
+        own = to_value(tensor)
+        self.rec.contribute(key, (own,))
+        if own is None or not _receivable(out):
+            return
+        got = self.rec.receive(key, ranks)
+        parts = []
+        for m in ranks:
+            v = (own,) if m == self.rec.rank else got.get(m)
+            if v is None or v[0] is None:
+                return
+            parts.append(from_value(v[0]))
+        _copy(out, _reduce(parts, red))
