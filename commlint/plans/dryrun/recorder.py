@@ -387,7 +387,7 @@ def _small_draw(func: Any, args: tuple, kwargs: dict, out: Any) -> bool:
     """A float random draw (or a filled tensor, `_FILLED`) of at most `SMALL_REAL`
     elements on the CPU, made of numbers only
     (no tensor argument, a CPU generator if any), whose fake result `out` has no value yet."""
-    if func.__name__.split(".", 1)[0] not in _KNOWN_FACTORIES:
+    if func._opname not in _KNOWN_FACTORIES:
         return False
     if not isinstance(out, _FakeTensor) or out.device.type != "cpu" or out.constant is not None:
         return False
@@ -415,7 +415,7 @@ def _small_random(func: Any, args: tuple, kwargs: dict) -> bool:
     """A random integer draw (`torch.randint(0, world, (16,))`, `randperm(8)`) of at most
     `SMALL_REAL` elements on the CPU: drawn for real, like any small real tensor (a router's
     expert choice, then `bincount`, has a value as in a real run)."""
-    name = func.__name__.split(".", 1)[0]
+    name = func._opname
     if name not in _RANDOM_FACTORIES:
         return False
     if any(isinstance(a, torch.Tensor) for a in (*args, *kwargs.values())):
@@ -1376,7 +1376,7 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
             out = self.dispatch(func, types, args, kwargs)
             know(args[0], real)
             return out
-        if func.namespace == "aten" and func.__name__.split(".", 1)[0] in _KNOWN_FACTORIES:
+        if func.namespace == "aten" and func._opname in _KNOWN_FACTORIES:
             out = self.dispatch(func, types, args, kwargs)
             if _small_draw(func, args, kwargs, out):
                 # the value is drawn as a real run draws it (same generator, same state): a
