@@ -753,3 +753,25 @@ def test_data_dependent_sizes_stay_symbolic_until_they_steer_or_are_sent(tmp_pat
     out = cli("--nproc-per-node", "2", str(program))
     assert out.returncode in (0, 1) and errors(out) == [], out.stderr
     assert "recorded again with small real CPU tensors" in out.stderr
+
+
+def test_a_stop_after_a_call_that_completes_wrongly_is_not_excused(tmp_path: Path):
+    """A reduce-op mismatch (CL203) completes, with a meaningless result: the ranks go on, so
+    a stop after it is still a stop (exit 2), not excused as behind a hang."""
+    program = tmp_path / "mixed_ops.py"
+    program.write_text(
+        "import torch\n"
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "rank = dist.get_rank()\n"
+        "t = torch.ones(2)\n"
+        "dist.all_reduce(t, op=dist.ReduceOp.MAX if rank == 0 else dist.ReduceOp.SUM)\n"
+        "loss = torch.nn.Linear(8, 1)(torch.randn(4, 8)).sum()\n"
+        "for _ in range(int(loss)):\n"
+        "    dist.barrier()\n"
+    )
+    out = cli("--nproc-per-node", "2", "--real-budget", "0", str(program))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert f"{program}:6: CL203" in out.stdout
+    assert "never gets there" not in out.stderr
+    assert any(f"{program}:8: rank 0 did not reach the end" in e for e in errors(out)), out.stderr

@@ -646,9 +646,12 @@ def _behind_hang(
     draft = DryRunResult(cut, 0, "fake", [], True, 0.0)
     try:
         trace = draft.trace(options)
-        findings = check_trace(trace, options.model, options.program).findings
+        checked = check_trace(trace, options.model, options.program)
     except Exception:  # a trace the checker cannot take: fall back as before
         return None
+    findings = checked.findings
+    if any(outs[r].status == "finished" for outs in checked.outcomes.values() for r in limited):
+        return None  # some stopped rank gets past its recorded calls (a reduce-op mismatch)
     out: dict[int, tuple[str, str]] = {}
     for f in findings:
         if f.severity != "error":
