@@ -689,6 +689,19 @@ def test_a_value_fake_tensors_cannot_give_after_a_proven_hang_needs_no_real_run(
     assert "CL204 argument-mismatch" in out.stderr and "a real run never gets there" in out.stderr
 
 
+def stopped_without_budget(program: Path, line: int, rank: int, why: str = "") -> str:
+    """`commlint run --real-budget 0`: exit 2, with an error naming `rank` stopped at `line`
+    (and `why`), never excused as behind a hang. Returns the output."""
+    out = cli("--nproc-per-node", "2", "--real-budget", "0", str(program))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "never gets there" not in out.stderr
+    assert any(
+        f"{program}:{line}: rank {rank} did not reach the end" in e and why in e
+        for e in errors(out)
+    ), out.stderr
+    return out.stdout
+
+
 def test_a_stop_that_no_hang_precedes_is_not_excused(tmp_path: Path):
     """The other side: the header is computed by the model (fake, no value) and arrives in
     order, so nothing is wrong before rank 1 reads it: with no budget for real tensors the
@@ -707,10 +720,7 @@ def test_a_stop_that_no_hang_precedes_is_not_excused(tmp_path: Path):
         "    for _ in range(int(header[0])):\n"
         "        dist.barrier()\n"
     )
-    out = cli("--nproc-per-node", "2", "--real-budget", "0", str(program))
-    assert out.returncode == 2, out.stdout + out.stderr
-    assert "never gets there" not in out.stderr
-    assert any(f"{program}:10: rank 1 did not reach the end" in e for e in errors(out)), out.stderr
+    stopped_without_budget(program, 10, 1)
 
 
 def test_data_dependent_sizes_stay_symbolic_until_they_steer_or_are_sent(tmp_path: Path):
@@ -734,21 +744,11 @@ def test_data_dependent_sizes_stay_symbolic_until_they_steer_or_are_sent(tmp_pat
         "if keep.numel() > 8:\n"
         "    dist.barrier()\n"
     )
-    out = cli("--nproc-per-node", "2", "--real-budget", "0", str(program))
-    assert out.returncode == 2, out.stdout + out.stderr
-    assert any(
-        f"{program}:6: rank 0 did not reach the end" in e
-        and "DataDependentSize: the tensor given to all_reduce has a data-dependent size" in e
-        for e in errors(out)
-    ), out.stderr
+    sent = "DataDependentSize: the tensor given to all_reduce has a data-dependent size"
+    stopped_without_budget(program, 6, 0, sent)
     program.write_text(program.read_text().replace("dist.all_reduce(h[keep])\n", ""))
-    out = cli("--nproc-per-node", "2", "--real-budget", "0", str(program))
-    assert out.returncode == 2, out.stdout + out.stderr
-    assert any(
-        f"{program}:6: rank 1 did not reach the end" in e
-        and "a data-dependent size (nonzero, unique, bincount, a boolean mask) decides" in e
-        for e in errors(out)
-    ), out.stderr
+    tested = "a data-dependent size (nonzero, unique, bincount, a boolean mask) decides"
+    stopped_without_budget(program, 6, 1, tested)
     # under the real re-run budget (the default), real tensors give the sizes
     out = cli("--nproc-per-node", "2", str(program))
     assert out.returncode in (0, 1) and errors(out) == [], out.stderr
@@ -770,8 +770,4 @@ def test_a_stop_after_a_call_that_completes_wrongly_is_not_excused(tmp_path: Pat
         "for _ in range(int(loss)):\n"
         "    dist.barrier()\n"
     )
-    out = cli("--nproc-per-node", "2", "--real-budget", "0", str(program))
-    assert out.returncode == 2, out.stdout + out.stderr
-    assert f"{program}:6: CL203" in out.stdout
-    assert "never gets there" not in out.stderr
-    assert any(f"{program}:8: rank 0 did not reach the end" in e for e in errors(out)), out.stderr
+    assert f"{program}:6: CL203" in stopped_without_budget(program, 8, 0)
