@@ -540,15 +540,30 @@ def test_peers_values_are_delivered_live_within_one_pass():
     assert check_trace(trace, None).findings == []
 
 
-def test_values_that_did_not_settle_make_the_run_incomplete():
-    # Rank 0 broadcasts a plan the others follow; one rank at a time (-j 1), nothing is
-    # delivered live: it takes a second pass to deliver it.
+def test_a_waiting_rank_does_not_count_against_jobs():
+    """One rank at a time (-j 1): rank 1 waits for the plan rank 0 broadcasts. A waiting
+    rank uses no CPU, so rank 0 is started while it waits, and the plan arrives in the same
+    pass (it used to take a second one)."""
     from commlint.plans.dryrun.driver import DryRunOptions, dry_run
 
-    program = str(PROGRAMS / "ok_object_plan.py")
     options = DryRunOptions(
-        program=program, args=[], world_size=2, nproc_per_node=2, ranks=[0, 1],
-        timeout=20.0, jobs=1, max_passes=1,
+        program=str(PROGRAMS / "ok_object_plan.py"), args=[], world_size=2, nproc_per_node=2,
+        ranks=[0, 1], timeout=20.0, jobs=1, max_passes=1,
+    )  # fmt: skip
+    result = dry_run(options)
+    assert result.converged and result.passes == 1 and not result.incomplete()
+    assert check_trace(result.trace(options), None).findings == []
+
+
+def test_values_that_did_not_settle_make_the_run_incomplete():
+    # Both ranks receive first: each waits for the other, so neither gets a value in this
+    # pass; what they send after is only delivered by a second pass, which --max-passes 1
+    # does not allow.
+    from commlint.plans.dryrun.driver import DryRunOptions, dry_run
+
+    options = DryRunOptions(
+        program=str(PROGRAMS / "bad_recv_recv.py"), args=[], world_size=2, nproc_per_node=2,
+        ranks=[0, 1], timeout=20.0, jobs=2, max_passes=1,
     )  # fmt: skip
     result = dry_run(options)
     trace = result.trace(options)
