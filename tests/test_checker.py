@@ -199,3 +199,29 @@ ranks:
     out = check_trace(trace).outcomes["gloo"]
     assert (out[1].status, out[1].action) == ("failed", 0)  # gloo aborts the receiver
     assert (out[0].status, out[0].action) == ("blocked", 1)  # then rank 0 waits in the barrier
+
+
+def test_nccl_barrier_pairing_that_drifts_is_located_at_the_first_difference():
+    # rank 0's extra one-element all_reduce pairs with rank 1's barrier under NCCL; the
+    # sequences drift and fail two collectives later: located at the first difference
+    trace = loads_trace("""
+version: 1
+world_size: 2
+ranks:
+  0:
+    - {op: all_reduce, shape: [1], dtype: float32, site: "hook.py:19"}
+    - {op: barrier, site: "trainer.py:60"}
+    - {op: all_reduce, shape: [], dtype: int64, site: "trainer.py:12"}
+    - {op: all_gather, shape: [64], site: "trainer.py:30"}
+  1:
+    - {op: barrier, site: "trainer.py:60"}
+    - {op: all_reduce, shape: [], dtype: int64, site: "trainer.py:12"}
+    - {op: all_gather, shape: [64], site: "trainer.py:30"}
+    - {op: all_gather, shape: [64], site: "trainer.py:30"}
+""")
+    [f] = [f for f in check_trace(trace, "nccl").findings if f.code == "CL203"]
+    assert f.actions[0].site == "hook.py:19"
+    assert "first differ at collective #1: all_reduce(WORLD) on rank 0 @hook.py:19" in f.message
+    # gloo pairs nothing silently: the mismatch is the first pair itself
+    [g] = [f for f in check_trace(trace, "gloo").findings if f.code == "CL203"]
+    assert "first differ" not in g.message and g.actions[0].site == "hook.py:19"
