@@ -14,6 +14,7 @@ import json
 import random
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -81,19 +82,22 @@ def assets(tmp_path_factory) -> Path:
 
 
 def titan(script: Path, world: int, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`commlint run` of the entry point at `world` ranks, its trace saved in a fresh folder
+    of `cwd` (`saved_trace`)."""
     cmd = [
         sys.executable, "-m", "commlint", "run", "--nproc-per-node", str(world),
-        "--timeout", "240", "--save-trace", str(cwd / f"trace-{world}"),
+        "--timeout", "240", "--save-trace", str(cwd / f"trace-{uuid.uuid4().hex[:8]}"),
         str(script), *TINY, *args,
     ]  # fmt: skip
     return subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=cwd)
 
 
-def assert_clean(proc: subprocess.CompletedProcess, trace: Path) -> str:
+def assert_clean(proc: subprocess.CompletedProcess) -> str:
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "All checks passed" in proc.stdout
     assert "recorded again with small real CPU tensors" not in out  # no real compute
+    trace = Path(proc.args[proc.args.index("--save-trace") + 1])
     saved = (trace / "rank-00000.yaml").read_text()
     assert '"tensors": "fake"' in saved
     return saved
@@ -101,9 +105,21 @@ def assert_clean(proc: subprocess.CompletedProcess, trace: Path) -> str:
 
 def test_torchtitan_fsdp2_is_clean_on_fake_tensors(assets: Path):
     proc = titan(SHIM, 2, "--parallelism.data_parallel_shard_degree", "2", cwd=assets)
-    saved = assert_clean(proc, assets / "trace-2")
+    saved = assert_clean(proc)
     # FSDP2's parameter all-gathers and gradient reduce-scatters, two steps of them
     assert saved.count('"op": "all_gather"') >= 4 and saved.count('"op": "reduce_scatter"') >= 2
+
+
+def test_torchtitan_fsdp2_with_tensor_parallel_is_clean_on_fake_tensors(assets: Path):
+    proc = titan(
+        SHIM, 4,
+        "--parallelism.tensor_parallel_degree", "2",
+        "--parallelism.data_parallel_shard_degree", "2",
+        cwd=assets,
+    )  # fmt: skip
+    saved = assert_clean(proc)
+    # the TP pairs' collectives (attention and MLP outputs) on their own groups
+    assert '"group": "g0_1"' in saved and '"group": "g0_2"' in saved
 
 
 def test_torchtitan_pipeline_parallel_with_fsdp2_is_clean_on_fake_tensors(assets: Path):
@@ -116,7 +132,7 @@ def test_torchtitan_pipeline_parallel_with_fsdp2_is_clean_on_fake_tensors(assets
         "--parallelism.data_parallel_shard_degree", "2",
         cwd=assets,
     )  # fmt: skip
-    saved = assert_clean(proc, assets / "trace-4")
+    saved = assert_clean(proc)
     assert '"op": "send"' in saved and '"op": "recv"' in saved
 
 
