@@ -103,42 +103,33 @@ def assert_clean(proc: subprocess.CompletedProcess) -> str:
     return saved
 
 
-def test_torchtitan_fsdp2_is_clean_on_fake_tensors(assets: Path):
-    proc = titan(SHIM, 2, "--parallelism.data_parallel_shard_degree", "2", cwd=assets)
-    saved = assert_clean(proc)
-    # FSDP2's parameter all-gathers and gradient reduce-scatters, two steps of them
-    assert saved.count('"op": "all_gather"') >= 4 and saved.count('"op": "reduce_scatter"') >= 2
+FSDP2 = ("--parallelism.data_parallel_shard_degree", "2")
 
 
-def test_torchtitan_fsdp2_with_tensor_parallel_is_clean_on_fake_tensors(assets: Path):
-    proc = titan(
-        SHIM, 4,
-        "--parallelism.tensor_parallel_degree", "2",
-        "--parallelism.data_parallel_shard_degree", "2",
-        cwd=assets,
-    )  # fmt: skip
-    saved = assert_clean(proc)
-    # the TP pairs' collectives (attention and MLP outputs) on their own groups
-    assert '"group": "g0_1"' in saved and '"group": "g0_2"' in saved
-
-
-def test_torchtitan_pipeline_parallel_with_fsdp2_is_clean_on_fake_tensors(assets: Path):
-    """PP=2 (the debug config's Interleaved1F1B: two stages per rank) over FSDP2 at W=4. The
-    schedule's first step votes over the stages with sends and receives whose values decide
-    how stages learn their shapes: delivered within one pass."""
-    proc = titan(
-        SHIM, 4,
-        "--parallelism.pipeline_parallel_degree", "2",
-        "--parallelism.data_parallel_shard_degree", "2",
-        cwd=assets,
-    )  # fmt: skip
-    saved = assert_clean(proc)
-    assert '"op": "send"' in saved and '"op": "recv"' in saved
+@pytest.mark.parametrize(
+    ("world", "config", "recorded"),
+    [
+        # FSDP2's parameter all-gathers and gradient reduce-scatters
+        (2, FSDP2, ['"op": "all_gather"', '"op": "reduce_scatter"']),
+        # the TP pairs' collectives (attention and MLP outputs) on their own groups
+        (4, ("--parallelism.tensor_parallel_degree", "2", *FSDP2), ['"g0_1"', '"g0_2"']),
+        # PP=2, the debug config's Interleaved1F1B (two stages per rank): the schedule's
+        # first step votes over the stages with sends and receives whose values decide how
+        # stages learn their shapes, delivered within one pass
+        (4, ("--parallelism.pipeline_parallel_degree", "2", *FSDP2), ['"send"', '"recv"']),
+    ],
+    ids=["fsdp2", "fsdp2+tp", "pp+fsdp2"],
+)
+def test_torchtitan_is_clean_on_fake_tensors(
+    assets: Path, world: int, config: tuple[str, ...], recorded: list[str]
+):
+    saved = assert_clean(titan(SHIM, world, *config, cwd=assets))
+    assert all(text in saved for text in recorded), recorded
 
 
 def test_torchtitan_users_rank0_only_collective_is_caught_at_the_users_line(assets: Path):
     script = FIXTURES / "torchtitan_user_hook.py"
-    proc = titan(script, 2, "--parallelism.data_parallel_shard_degree", "2", cwd=assets)
+    proc = titan(script, 2, *FSDP2, cwd=assets)
     assert proc.returncode == 1, (proc.stdout + proc.stderr)[-3000:]
     line = next(
         i for i, text in enumerate(script.read_text().splitlines(), 1) if "# rank 0 only" in text
