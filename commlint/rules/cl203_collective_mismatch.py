@@ -12,7 +12,13 @@ they never meet: NCCL hangs without an error, gloo times out on every rank. A di
 reduce op (sum on one rank, max on another) completes with a meaningless result.
 
 Under the `nccl` model a barrier is a one-element all_reduce and pairs silently with one; the
-checker then reports nothing for that pair, as NCCL would not either.
+checker then reports nothing for that pair, as NCCL would not either. When the sequences,
+drifted apart there, fail later (a rank-0-only `all_reduce` of one element meets the other
+ranks' end-of-step barrier, and the hang shows two collectives further), the finding is
+located at that first pairing and says so: "The ranks' calls on this group first differ at
+collective #32: all_reduce(WORLD) on rank 0 @train.py:19; barrier(WORLD) on rank 1 — NCCL
+pairs a barrier with a one-element all_reduce silently, so the sequences drift apart there
+and fail here."
 """,
     severity="error",
     kind="trace",
