@@ -244,6 +244,11 @@ class CompactRow(NamedTuple):
     tag: int = 0
 
 
+# An action's `label` containing this marks a call torch's own code made (DDP, Join, FSDP),
+# not the program: the checker does not ask the user to wait on its handles (CL206).
+TORCH_ISSUED = "issued by torch"
+
+
 class RankEnd(BaseModel):
     """How a rank's trace ended, when it did not simply run to its end (dry-run, dumps)."""
 

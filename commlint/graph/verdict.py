@@ -15,7 +15,7 @@ from commlint.findings import CycleEdge, Finding, Location
 from commlint.graph.compile import BLOCK, SYNC, WAIT, Graph
 from commlint.graph.simulate import State
 from commlint.rules import all_rules
-from commlint.trace import SEND_OPS, Action, Trace
+from commlint.trace import SEND_OPS, TORCH_ISSUED, Action, Trace
 
 
 @dataclass
@@ -425,6 +425,10 @@ def _leftovers(ctx: _Ctx, st: State, outs: dict[int, RankOutcome]) -> list[Findi
                 unmatched.setdefault(g.op_inst[op], []).append(op)
             continue
         a = _action(g, op)
+        if a.label and TORCH_ISSUED in a.label:
+            # torch's own code leaves it unwaited by design (DDP's Join tells the joined
+            # ranks whether to sync and does not wait for the answer): nothing to fix here
+            continue
         unwaited.setdefault((a.describe(), a.site), []).append((r, g.op_action[op]))
     for ops in unmatched.values():
         op = ops[0]

@@ -367,3 +367,21 @@ def test_cli_every_rank_raising_a_message_with_its_rank_is_not_an_all_clear(tmp_
         f"commlint: error: {crash}:3: every rank raised RuntimeError: parameters on cpu, "
         "expected cuda:0 (on rank 0; the others' messages differ in numbers)"
     ]
+
+
+def test_calls_torch_leaves_unwaited_are_not_the_programs_but_its_own_are(tmp_path):
+    """DDP's Join issues an async all_reduce it never waits for (torch's design): no CL206
+    at the user's line; an async call the program itself never waits for still is one."""
+    _, trace = record(str(PROGRAMS / "ok_ddp_join.py"))
+    assert check_trace(trace, None).findings == []
+    assert any("issued by torch" in (a.label or "") for a in trace.ranks[0])
+    program = tmp_path / "unwaited.py"
+    program.write_text(
+        "import torch\n"
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "dist.all_reduce(torch.ones(2), async_op=True)\n"
+    )
+    _, trace = record(str(program))
+    [finding] = check_trace(trace, None).findings
+    assert finding.code == "CL206" and finding.actions[0].site.endswith("unwaited.py:4")

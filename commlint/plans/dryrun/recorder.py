@@ -35,6 +35,7 @@ from commlint.plans.dryrun.values import (
     ValueTable,
     WrittenFiles,
 )
+from commlint.trace import TORCH_ISSUED
 
 BACKEND = "commlint"
 _open = open  # the real one: a rank's `open` is wrapped (see child._track_writes)
@@ -139,6 +140,34 @@ def _frames(skip: int = 2) -> list[Any]:
     return out
 
 
+_API_WRAPPERS = (
+    os.path.join("distributed", "c10d_logger.py"),
+    os.path.join("torch", "_compile.py"),
+    os.path.join("_dynamo", "eval_frame.py"),
+    os.path.join("utils", "_contextlib.py"),
+    os.path.join("typing_extensions.py"),
+)
+
+
+def _torch_caller(frames: list[Any]) -> str | None:
+    """The function of torch's own code (not the program's) that called the outermost
+    torch.distributed API function on the stack, if torch's code called it."""
+    outer = None
+    for i, f in enumerate(frames):
+        if f.f_code.co_filename.endswith(_C10D_FILE):
+            outer = i
+    if outer is None:
+        return None
+    for f in frames[outer + 1 :]:
+        caller = f.f_code
+        if caller.co_filename.endswith(_API_WRAPPERS):
+            continue  # torch.distributed's own decorators (`_exception_logger`, ...)
+        if caller.co_filename.startswith(_TORCH_DIR) and not is_user_file(caller.co_filename):
+            return caller.co_name
+        return None
+    return None
+
+
 def _c10d_api(frames: list[Any]) -> tuple[str | None, dict[str, Any]]:
     """The outermost torch.distributed API function on the stack, and its locals."""
     found = None
@@ -166,7 +195,7 @@ def _cpp_origin(frames: list[Any]) -> str:
             return _DDP_PHASES[f.f_code.co_name]
     if any(os.sep + "autograd" + os.sep in n for n in names):
         return "DDP gradient bucket"
-    return "issued by torch"
+    return TORCH_ISSUED
 
 
 _SCALAR = torch.ops.aten._local_scalar_dense.default
@@ -772,6 +801,12 @@ class Recorder(_Shared):
             action["handle"] = handle
         if api and api not in {op, "i" + op} and not api.startswith("_"):
             action.setdefault("label", api)
+        caller = _torch_caller(frames) if api else None
+        if caller is not None:
+            label = action.get("label")
+            action["label"] = (
+                f"{label}, {TORCH_ISSUED} ({caller})" if label else (f"{TORCH_ISSUED} ({caller})")
+            )
         if self.batch and op in ("send", "recv"):
             action["batch"] = self.batch
         if peer is not None:
