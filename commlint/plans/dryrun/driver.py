@@ -18,7 +18,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait
 from typing import Any
 
@@ -519,11 +519,9 @@ def _dry_run(
                 continue
         # Fake tensors cannot answer everything (a value read, a data-dependent shape), and
         # an exception under them may be theirs rather than the program's: record every rank
-        # again with real CPU tensors — at once for a known limit, after settling otherwise.
+        # again with real CPU tensors, once no rank will run again (what a rank sends next
+        # may be the value a stopped rank waits for); a known limit is named first.
         limited = {r: run.fake_limit for r, run in runs.items() if run.fake_limit}
-        # a known limit sends every rank to real tensors at once — unless some rank will run
-        # again: what it sends next may be the value the stopped rank waits for (a pipeline's
-        # vote, one hop per pass while its stages run one after another under -j)
         hard = {r: lim for r, lim in limited.items() if lim[2]} if not todo else {}
         behind = _behind_hang(options, runs, limited) if mode == "fake" and limited else None
         if behind is not None:
@@ -638,8 +636,6 @@ def _behind_hang(
     fake tensors could not compute after it does not matter."""
     if sorted(runs) != list(range(options.world_size)) or set(options.ranks) != set(runs):
         return None
-    from dataclasses import replace
-
     from commlint.graph.check import check_trace
 
     cut = {r: replace(run, end=None) if r in limited else run for r, run in runs.items()}

@@ -149,34 +149,24 @@ _API_WRAPPERS = (
 )
 
 
-def _torch_caller(frames: list[Any]) -> str | None:
-    """The function of torch's own code (not the program's) that called the outermost
-    torch.distributed API function on the stack, if torch's code called it."""
+def _c10d_api(frames: list[Any]) -> tuple[str | None, dict[str, Any], str | None]:
+    """The outermost torch.distributed API function on the stack, its locals, and the
+    function of torch's own code (not the program's) that called it, if torch's code did."""
     outer = None
     for i, f in enumerate(frames):
         if f.f_code.co_filename.endswith(_C10D_FILE):
             outer = i
     if outer is None:
-        return None
+        return None, {}, None
+    found, caller = frames[outer], None
     for f in frames[outer + 1 :]:
-        caller = f.f_code
-        if caller.co_filename.endswith(_API_WRAPPERS):
+        code = f.f_code
+        if code.co_filename.endswith(_API_WRAPPERS):
             continue  # torch.distributed's own decorators (`_exception_logger`, ...)
-        if caller.co_filename.startswith(_TORCH_DIR) and not is_user_file(caller.co_filename):
-            return caller.co_name
-        return None
-    return None
-
-
-def _c10d_api(frames: list[Any]) -> tuple[str | None, dict[str, Any]]:
-    """The outermost torch.distributed API function on the stack, and its locals."""
-    found = None
-    for f in frames:
-        if f.f_code.co_filename.endswith(_C10D_FILE):
-            found = f
-    if found is None:
-        return None, {}
-    return found.f_code.co_name, found.f_locals
+        if code.co_filename.startswith(_TORCH_DIR) and not is_user_file(code.co_filename):
+            caller = code.co_name
+        break
+    return found.f_code.co_name, found.f_locals, caller
 
 
 _DDP_PHASES = {
@@ -412,12 +402,10 @@ _FILLED = frozenset({"zeros", "ones", "full", "arange", "scalar_tensor", "eye", 
 _KNOWN_FACTORIES = _RANDOM_DRAWS | _FILLED
 
 
-def _small_draw(func: Any, args: tuple, kwargs: dict, out: Any) -> bool:
+def _small_draw(args: tuple, kwargs: dict, out: Any) -> bool:
     """A float random draw (or a filled tensor, `_FILLED`) of at most `SMALL_REAL`
     elements on the CPU, made of numbers only
     (no tensor argument, a CPU generator if any), whose fake result `out` has no value yet."""
-    if func._opname not in _KNOWN_FACTORIES:
-        return False
     if not isinstance(out, _FakeTensor) or out.device.type != "cpu" or out.constant is not None:
         return False
     if not small(out) or any(isinstance(a, torch.Tensor) for a in (*args, *kwargs.values())):
@@ -768,10 +756,10 @@ class Recorder(_Shared):
         if unsized is not None:
             raise DataDependentSize(
                 f"the tensor given to {op} has a data-dependent size "
-                f"{tuple(unsized.shape)} (nonzero, unique, a boolean mask): fake tensors do not "
-                "know how many elements each rank sends"
+                f"{tuple(unsized.shape)} (nonzero, unique, bincount, a boolean mask): fake "
+                "tensors do not know how many elements each rank sends"
             )
-        api, local = _c10d_api(frames)
+        api, local, caller = _c10d_api(frames)
         action: dict[str, Any] = {"op": op, "group": group}
         handle = None
         self.from_cpp = api is None
@@ -801,12 +789,10 @@ class Recorder(_Shared):
             action["handle"] = handle
         if api and api not in {op, "i" + op} and not api.startswith("_"):
             action.setdefault("label", api)
-        caller = _torch_caller(frames) if api else None
         if caller is not None:
             label = action.get("label")
-            action["label"] = (
-                f"{label}, {TORCH_ISSUED} ({caller})" if label else (f"{TORCH_ISSUED} ({caller})")
-            )
+            issued = f"{TORCH_ISSUED} ({caller})"
+            action["label"] = f"{label}, {issued}" if label else issued
         if self.batch and op in ("send", "recv"):
             action["batch"] = self.batch
         if peer is not None:
@@ -1413,7 +1399,7 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
             return out
         if func.namespace == "aten" and func._opname in _KNOWN_FACTORIES:
             out = self.dispatch(func, types, args, kwargs)
-            if _small_draw(func, args, kwargs, out):
+            if _small_draw(args, kwargs, out):
                 # the value is drawn as a real run draws it (same generator, same state): a
                 # rank's data probe `if float(torch.rand(1, generator=g)) > p` is decided as
                 # it is on the GPUs, with no real compute; a parameter drawn this way stays
