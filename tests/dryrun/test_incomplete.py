@@ -347,7 +347,7 @@ def test_a_read_value_that_steers_falls_back_to_real_tensors_at_that_line(
         "import torch\n"
         "import torch.distributed as dist\n"
         "dist.init_process_group('gloo')\n"
-        "w = torch.nn.Parameter(torch.randn(4))\n"
+        "w = torch.nn.Parameter(torch.randn(128))  # too big to be drawn for real\n"
         "loss = (w * 2).sum()\n"
         f"{read}\n"
         "if value > 1e9:  # steers: needs the real value\n"
@@ -361,10 +361,11 @@ def test_a_read_value_that_steers_falls_back_to_real_tensors_at_that_line(
     assert check_trace(trace, None).findings == []
 
 
+# seeded per rank: each rank's loss is its own (unseeded, every rank's would be the same)
 _BIG_STEER = (
     "import torch\n"
     "import torch.distributed as dist\n"
-    "dist.init_process_group('gloo')\n"
+    "dist.init_process_group('gloo'); torch.manual_seed(dist.get_rank())\n"
     "layer = torch.nn.Linear({width}, {width})  # {width}^2 fp32 weights\n"
     "loss = layer(torch.randn(2, {width})).sum()\n"
     "{test}\n"
@@ -459,13 +460,42 @@ def test_rank_local_and_agreed_values_are_told_apart(tmp_path: Path):
     assert plan.returncode == 1 and f"bad_local_loss_steers.py:{test}:1: CL211" in plan.stdout
 
 
+@pytest.mark.parametrize(
+    ("name", "findings"),
+    [("ok_seeded_alike_steers.py", []), ("bad_sampled_data_steers.py", ["CL211"])],
+)
+def test_a_number_every_rank_makes_alike_is_not_rank_local(name: str, findings: list[str]):
+    """Past the budget (nothing computed), a tested number is rank-local unless every rank
+    made it alike: the same seed, the same data, the same operations (model initialisation
+    and an optimizer step included) give the same number everywhere, as a real run would —
+    no false CL211. The same seed with each rank's own rows is still rank-local. (Both run
+    for real under gloo in test_agreement: the first finishes, the second hangs.)"""
+    from commlint.plans.dryrun.driver import DryRunOptions, dry_run
+
+    program = PROGRAMS / name
+    options = DryRunOptions(
+        program=str(program), args=[], world_size=2, nproc_per_node=2, ranks=[0, 1],
+        timeout=20.0, jobs=2, real_budget=0,
+    )  # fmt: skip
+    result = dry_run(options)
+    assert result.mode == "fake" and not result.incomplete(), result.incomplete()
+    trace = result.trace(options)
+    found = check_trace(trace, None).findings
+    assert [f.code for f in found] == findings
+    test = line_of(program, ".item() >")
+    alike = f"tested at {os.path.relpath(program)}:{test} is made alike on every rank"
+    assert any(alike in n for n in result.notes) == (not findings), result.notes
+    if findings:
+        assert found[0].line == test
+
+
 _FSDP_NORM = """
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
-dist.init_process_group("gloo")
+dist.init_process_group("gloo"); torch.manual_seed(dist.get_rank())  # each rank's own data
 mesh = init_device_mesh("cpu", (dist.get_world_size(),))
 model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 1))
 for layer in model:
@@ -678,6 +708,30 @@ def test_small_random_draws_are_drawn_for_real_and_decide_on_fake_tensors():
     assert check_trace(trace, None).findings == []
     # the draws were the generator's own: 3 steps, the same branch on both ranks
     assert len(trace.ranks[0]) == len(trace.ranks[1]) >= 3
+
+
+def test_small_values_made_from_numbers_are_known_through_ops_and_numpy():
+    """`torch.arange(4) * 2 + 8 * rank`, gathered, concatenated and read with `.numpy()`:
+    every op's result of at most 64 elements keeps its value (torch's constant propagation
+    stops at one element), so the program's own checks and the decisions they steer are
+    taken on fake tensors as on the GPUs — the rank-local one is caught at its line, the
+    uniform one passes, and neither needs a real re-run."""
+    bad = PROGRAMS / "bad_numpy_steers.py"
+    result, trace = record(str(bad))
+    assert result.mode == "fake" and not result.notes and not trace.ends, result.notes
+    [finding] = [f for f in check_trace(trace, None).findings if f.severity == "error"]
+    assert finding.code == "CL203"
+    assert {(a.rank, a.site) for a in finding.actions} == {
+        (0, f"{os.path.relpath(bad)}:{line_of(bad, 'dist.barrier()')}"),
+        (1, f"{os.path.relpath(bad)}:{line_of(bad, 'dist.all_reduce(')}"),
+    }
+    ok = PROGRAMS / "ok_gathered_numpy.py"
+    result, trace = record(str(ok))
+    assert result.mode == "fake" and not result.notes and not trace.ends, result.notes
+    assert check_trace(trace, None).findings == []
+    # the gathered numbers went over 10 on both ranks: the extra all_reduce on each
+    assert [a.op for a in trace.ranks[0]] == [a.op for a in trace.ranks[1]]
+    assert [a.op for a in trace.ranks[0]].count("all_reduce") == 1
 
 
 @pytest.mark.parametrize("budget", [None, "0"])

@@ -295,9 +295,10 @@ def test_partial_dry_runs_saved_per_rank_are_checked_together(tmp_path: Path):
 
 def test_every_collective_api_delivers_peer_values():
     # The program asserts on what it receives (gathered ranks, reduced sums, objects):
-    # it ends cleanly only if every value reached its receiver as under a real backend.
+    # it ends cleanly only if every value reached its receiver as under a real backend (live
+    # within the pass: the small tensors it sends know their values on fake tensors).
     result, trace = record(str(FIXTURES / "many_apis.py"))
-    assert not trace.ends and result.converged and result.passes > 1
+    assert not trace.ends and result.converged and result.mode == "fake" and not result.notes
     assert [a.op for a in trace.ranks[1]] == [
         "all_gather",
         "all_gather",

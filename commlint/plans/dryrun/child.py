@@ -27,13 +27,16 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch._subclasses import fake_tensor
 from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from torch.overrides import TorchFunctionMode
 
+from commlint.plans.dryrun import fingerprint
 from commlint.plans.dryrun import recorder as rec_mod
 from commlint.plans.dryrun.recorder import (
     BACKEND,
+    SMALL_REAL,
     Recorder,
     RecordingFakeTensorMode,
     StopRank,
@@ -256,8 +259,8 @@ def _stub_cuda(local_rank: int, local_world: int) -> None:
         "max_memory_reserved": lambda device=None: 0,
         "reset_peak_memory_stats": lambda device=None: None,
         "empty_cache": lambda: None,
-        "manual_seed": lambda seed: None,
-        "manual_seed_all": lambda seed: None,
+        "manual_seed": fingerprint.cuda_seeded,
+        "manual_seed_all": fingerprint.cuda_seeded,
         "Stream": _Stream,
         "Event": _Event,
         "stream": lambda s=None: s if isinstance(s, _Stream) else contextlib.nullcontext(s),
@@ -684,7 +687,8 @@ def _unread_values(recorder: Recorder, spec: RankSpec) -> None:
         key = f"{site}#{n}"
         if key in flips:
             outcome = not outcome
-        recorder.send(("decision", key, read, site, outcome, uniform))
+        fp = unread.fingerprint_of(value)
+        recorder.send(("decision", key, read, site, outcome, uniform, fp))
         scope = "the same on every rank (a collective's result)" if uniform else "rank-local"
         what = (
             f"the test at {site} of the value read at {read or 'a fake tensor'} ({scope}, not "
@@ -697,6 +701,8 @@ def _unread_values(recorder: Recorder, spec: RankSpec) -> None:
     def on_assume(what: str) -> None:
         assume_once(what, f"assumed: {what}")
 
+    if spec.symbolic:
+        fingerprint.enable()  # is a decision's number the same on every rank? (`driver`)
     unread.install(on_read, on_assume, rec_mod.is_uniform, decide if spec.symbolic else None)
 
 
@@ -819,19 +825,25 @@ def _skip_computation_without_communication() -> None:
     of a dry-run step). The optimizer step hooks still run."""
     import torch.nn.init as init
 
-    def keep(tensor: Any, *a: Any, **k: Any) -> Any:
-        return tensor
+    def keeping(name: str) -> Callable[..., Any]:
+        def keep(tensor: Any, *a: Any, **k: Any) -> Any:
+            fingerprint.initialised(tensor, name, a, k)  # what a real run's would hold
+            return tensor
+
+        return keep
 
     for name in _INIT_FUNCTIONS:
         if hasattr(init, name):
-            setattr(init, name, keep)
+            setattr(init, name, keeping(name))
     for name in _NO_COMM_OPTIMIZERS:
         cls = getattr(torch.optim, name, None)
         if cls is None:
             continue
 
         def step(self: Any, closure: Any = None) -> Any:
-            return closure() if closure is not None else None
+            out = closure() if closure is not None else None
+            fingerprint.stepped(self)  # the parameters hold what a real step makes them
+            return out
 
         # Optimizer.__init__ wraps `step` once more so the step hooks still run.
         cls.step = step
@@ -1117,6 +1129,7 @@ def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
     stack = contextlib.ExitStack()
     try:
         if spec.mode == "fake":
+            fake_tensor.CONSTANT_NUMEL_LIMIT = SMALL_REAL
             # a ShapeEnv gives data-dependent sizes (nonzero, unique, bincount, boolean masks)
             # a symbol instead of stopping: only a test of one stops the rank (`FAKE_LIMITS`);
             # every size the program gives stays a number (static_shapes)

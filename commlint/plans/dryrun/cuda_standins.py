@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import os
 import types
 from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from commlint.plans.dryrun import fingerprint
 
 GIB = 1 << 30
 TOTAL_MEMORY = 80 * GIB  # an 80 GB device
@@ -213,11 +216,12 @@ def install(local_rank: int, local_world: int, sync: Callable[[str], None]) -> N
         "power_draw": lambda device=None: 0,
         "clock_rate": lambda device=None: 0,
         "get_rng_state": lambda device="cuda": cpu_generator.get_state(),
-        "set_rng_state": lambda new_state, device="cuda": None,
+        # no CUDA generator: what the program gives it marks later draws (`fingerprint.py`)
+        "set_rng_state": lambda new_state, device="cuda": fingerprint.cuda_seeded(new_state),
         "get_rng_state_all": lambda: [g.get_state() for g in default_generators],
-        "set_rng_state_all": lambda new_states: None,
-        "seed": lambda: None,
-        "seed_all": lambda: None,
+        "set_rng_state_all": lambda new_states: fingerprint.cuda_seeded(new_states),
+        "seed": lambda: fingerprint.cuda_seeded(("random", os.getpid())),
+        "seed_all": lambda: fingerprint.cuda_seeded(("random", os.getpid())),
         "initial_seed": torch.initial_seed,
         "default_generators": default_generators,
         "CUDAGraph": CUDAGraph,

@@ -50,8 +50,11 @@ class RankRun:
     fake_limit: tuple[str, str | None, bool] | None = None
     # bytes the rank's live fake tensors stood for when fake tensors stopped it
     fake_bytes: int = 0
-    # symbolic steering: (decision `site#n`, read site, test site, outcome, uniform) in order
-    decisions: list[tuple[str, str | None, str | None, bool, bool]] = field(default_factory=list)
+    # symbolic steering: (decision `site#n`, read site, test site, outcome, uniform, how the
+    # number was made: `fingerprint.py`) in order
+    decisions: list[tuple[str, str | None, str | None, bool, bool, str | None]] = field(
+        default_factory=list
+    )
     backend: str | None = None
     seconds: float = 0.0
     cpu_seconds: float | None = None
@@ -411,7 +414,7 @@ def _handle(run: RankRun, msg: tuple) -> None:
     elif kind == "fake-limit":
         run.fake_limit, run.fake_bytes = (msg[1], msg[2], msg[3]), msg[4]
     elif kind == "decision":
-        run.decisions.append(tuple(msg[1:6]))  # type: ignore[arg-type]
+        run.decisions.append(tuple(msg[1:7]))  # type: ignore[arg-type]
     elif kind == "assume":
         if not run.assumes:
             run.assumes = msg[1]
@@ -613,7 +616,7 @@ def _dry_run(
             if run.fake_limit and run.fake_limit[2] and not run.stopped and not run.behind:
                 run.stopped = f"fake tensors cannot run it ({run.fake_limit[0]})"
     unsettled = [] if converged else sorted(todo)
-    steering = _explore(options, runs, table, scratch) if symbolic else []
+    steering = _explore(options, runs, table, scratch, notes) if symbolic else []
     return DryRunResult(
         runs, passes, mode, notes, converged, time.monotonic() - start, unsettled, steering
     )
@@ -694,19 +697,50 @@ def _raised(runs: dict[int, RankRun]) -> bool:
 
 
 def _explore(
-    options: DryRunOptions, runs: dict[int, RankRun], table: ValueTable, scratch: str
+    options: DryRunOptions,
+    runs: dict[int, RankRun],
+    table: ValueTable,
+    scratch: str,
+    notes: list[str],
 ) -> list[dict[str, Any]]:
     """For the first test at each line of a rank-local number fake tensors did not compute:
     run the first rank that made it again with the other outcome (the values its peers
     delivered unchanged) and compare what it communicates. Where the two differ, the value
     decides what the rank communicates: ranks whose values differ make different calls
-    (CL211). A value every rank shares (a collective's result) needs no exploration."""
+    (CL211). A value every rank shares needs no exploration: a collective's result, or a
+    number every rank made alike (the same fingerprint on every rank: same seeds, same data,
+    same operations)."""
+    made: dict[str, set[str | None]] = {}
+    for run in runs.values():
+        for key, *_, fp in run.decisions:
+            made.setdefault(key, set()).add(fp)
+    everyone = not any(run.stopped for run in runs.values()) and sorted(runs) == list(
+        range(options.world_size)
+    )
+    alike = {
+        key
+        for key, fps in made.items()
+        if everyone
+        and len(fps) == 1
+        and None not in fps
+        and all(any(d[0] == key for d in run.decisions) for run in runs.values())
+    }
+    said = set()
+    for run in runs.values():
+        for key, read, site, _, uniform, _ in run.decisions:
+            if key in alike and not uniform and site not in said:
+                said.add(site)
+                notes.append(
+                    f"the value read at {read or '?'} and tested at {site} is made alike on "
+                    "every rank (the same seeds, data and operations): every rank takes the "
+                    "same outcome there, as in a real run"
+                )
     first: dict[str | None, tuple[int, str, str | None, bool]] = {}
     for r in sorted(runs):
         if runs[r].stopped:
             continue
-        for key, read, site, outcome, uniform in runs[r].decisions:
-            if not uniform and key.endswith("#0") and site not in first:
+        for key, read, site, outcome, uniform, _ in runs[r].decisions:
+            if not uniform and key.endswith("#0") and site not in first and key not in alike:
                 first[site] = (r, key, read, outcome)
     found = []
     for site, (r, key, read, outcome) in list(first.items())[:_MAX_EXPLORED]:

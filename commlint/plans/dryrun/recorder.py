@@ -27,6 +27,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
 from torch.futures import Future
 from torch.utils import _pytree as pytree
 
+from commlint.plans.dryrun import fingerprint
 from commlint.plans.dryrun.values import (
     MAX_FILE_BYTES,
     MAX_VALUE_BYTES,
@@ -371,11 +372,6 @@ def _small_real_only(args: tuple, kwargs: dict, func: Any = None) -> bool:
     return seen
 
 
-# integer draws (indices, expert choices) come out real; float draws stay fake tensors that
-# know their value (`_RANDOM_DRAWS`): a small `randn` may be a parameter, which must stay fake
-_RANDOM_FACTORIES = frozenset({"randint", "randperm"})
-
-
 _aten_ops = torch.ops.aten
 _RANDOM_FILLS = frozenset(
     getattr(getattr(_aten_ops, name), overload)
@@ -391,9 +387,10 @@ _RANDOM_FILLS = frozenset(
 )
 
 
-# float draws from numbers alone (`torch.rand(1, generator=g)`, a data probe, a dropout
-# coin): drawn for real when small, and kept by the fake tensor as its value (`_small_draw`)
-_RANDOM_DRAWS = frozenset({"rand", "randn", "normal"})
+# draws from numbers alone (`torch.rand(1, generator=g)`, a data probe, a dropout coin; an MoE
+# router's `torch.randint(0, experts, (16,))`; `randperm(8)`): drawn for real when small, and
+# kept by the fake tensor as its value (`_small_draw`)
+_RANDOM_DRAWS = frozenset({"rand", "randn", "normal", "randint", "randperm"})
 # numbers made from numbers (`done = torch.zeros(1)`, then `done += 1`, then all-reduced and
 # tested): small ones know their value, as a real run's do
 _FILLED = frozenset({"zeros", "ones", "full", "arange", "scalar_tensor", "eye", "linspace"})
@@ -403,7 +400,7 @@ _KNOWN_FACTORIES = _RANDOM_DRAWS | _FILLED
 
 
 def _small_draw(args: tuple, kwargs: dict, out: Any) -> bool:
-    """A float random draw (or a filled tensor, `_FILLED`) of at most `SMALL_REAL`
+    """A random draw (or a filled tensor, `_FILLED`) of at most `SMALL_REAL`
     elements on the CPU, made of numbers only
     (no tensor argument, a CPU generator if any), whose fake result `out` has no value yet."""
     if not isinstance(out, _FakeTensor) or out.device.type != "cpu" or out.constant is not None:
@@ -426,30 +423,6 @@ def _small_fake_cpu(args: tuple, kwargs: dict) -> bool:
         return False
     generator = kwargs.get("generator")
     return generator is None or generator.device.type == "cpu"
-
-
-def _small_random(func: Any, args: tuple, kwargs: dict) -> bool:
-    """A random integer draw (`torch.randint(0, world, (16,))`, `randperm(8)`) of at most
-    `SMALL_REAL` elements on the CPU: drawn for real, like any small real tensor (a router's
-    expert choice, then `bincount`, has a value as in a real run)."""
-    name = func._opname
-    if name not in _RANDOM_FACTORIES:
-        return False
-    if any(isinstance(a, torch.Tensor) for a in (*args, *kwargs.values())):
-        return False
-    device = kwargs.get("device")
-    if device is not None and torch.device(device).type != "cpu":
-        return False
-    if name == "randperm":
-        n = args[0] if args else kwargs.get("n")
-        return isinstance(n, int) and 0 <= n <= SMALL_REAL
-    size = next((a for a in (*args, kwargs.get("size")) if isinstance(a, list | tuple)), None)
-    if size is None or not all(isinstance(d, int) for d in size):
-        return False
-    numel = 1
-    for d in size:
-        numel *= d
-    return numel <= SMALL_REAL
 
 
 def _constants(args: Any) -> list[tuple[Any, torch.Tensor]]:
@@ -522,6 +495,7 @@ def forget(t: Any) -> None:
     """A fake tensor's value is overwritten by communication: it is known again only if
     what arrives is (`_copy`), never kept from before (`done = torch.zeros(1)`, then an
     all_reduce a peer contributed an uncomputed value to)."""
+    fingerprint.written(t)
     if isinstance(t, _FakeTensor) and t.constant is not None:
         t.fake_mode.fake_tensor_converter.invalidate_constant_aliases(t.constant)
         t.constant = None
@@ -827,6 +801,7 @@ class Recorder(_Shared):
         if group_size == self.world_size:
             self.uniform_made = True
             _mark_uniform(outputs)
+            fingerprint.delivered_alike(outputs)
 
 
 def _compact(ranks: list[int]) -> str:
@@ -900,6 +875,8 @@ class RecordingProcessGroup(_Shared, dist.ProcessGroup):
         key = self._next(op)
         handle = self._rec.record(op, self._name, tensors, frames=_frames(3), **kw)
         work = self._work(handle, result)
+        for t in result:
+            fingerprint.written(t)  # what it held before is gone
         if self._rec.from_cpp:
             # Gradient buckets and parameter broadcasts of DDP/functional collectives carry
             # model data: with real tensors they are exchanged (programs check gradient sync,
@@ -1364,6 +1341,14 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if not fingerprint.enabled() or self._depth or func in _META_HANDLERS:
+            return self._dispatch(func, types, args, kwargs)
+        out = self._dispatch(func, types, args, kwargs)
+        if out is not NotImplemented and isinstance(func, torch._ops.OpOverload):
+            fingerprint.after_op(func, args, kwargs, out)
+        return out
+
+    def _dispatch(self, func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
         if isinstance(func, torch._ops.HigherOrderOperator):
             # FakeTensorMode runs the fake rule a HOP registered (`register_fake`)
             return FakeTensorMode.__torch_dispatch__(self, func, types, args, kwargs)
@@ -1380,9 +1365,7 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
             and _has_subclass(pytree.arg_tree_leaves(*args, **kwargs))
         ):
             return NotImplemented
-        if func.namespace == "aten" and (
-            _small_real_only(args, kwargs, func) or _small_random(func, args, kwargs)
-        ):
+        if func.namespace == "aten" and (_small_real_only(args, kwargs, func)):
             # only small real tensors in (a count made with torch.tensor(n), then
             # all-reduced): computed for real, so `total == 0` has a value, as in a real run
             with unset_fake_temporarily():

@@ -28,6 +28,8 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensor
 
+from commlint.plans.dryrun import fingerprint
+
 _ITEM = torch.ops.aten._local_scalar_dense.default
 
 
@@ -63,7 +65,7 @@ def _compare(name: str) -> Callable[..., Any]:
         if outcome is NotImplemented:
             return outcome
         uniform = provenance(self) and all(provenance(x) for x in a if isinstance(x, UnreadFloat))
-        value = _mark(UnreadFloat(float(self)), read_at(self), uniform)
+        value = _mark(UnreadFloat(float(self)), read_at(self), uniform, _combined(name, self, a))
         return _decide(value, bool(outcome), assertion_outcome(_testing_frame()))
 
     return compare
@@ -123,8 +125,21 @@ def read_at(value: Any) -> str | None:
     return getattr(value, "_read_at", None)
 
 
-def _mark(value: Any, site: str | None, uniform: bool) -> Any:
-    value._read_at, value._uniform = site, uniform
+def fingerprint_of(value: Any) -> str | None:
+    """How an unread number was made (`fingerprint.py`): equal on two ranks, equal values;
+    None when that is not known."""
+    return getattr(value, "_fingerprint", None)
+
+
+def _combined(name: str, value: Any, others: tuple) -> str | None:
+    """The fingerprint of `value <name> others`: None if any unread operand has none."""
+    fps = [fingerprint_of(value)]
+    fps += [fingerprint_of(x) if isinstance(x, UnreadFloat) else repr(x) for x in others]
+    return None if None in fps else fingerprint.digest(name, *fps)
+
+
+def _mark(value: Any, site: str | None, uniform: bool, fp: str | None = None) -> Any:
+    value._read_at, value._uniform, value._fingerprint = site, uniform, fp
     return value
 
 
@@ -206,7 +221,8 @@ def _unread_class(base: type) -> type:
             # only when every unread operand is
             others = [x for x in a if isinstance(x, UnreadFloat)]
             site = read_at(self) or next(map(read_at, others), None)
-            return _mark(cls(out), site, provenance(self) and all(map(provenance, others)))
+            uniform = provenance(self) and all(map(provenance, others))
+            return _mark(cls(out), site, uniform, _combined(name, self, a))
 
         return arithmetic
 
@@ -259,16 +275,23 @@ def _replicated_everywhere(t: torch.Tensor) -> bool:
         return False
 
 
-def unread(dtype: torch.dtype, site: str | None = None, uniform: bool = False) -> Any:
+def unread(
+    dtype: torch.dtype, site: str | None = None, uniform: bool = False, fp: str | None = None
+) -> Any:
     if dtype.is_floating_point or dtype.is_complex:
-        return _mark(UnreadFloat(1.0), site, uniform)
-    return _mark(UnreadInt(1.0), site, uniform)
+        return _mark(UnreadFloat(1.0), site, uniform, fp)
+    return _mark(UnreadInt(1.0), site, uniform, fp)
 
 
-def _nested(shape: tuple[int, ...], dtype: torch.dtype, site: str | None, uniform: bool) -> Any:
+def _nested(
+    shape: tuple[int, ...], dtype: torch.dtype, site: str | None, uniform: bool, fp: str | None
+) -> Any:
     if not shape:
-        return unread(dtype, site, uniform)
-    return [_nested(shape[1:], dtype, site, uniform) for _ in range(shape[0])]
+        return unread(dtype, site, uniform, fp)
+    return [
+        _nested(shape[1:], dtype, site, uniform, fp and fingerprint.digest(fp, i))
+        for i in range(shape[0])
+    ]
 
 
 def _when_fake(read: Callable[..., Any], instead: Callable[[Any], Any]) -> Callable[..., Any]:
@@ -307,10 +330,10 @@ def install(
         return uniform(t) or _replicated_everywhere(t)
 
     def unread_item(self: torch.Tensor) -> Any:
-        return unread(self.dtype, on_read(), same(self))
+        return unread(self.dtype, on_read(), same(self), fingerprint.of(self))
 
     def unread_list(self: torch.Tensor) -> Any:
-        return _nested(tuple(self.shape), self.dtype, on_read(), same(self))
+        return _nested(tuple(self.shape), self.dtype, on_read(), same(self), fingerprint.of(self))
 
     def decided_bool(self: torch.Tensor) -> bool:
         # `if loss > 10:` tests a fake tensor itself: with symbolic steering, a decision as
@@ -318,7 +341,8 @@ def install(
         if _decide is None:
             raise UnreadValueSteers(_ITEM) from None
         held = assertion_outcome(_testing_frame())
-        return _decide(unread(torch.float32, on_read(), same(self)), False, held)
+        number = unread(torch.float32, on_read(), same(self), fingerprint.of(self))
+        return _decide(number, False, held)
 
     def converted(integer: bool) -> Callable[[torch.Tensor], Any]:
         def placeholder_or_limit(self: torch.Tensor) -> Any:
@@ -349,7 +373,8 @@ def install(
                     return bool(v)
                 return bool(getattr(operator, op)(*((v, other) if left else (other, v))))
 
-            chosen = _decide(unread(torch.float32, on_read(), same(self)), outcome(1), holds)
+            number = unread(torch.float32, on_read(), same(self), fingerprint.of(self))
+            chosen = _decide(number, outcome(1), holds)
             near = () if other is None else (other, other - 1, other + 1, other - 0.5)
             for v in (placeholder, 0, *near, -1):
                 given = int(v) if integer else float(v)
@@ -364,3 +389,17 @@ def install(
     torch.Tensor.item = _when_fake(torch.Tensor.item, unread_item)
     torch.Tensor.tolist = _when_fake(torch.Tensor.tolist, unread_list)
     torch.Tensor.__bool__ = _when_fake(torch.Tensor.__bool__, decided_bool)  # type: ignore[method-assign]
+    to_numpy = torch.Tensor.numpy
+
+    def fake_numpy(self: torch.Tensor, *, force: bool = False) -> Any:
+        # `.numpy()` refuses tensor subclasses: a fake tensor that knows its value gives a
+        # copy of it, one that does not an array of unread numbers (as `.tolist()` gives)
+        if not isinstance(self, FakeTensor):
+            return to_numpy(self, force=force)
+        if self.constant is not None:
+            return to_numpy(self.constant.detach(), force=True).copy()
+        import numpy
+
+        return numpy.array(unread_list(self), dtype=object)
+
+    torch.Tensor.numpy = fake_numpy  # type: ignore[method-assign]
