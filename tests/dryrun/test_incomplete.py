@@ -489,6 +489,77 @@ def test_a_number_every_rank_makes_alike_is_not_rank_local(name: str, findings: 
         assert found[0].line == test
 
 
+# Numbers that differ between ranks in a real run (each program hangs under gloo: rank 0 and
+# rank 1 fall on different sides of the test) but whose making could look alike: a rank-local
+# threshold, a placeholder turned into a plain number, a generator one rank drew from once
+# more, a tensor given another storage, an optimizer resumed from the rank's own state.
+_MADE_DIFFERENTLY = {
+    "threshold": (
+        "torch.manual_seed(0)\n"
+        "loss = torch.randn(128, 64).abs().mean() * 10  # ~7.98 on every rank\n"
+        "threshold = 5.0 + 5.0 * rank\n"
+        "if float(loss) > threshold:"
+    ),
+    "plain_number": (
+        "import math\n"
+        "base = torch.full((128, 64), float(rank))\n"
+        "s = math.sqrt(base.sum().item())  # 0 or 90.5\n"
+        "if torch.full((128, 64), s).mean().item() > 1.0:"
+    ),
+    "generator": (
+        "torch.manual_seed(0)\n"
+        "buf = torch.zeros(128, 64)\n"
+        "if rank == 0:\n"
+        "    dist.send(torch.full((128, 64), 0.5), 1)\n"
+        "else:\n"
+        "    dist.recv(buf, 0)\n"
+        "    torch.bernoulli(buf)  # rank 1 draws 8,192 numbers more\n"
+        "if torch.randn(128, 64).sum().item() > -62.0:  # rank 0: -67.3, rank 1: -56.8"
+    ),
+    "storage": (
+        "w = torch.zeros(128, 64)\n"
+        "m = w * 2\n"
+        "w.data = torch.full((128, 64), float(rank))\n"
+        "if w.mean().item() > 0.5:"
+    ),
+    "optimizer_state": (
+        "model = torch.nn.Linear(128, 64)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)\n"
+        "sd = opt.state_dict()\n"
+        "sd['state'] = {0: {'momentum_buffer': torch.full((64, 128), float(rank))},\n"
+        "               1: {'momentum_buffer': torch.zeros(64)}}\n"
+        "opt.load_state_dict(sd)\n"
+        "model(torch.ones(4, 128)).sum().backward()\n"
+        "opt.step()\n"
+        "if model.weight.sum().item() > -3600.0:  # rank 0: -3272, rank 1: -4006"
+    ),
+}
+
+
+def test_numbers_made_differently_are_never_taken_as_alike(tmp_path: Path):
+    """Each number here differs between the ranks of a real run; none may be taken as made
+    alike (that would hide the hang): each test is CL211."""
+    from commlint.plans.dryrun.driver import DryRunOptions, dry_run
+
+    found = {}
+    for name, body in _MADE_DIFFERENTLY.items():
+        program = tmp_path / f"{name}.py"
+        program.write_text(
+            "import torch\nimport torch.distributed as dist\ndist.init_process_group('gloo')\n"
+            f"rank = dist.get_rank()\n{body}\n"
+            "    dist.all_reduce(torch.ones(2))\ndist.barrier()\n"
+        )
+        options = DryRunOptions(
+            program=str(program), args=[], world_size=2, nproc_per_node=2, ranks=[0, 1],
+            timeout=20.0, jobs=2, real_budget=0,
+        )  # fmt: skip
+        result = dry_run(options)
+        trace = result.trace(options)
+        found[name] = [f.code for f in check_trace(trace, None).findings]
+        assert not any("made alike" in n for n in result.notes), (name, result.notes)
+    assert found == {name: ["CL211"] for name in _MADE_DIFFERENTLY}
+
+
 _FSDP_NORM = """
 import torch
 import torch.distributed as dist

@@ -687,7 +687,7 @@ def _unread_values(recorder: Recorder, spec: RankSpec) -> None:
         key = f"{site}#{n}"
         if key in flips:
             outcome = not outcome
-        fp = unread.fingerprint_of(value)
+        fp = fingerprint.decision(unread.fingerprint_of(value))
         recorder.send(("decision", key, read, site, outcome, uniform, fp))
         scope = "the same on every rank (a collective's result)" if uniform else "rank-local"
         what = (
@@ -702,7 +702,7 @@ def _unread_values(recorder: Recorder, spec: RankSpec) -> None:
         assume_once(what, f"assumed: {what}")
 
     if spec.symbolic:
-        fingerprint.enable()  # is a decision's number the same on every rank? (`driver`)
+        fingerprint.enable(spec.rank)  # is a decision's number the same on every rank? (`driver`)
     unread.install(on_read, on_assume, rec_mod.is_uniform, decide if spec.symbolic else None)
 
 

@@ -33,7 +33,7 @@ from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils import _pytree as pytree
 
-_FP = "_commlint_fp"  # (digest, the storage's write count when it was taken)
+_FP = "_commlint_fp"  # (digest, the storage's write count when it was taken, the storage)
 # Real tensors (data, a known value) larger than this are not hashed: rank-local.
 CONTENT_LIMIT = 16 * 2**20
 
@@ -44,9 +44,29 @@ _cuda_seeds: list[str] = []  # `torch.cuda.manual_seed` calls (the stand-in keep
 _alike = [0]  # collectives over every rank that gave every rank one result
 
 
-def enable() -> None:
+_rank = [0]
+# Every number read from a fake tensor so far, as one digest: a placeholder that became a
+# plain number (`float(x.item())`, `math.sqrt`, numpy, `torch.tensor(x.tolist())`) is a
+# number like any other from then on, so a decision counts as made alike only if every read
+# before it was made alike too; a read with no fingerprint counts as the rank's own.
+_reads = [""]
+
+
+def enable(rank: int) -> None:
     global _on
     _on = True
+    _rank[0] = rank
+
+
+def read(fp: str | None) -> None:
+    """A number was read from a fake tensor (`unread.py`): `fp` is how it was made."""
+    if _on:
+        _reads[0] = digest(_reads[0], fp if fp is not None else ("rank's own", _rank[0]))
+
+
+def decision(fp: str | None) -> str | None:
+    """The fingerprint a decision on a number made as `fp` is compared by across ranks."""
+    return None if fp is None else digest("decision", fp, _reads[0])
 
 
 def enabled() -> bool:
@@ -82,7 +102,12 @@ def of(t: Any) -> str | None:
     if isinstance(t, FakeTensor):
         stored = getattr(t, _FP, None)
         key = None if stored is None else _storage(t)
-        if stored is not None and key is not None and _writes.get(key, 0) == stored[1]:
+        if (
+            stored is not None
+            and key is not None
+            and key.cdata == stored[2]  # not given another storage (`w.data = …`)
+            and _writes.get(key, 0) == stored[1]
+        ):
             return stored[0]  # how it was made (a small draw: its generator's history)
         if t.constant is not None:  # a value delivered into it
             return _content(t.constant)
@@ -103,7 +128,7 @@ def _give(t: Any, fp: str | None) -> None:
             if hasattr(t, _FP):
                 delattr(t, _FP)
         else:
-            setattr(t, _FP, (fp, _writes.get(key, 0)))
+            setattr(t, _FP, (fp, _writes.get(key, 0), key.cdata))
     except (AttributeError, TypeError):
         pass
 
@@ -163,8 +188,7 @@ def _leaf(x: Any) -> Any:
         fp = of(x)
         return _UNKNOWN if fp is None else fp
     if isinstance(x, torch.Generator):
-        state = _generator_state(x)
-        return _UNKNOWN if state is None else state
+        return "generator"  # its state is in the draw's digest (`after_op`)
     fp = getattr(x, "_fingerprint", False)
     if fp is not False:  # a number read from a fake tensor (`unread.py`)
         return _UNKNOWN if fp is None else fp
@@ -193,8 +217,11 @@ def initialised(t: Any, name: str, args: tuple, kwargs: dict) -> None:
             written(t)
             return
         parts.append(part)
-    if name not in ("constant_", "ones_", "zeros_", "eye_", "dirac_") and "generator" not in kwargs:
-        parts.append(_generator_state(torch.default_generator))
+    if name not in ("constant_", "ones_", "zeros_"):
+        generator = kwargs.get("generator")
+        if not isinstance(generator, torch.Generator):
+            generator = torch.default_generator
+        parts.append(_generator_state(generator))
     written(t)
     _give(t, None if None in parts else digest(*parts))
 
@@ -210,10 +237,14 @@ def stepped(optimizer: Any) -> None:
             grad = getattr(p, "grad", None)
             if grad is None:
                 continue
+            # the optimizer's state for it (momentum, moments, step counts) counts too
+            state = [
+                _leaf(x) for x in pytree.tree_leaves(getattr(optimizer, "state", {}).get(p, {}))
+            ]
             before, g = of(p), of(grad)
             written(p)
-            if before is not None and g is not None:
-                _give(p, digest("step", type(optimizer).__name__, settings, before, g))
+            if before is not None and g is not None and _UNKNOWN not in state:
+                _give(p, digest("step", type(optimizer).__name__, settings, before, g, *state))
 
 
 # Operations that overwrite their first argument whatever it held: its old value is not theirs.
@@ -222,7 +253,9 @@ _OVERWRITE = frozenset(
      "cauchy_", "log_normal_", "geometric_", "set_"}
 )  # fmt: skip
 # Operations whose result holds whatever memory held (a real run's differs by rank).
-_UNDEFINED = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
+_UNDEFINED = frozenset(
+    {"empty", "empty_like", "empty_strided", "empty_permuted", "new_empty", "new_empty_strided"}
+)
 # Communication: what arrives is for the backend to say (`delivered_alike`, `written`).
 _COMMUNICATION = ("c10d", "_c10d_functional", "c10d_functional", "_c10d_functional_autograd")
 
@@ -241,8 +274,15 @@ def after_op(func: Any, args: tuple, kwargs: dict, out: Any) -> None:
     ]  # fmt: skip
     name = func._opname
     fp: str | None = None
-    if name not in _UNDEFINED:
-        parts: list[Any] = [str(func)]
+    # a draw advances its generator whatever its other arguments are (a rank that drew from
+    # a tensor without a fingerprint has a generator of its own from then on)
+    draws = [
+        _generator_state(x) for x in pytree.tree_leaves(given) if isinstance(x, torch.Generator)
+    ]
+    if torch.Tag.nondeterministic_seeded in func.tags and not draws:
+        draws.append(_generator_state(torch.default_generator))
+    if name not in _UNDEFINED and None not in draws:
+        parts: list[Any] = [str(func), *draws]
         for i, value in enumerate(given):
             if i == 0 and name in _OVERWRITE and isinstance(value, torch.Tensor):
                 value = (tuple(value.shape), str(value.dtype))  # overwritten: its shape only
@@ -255,12 +295,7 @@ def after_op(func: Any, args: tuple, kwargs: dict, out: Any) -> None:
                 continue
             break
         else:
-            if torch.Tag.nondeterministic_seeded in func.tags and not any(
-                isinstance(x, torch.Generator) for x in pytree.tree_leaves(given)
-            ):
-                parts.append(_generator_state(torch.default_generator))
-            if None not in parts:
-                fp = digest(*parts)
+            fp = digest(*parts)
     outs = pytree.tree_leaves(out)
     for j, w in enumerate(pytree.tree_leaves(writes)):
         if isinstance(w, torch.Tensor):

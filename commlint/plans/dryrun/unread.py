@@ -329,11 +329,17 @@ def install(
     def same(t: torch.Tensor) -> bool:
         return uniform(t) or _replicated_everywhere(t)
 
+    def made(self: torch.Tensor) -> str | None:
+        """How the tensor read was made (`fingerprint.py`), noted as read."""
+        fp = fingerprint.of(self)
+        fingerprint.read(fp)
+        return fp
+
     def unread_item(self: torch.Tensor) -> Any:
-        return unread(self.dtype, on_read(), same(self), fingerprint.of(self))
+        return unread(self.dtype, on_read(), same(self), made(self))
 
     def unread_list(self: torch.Tensor) -> Any:
-        return _nested(tuple(self.shape), self.dtype, on_read(), same(self), fingerprint.of(self))
+        return _nested(tuple(self.shape), self.dtype, on_read(), same(self), made(self))
 
     def decided_bool(self: torch.Tensor) -> bool:
         # `if loss > 10:` tests a fake tensor itself: with symbolic steering, a decision as
@@ -341,7 +347,7 @@ def install(
         if _decide is None:
             raise UnreadValueSteers(_ITEM) from None
         held = assertion_outcome(_testing_frame())
-        number = unread(torch.float32, on_read(), same(self), fingerprint.of(self))
+        number = unread(torch.float32, on_read(), same(self), made(self))
         return _decide(number, False, held)
 
     def converted(integer: bool) -> Callable[[torch.Tensor], Any]:
@@ -358,6 +364,7 @@ def install(
             placeholder = 1 if integer else 1.0
             if only_computed_with(caller, integer):
                 on_read()
+                made(self)
                 return placeholder
             test = tested_at_once(caller)
             if test is None:
@@ -373,7 +380,10 @@ def install(
                     return bool(v)
                 return bool(getattr(operator, op)(*((v, other) if left else (other, v))))
 
-            number = unread(torch.float32, on_read(), same(self), fingerprint.of(self))
+            number = unread(torch.float32, on_read(), same(self), made(self))
+            # the number it is compared with counts too (`if float(loss) > 5.0 + rank:`)
+            fingerprint_with = _combined(op or "truth", number, () if other is None else (other,))
+            number = _mark(number, read_at(number), provenance(number), fingerprint_with)
             chosen = _decide(number, outcome(1), holds)
             near = () if other is None else (other, other - 1, other + 1, other - 0.5)
             for v in (placeholder, 0, *near, -1):
