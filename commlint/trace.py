@@ -141,6 +141,12 @@ class Action(BaseModel):
     stack: list[str] | None = Field(
         default=None, description="Further frames, innermost first (`file:line in func`)."
     )
+    via: str | None = Field(
+        default=None,
+        description="The installed framework's own frame that made the call, between the "
+        "user's line and torch (`megatron/core/pipeline_parallel/p2p_communication.py:392 in "
+        "_communicate`), when a framework made it.",
+    )
     label: str | None = Field(
         default=None, description="Free text shown in reports (`F3 send_forward`, `grad bucket 2`)."
     )

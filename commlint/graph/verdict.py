@@ -153,7 +153,8 @@ class _Ctx:
 
     def ref(self, rank: int, i: int) -> str:
         a = self.trace.ranks[rank][i]
-        return f"{a.describe()}{' @' + a.site if a.site else ''}"
+        via = f" (via {a.via})" if a.via else ""
+        return f"{a.describe()}{' @' + a.site if a.site else ''}{via}"
 
     def finding(self, code: str, severity: str, message: str, refs, fix: str = "", **kw) -> Finding:
         locs = [self.loc(r, i) for r, i in refs]

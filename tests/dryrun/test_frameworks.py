@@ -14,10 +14,11 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def dry_run(
-    script: Path, *args: str, cwd: Path, save: Path | None = None
+    script: Path, *args: str, cwd: Path, save: Path | None = None, nproc: int = 2
 ) -> subprocess.CompletedProcess:
     """`commlint run` of a fixture, from `cwd` (the frameworks write output folders there)."""
-    cmd = [sys.executable, "-m", "commlint", "run", "--nproc-per-node", "2", "--timeout", "120"]
+    cmd = [sys.executable, "-m", "commlint", "run", "--nproc-per-node", str(nproc)]
+    cmd += ["--timeout", "120"]
     if save is not None:
         cmd += ["--save-trace", str(save)]
     return subprocess.run(
@@ -25,9 +26,9 @@ def dry_run(
     )
 
 
-def assert_clean_on_fake_tensors(script: Path, *args: str, cwd: Path) -> str:
+def assert_clean_on_fake_tensors(script: Path, *args: str, cwd: Path, nproc: int = 2) -> str:
     """The dry-run passes without any real compute; returns rank 0's saved trace."""
-    proc = dry_run(script, *args, cwd=cwd, save=cwd / "trace")
+    proc = dry_run(script, *args, cwd=cwd, save=cwd / "trace", nproc=nproc)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "All checks passed" in proc.stdout
@@ -103,3 +104,29 @@ def test_accelerates_own_scripts_pass_as_on_gpus(script, tmp_path):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "All checks passed" in proc.stdout
+
+
+def test_megatron_pipeline_schedule_is_clean_on_fake_tensors(tmp_path):
+    """Megatron-core's own 1F1B schedule at PP=4, written for GPUs: its batched p2p
+    (isend/irecv of each stage's activations and gradients) recorded on fake tensors."""
+    pytest.importorskip("megatron.core")
+    saved = assert_clean_on_fake_tensors(FIXTURES / "megatron_pipeline.py", cwd=tmp_path, nproc=4)
+    assert saved.count('"op": "isend"') == 8  # rank 0: one activation per microbatch
+    assert '"via": "megatron/core/pipeline_parallel/p2p_communication.py:' in saved
+
+
+def test_megatron_pipeline_deadlock_is_caught_at_the_users_line_and_megatrons(tmp_path):
+    """Rank 0 runs one more microbatch than its peers: the schedule's sends meet head to head
+    inside Megatron's p2p layer. The finding is at the user's call of the schedule and names
+    Megatron's frame that made each call."""
+    pytest.importorskip("megatron.core")
+    script = FIXTURES / "megatron_pipeline.py"
+    proc = dry_run(script, "rank0", cwd=tmp_path, nproc=4)
+    assert proc.returncode == 1, (proc.stdout + proc.stderr)[-3000:]
+    line = next(
+        i
+        for i, text in enumerate(script.read_text().splitlines(), 1)
+        if "losses = get_forward_backward_func()(" in text
+    )
+    assert f"{script}:{line}: CL201" in proc.stdout, proc.stdout
+    assert "(via megatron/core/pipeline_parallel/p2p_communication.py:" in proc.stdout

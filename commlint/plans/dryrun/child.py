@@ -170,7 +170,12 @@ class CudaOnCpu(TorchFunctionMode):
         if func is torch.Tensor.is_pinned:
             return False
         if "device" in kwargs:
-            kwargs["device"] = _cpu(kwargs["device"])
+            device = kwargs["device"]
+            # `device=torch.cuda.current_device()` (an index: of the accelerator, Megatron's
+            # pipeline buffers) is a GPU as much as "cuda" is
+            kwargs["device"] = torch.device("cpu") if type(device) is int else _cpu(device)
+        elif func is torch.Tensor.to and len(args) > 1 and type(args[1]) is int:
+            args = (args[0], torch.device("cpu"), *args[2:])  # `x.to(local_rank)`
         # Called for every torch function: rebuild the arguments only when one could name a
         # device (most calls pass tensors and numbers).
         if any(isinstance(a, _DEVICE_TYPES) for a in args):

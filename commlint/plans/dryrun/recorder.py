@@ -119,6 +119,20 @@ def user_site(frames: list[Any]) -> tuple[str | None, list[str]]:
     return site, stack
 
 
+def framework_frame(frames: list[Any]) -> str | None:
+    """The innermost frame of an installed package (not torch) between the user's frame and
+    torch's: the framework code that made the call for the user (Megatron's pipeline
+    schedule, a trainer's all_gather), as `package/path.py:line in function`."""
+    for f in frames:
+        name = f.f_code.co_filename
+        if is_user_file(name):
+            return None
+        if name.startswith(_PURELIB) and not name.startswith(_TORCH_DIR):
+            return f"{name[len(_PURELIB) :]}:{f.f_lineno} in {f.f_code.co_name}"
+    return None
+
+
+_PURELIB = str(Path(sysconfig.get_paths()["purelib"])) + os.sep
 _RUNPY = os.sep + "runpy.py"
 _WRAPPER_FILES = ("c10d_logger.py", "functools.py", "contextlib.py", "_contextlib.py")
 
@@ -662,10 +676,14 @@ class Recorder(_Shared):
             action["thread"] = threading.current_thread().name
         if self.stream is not None:
             action["stream"] = self.stream
-        site, stack = user_site(frames if frames is not None else _frames())
+        frames = frames if frames is not None else _frames()
+        site, stack = user_site(frames)
         if site:
             action["site"] = site
             action["stack"] = stack
+            via = framework_frame(frames)
+            if via:
+                action["via"] = via
         self.send(("a", action))
 
     def flush(self) -> None:
