@@ -48,7 +48,12 @@ def _rank_main(
 ) -> None:
     import faulthandler
 
+    import torch
     import torch.distributed as dist
+
+    # as a process torchrun starts: torch's default generator seeded from the OS (forked from
+    # the forkserver, every rank would share its state)
+    torch.seed()
 
     # A rank that never reports leaves its Python stack here, so "hung" says where.
     stack_file = open(stacks, "w")  # noqa: SIM115  (open until the process exits)

@@ -489,10 +489,13 @@ def test_a_number_every_rank_makes_alike_is_not_rank_local(name: str, findings: 
         assert found[0].line == test
 
 
-# Numbers that differ between ranks in a real run (each program hangs under gloo: rank 0 and
-# rank 1 fall on different sides of the test) but whose making could look alike: a rank-local
-# threshold, a placeholder turned into a plain number, a generator one rank drew from once
-# more, a tensor given another storage, an optimizer resumed from the rank's own state.
+# Numbers that differ between ranks in a real run (each program hangs under torchrun: rank 0
+# and rank 1 fall on different sides of the test; unseeded, in about half the launches) but
+# whose making could look alike: a rank-local threshold, a placeholder turned into a plain
+# number, a generator one rank drew from once more, a tensor given another storage or view,
+# an optimizer resumed from the rank's own state, an unseeded init, batch norm statistics,
+# a loop's second test, a generator given positionally, a default dtype set per rank, a
+# DTensor's optimizer step (from two adversarial reviews).
 _MADE_DIFFERENTLY = {
     "threshold": (
         "torch.manual_seed(0)\n"
@@ -533,6 +536,47 @@ _MADE_DIFFERENTLY = {
         "opt.step()\n"
         "if model.weight.sum().item() > -3600.0:  # rank 0: -3272, rank 1: -4006"
     ),
+    # torch seeds its default generator from the OS in every process torchrun starts
+    "unseeded": (
+        "model = torch.nn.Linear(64, 128)\nif model(torch.ones(256, 64)).sum().item() > 0.0:"
+    ),
+    "batch_norm_statistics": (
+        "bn = torch.nn.BatchNorm1d(128)\n"
+        "bn(torch.full((256, 128), float(rank)))  # updates running_mean, schema silent\n"
+        "if bn.running_mean.sum().item() > 6.0:"
+    ),
+    "loop": (
+        "w = torch.zeros(128, 64)\n"
+        "for step in range(2):\n"
+        "    if w.sum().item() > 0.5:  # alike at step 0, rank-local at step 1\n"
+        "        dist.all_reduce(torch.ones(2))\n"
+        "    w.add_(torch.full((128, 64), float(rank)))"
+    ),
+    "another_view": (
+        "w = torch.nn.Parameter(torch.arange(128 * 64, dtype=torch.float32).reshape(128, 64))\n"
+        "w.data = w.data[64 * rank : 64 * (rank + 1)]  # the same storage, its own half\n"
+        "if w.sum().item() > 20_000_000:"
+    ),
+    "init_generator": (
+        "w = torch.empty(128, 64)\n"
+        "torch.nn.init.normal_(w, 0.0, 1.0, torch.Generator().manual_seed(rank))\n"
+        "if w.sum().item() > -30.0:"
+    ),
+    "default_dtype": (
+        "torch.set_default_dtype(torch.float64 if rank else torch.float32)\n"
+        "x = torch.full((128, 64), 16777217.0)\n"
+        "if x.max().item() > 16777216.5:"
+    ),
+    "dtensor_step": (
+        "from torch.distributed.device_mesh import init_device_mesh\n"
+        "from torch.distributed.tensor import DTensor, Shard\n"
+        "mesh = init_device_mesh('cpu', (2,))\n"
+        "w = torch.nn.Parameter(DTensor.from_local(torch.zeros(128, 64), mesh, [Shard(0)]))\n"
+        "opt = torch.optim.SGD([w], lr=1.0)\n"
+        "(w.to_local() * torch.full((128, 64), float(rank))).sum().backward()\n"
+        "opt.step()\n"
+        "if w.to_local().sum().item() > -0.5:"
+    ),
 }
 
 
@@ -547,7 +591,8 @@ def test_numbers_made_differently_are_never_taken_as_alike(tmp_path: Path):
         program.write_text(
             "import torch\nimport torch.distributed as dist\ndist.init_process_group('gloo')\n"
             f"rank = dist.get_rank()\n{body}\n"
-            "    dist.all_reduce(torch.ones(2))\ndist.barrier()\n"
+            + ("" if "all_reduce" in body else "    dist.all_reduce(torch.ones(2))\n")
+            + "dist.barrier()\n"
         )
         options = DryRunOptions(
             program=str(program), args=[], world_size=2, nproc_per_node=2, ranks=[0, 1],

@@ -294,10 +294,13 @@ def _entropy_per_rank(rank: int) -> None:
     rank: different on each rank, as in a real run, and the same in every pass, so values a
     rank sends depend only on what it received (otherwise they never settle, and a program
     comparing what it sent with what came back fails where a real run passes). torch's own
-    default generator needs nothing: it starts from the same fixed seed in every process."""
+    default generator too: torch seeds it from the OS in every new process (torchrun's ranks
+    of an unseeded program initialise their models differently), while forked ranks would
+    all share the parent's state."""
     import random
 
     stream = random.Random(f"commlint-rank-{rank}")
+    torch.default_generator.manual_seed(stream.getrandbits(63))
     os.urandom = stream.randbytes
     random._urandom = stream.randbytes  # type: ignore[attr-defined]  # SystemRandom, secrets
     random.seed(f"commlint-rank-{rank}-random")

@@ -725,23 +725,26 @@ def _explore(
         and None not in fps
         and all(any(d[0] == key for d in run.decisions) for run in runs.values())
     }
-    said = set()
-    for run in runs.values():
-        for key, read, site, _, uniform, _ in run.decisions:
-            if key in alike and not uniform and site not in said:
-                said.add(site)
-                notes.append(
-                    f"the value read at {read or '?'} and tested at {site} is made alike on "
-                    "every rank (the same seeds, data and operations): every rank takes the "
-                    "same outcome there, as in a real run"
-                )
+    # per test site: the first decision there of a rank-local number not made alike (a loop's
+    # test may be alike at its first pass and rank-local at the next)
     first: dict[str | None, tuple[int, str, str | None, bool]] = {}
+    sites: dict[str | None, str | None] = {}
     for r in sorted(runs):
         if runs[r].stopped:
             continue
         for key, read, site, outcome, uniform, _ in runs[r].decisions:
-            if not uniform and key.endswith("#0") and site not in first and key not in alike:
+            if uniform:
+                continue
+            sites.setdefault(site, read)
+            if key not in alike and site not in first:
                 first[site] = (r, key, read, outcome)
+    for site, read in sites.items():
+        if site not in first:
+            notes.append(
+                f"the value read at {read or '?'} and tested at {site} is made alike on every "
+                "rank (the same seeds, data and operations): every rank takes the same outcome "
+                "there, as in a real run"
+            )
     found = []
     for site, (r, key, read, outcome) in list(first.items())[:_MAX_EXPLORED]:
         other = _run_pass(options, [r], table, "fake", None, scratch, True, {r: (key,)})[r]

@@ -4,8 +4,9 @@ Past the real re-run budget, a test of a number fake tensors did not compute is 
 (`unread.py`): taken alike on every rank, and its other outcome explored when the number is
 rank-local (CL211). A number read from a collective's result is known to be the same on every
 rank; so is one computed the same way from the same inputs: the same seeds, the same data, the
-same numbers — every rank of an unseeded program initialises its model alike (torch's default
-generator starts from one fixed seed), and a test harness feeds every rank one batch.
+same numbers — every rank seeds alike (`torch.manual_seed(0)`) and a test harness feeds every
+rank one batch. (An unseeded program's ranks differ: torch seeds every process from the OS,
+and the dry-run seeds each rank's default generator per rank, `child._entropy_per_rank`.)
 
 Each fake tensor made while fingerprints are on carries a digest of how it was made: the
 operation, the digests of its tensor inputs and its other arguments (numbers as they are; a
@@ -13,7 +14,8 @@ real tensor or a value the dry-run knows by its bytes; a random draw by its gene
 and the number of draws made from it since). A collective whose members all get one result
 (all_reduce, broadcast, all_gather over every rank) gives the same digest on every rank;
 any other delivery (a receive, a reduce_scatter's shard) gives none. A tensor written after
-its digest was taken (in place, through any view of its storage, by communication) has none
+its digest was taken (in place, through any view of its storage, by communication, a batch
+norm's running statistics) or made another view (`w.data = …`) has none
 until an operation gives it one again. No digest means rank-local: a digest errs only
 towards "rank-local", never towards "the same on every rank" (two ranks' digests agree only
 when both made the value from equal inputs by the same operations).
@@ -33,7 +35,7 @@ from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils import _pytree as pytree
 
-_FP = "_commlint_fp"  # (digest, the storage's write count when it was taken, the storage)
+_FP = "_commlint_fp"  # (digest, the storage's write count when it was taken, the view)
 # Real tensors (data, a known value) larger than this are not hashed: rank-local.
 CONTENT_LIMIT = 16 * 2**20
 
@@ -77,6 +79,11 @@ def digest(*parts: Any) -> str:
     return hashlib.blake2b(repr(parts).encode(), digest_size=10).hexdigest()
 
 
+def _view(t: torch.Tensor, key: StorageWeakRef) -> tuple:
+    """Which part of which storage `t` is: `w.data = other` may change any of it."""
+    return (key.cdata, t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+
+
 def _storage(t: torch.Tensor) -> StorageWeakRef | None:
     try:
         return StorageWeakRef(t.untyped_storage())
@@ -105,7 +112,7 @@ def of(t: Any) -> str | None:
         if (
             stored is not None
             and key is not None
-            and key.cdata == stored[2]  # not given another storage (`w.data = …`)
+            and _view(t, key) == stored[2]  # not made another view (`w.data = …`)
             and _writes.get(key, 0) == stored[1]
         ):
             return stored[0]  # how it was made (a small draw: its generator's history)
@@ -128,7 +135,7 @@ def _give(t: Any, fp: str | None) -> None:
             if hasattr(t, _FP):
                 delattr(t, _FP)
         else:
-            setattr(t, _FP, (fp, _writes.get(key, 0), key.cdata))
+            setattr(t, _FP, (fp, _writes.get(key, 0), _view(t, key)))
     except (AttributeError, TypeError):
         pass
 
@@ -136,6 +143,10 @@ def _give(t: Any, fp: str | None) -> None:
 def written(t: Any) -> None:
     """`t`'s storage was written: every digest taken of a tensor on it is stale."""
     if not _on or not isinstance(t, torch.Tensor):
+        return
+    local = getattr(t, "_local_tensor", None)  # a DTensor: its shard is what was written
+    if isinstance(local, torch.Tensor):
+        written(local)
         return
     key = _storage(t)
     if key is not None:
@@ -207,8 +218,11 @@ _UNKNOWN = object()
 def initialised(t: Any, name: str, args: tuple, kwargs: dict) -> None:
     """`torch.nn.init.<name>(t, *args)`, skipped by the dry-run (`child.py`): `t` holds what a
     real run's initialisation gives — numbers, or a draw from the generator given (else the
-    default one)."""
+    default one). A DTensor's shard is the rank's own."""
     if not _on or not isinstance(t, torch.Tensor):
+        return
+    if not isinstance(t, FakeTensor):
+        written(t)
         return
     parts: list[Any] = ["init", name, tuple(t.shape), str(t.dtype)]
     for leaf in pytree.tree_leaves((args, kwargs)):
@@ -218,10 +232,8 @@ def initialised(t: Any, name: str, args: tuple, kwargs: dict) -> None:
             return
         parts.append(part)
     if name not in ("constant_", "ones_", "zeros_"):
-        generator = kwargs.get("generator")
-        if not isinstance(generator, torch.Generator):
-            generator = torch.default_generator
-        parts.append(_generator_state(generator))
+        given = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Generator)]
+        parts.append(_generator_state(given[0] if given else torch.default_generator))
     written(t)
     _give(t, None if None in parts else digest(*parts))
 
@@ -232,7 +244,13 @@ def stepped(optimizer: Any) -> None:
     if not _on:
         return
     for group in getattr(optimizer, "param_groups", []):
-        settings = repr(sorted((k, v) for k, v in group.items() if k != "params"))
+        # the settings (a tensor learning rate by its own fingerprint)
+        settings = [
+            (k, [_leaf(x) for x in pytree.tree_leaves(v)])
+            for k, v in sorted(group.items())
+            if k != "params"
+        ]
+        known = all(_UNKNOWN not in leaves for _, leaves in settings)
         for p in group.get("params", []):
             grad = getattr(p, "grad", None)
             if grad is None:
@@ -243,7 +261,7 @@ def stepped(optimizer: Any) -> None:
             ]
             before, g = of(p), of(grad)
             written(p)
-            if before is not None and g is not None and _UNKNOWN not in state:
+            if known and before is not None and g is not None and _UNKNOWN not in state:
                 _give(p, digest("step", type(optimizer).__name__, settings, before, g, *state))
 
 
@@ -304,4 +322,6 @@ def after_op(func: Any, args: tuple, kwargs: dict, out: Any) -> None:
                 _give(w, None if fp is None else digest(fp, "written", j))
     for i, o in enumerate(outs):
         if isinstance(o, FakeTensor):
-            _give(o, None if fp is None else digest(fp, i))
+            # what it came out as counts too (a default dtype set per rank: `torch.full`)
+            made = (i, str(o.dtype), tuple(o.shape), o.stride())
+            _give(o, None if fp is None else digest(fp, *made))

@@ -336,6 +336,15 @@ def _is_view(func: Any) -> bool:
     return found
 
 
+# Operations that write arguments their schema does not mark written (argument indices): the
+# batch norms' running mean and variance, updated when `training` (argument 5) is true.
+_HIDDEN_WRITES = {
+    getattr(torch.ops.aten, name).default: (3, 4)
+    for name in ("native_batch_norm", "cudnn_batch_norm", "miopen_batch_norm")
+    if hasattr(torch.ops.aten, name)
+}
+
+
 class DataDependentSize(Exception):
     """A communicated tensor's size depends on values fake tensors did not compute."""
 
@@ -1456,6 +1465,12 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
             for t, constant in kept:
                 if t.constant is None:
                     know(t, constant)
+        if func in _HIDDEN_WRITES and len(args) > 5 and args[5]:
+            # a training batch norm updates its running statistics without its schema
+            # saying so: their values (and fingerprints) are the rank's own from now on
+            for i in _HIDDEN_WRITES[func]:
+                if i < len(args):
+                    forget(args[i])
         if func in _FINITE_TESTS and not self._depth:
             _mark_finite_test(func, args, out)
         if self.rec.uniform_made and not self._depth:
