@@ -106,6 +106,24 @@ def test_accelerates_own_scripts_pass_as_on_gpus(script, tmp_path):
     assert "All checks passed" in proc.stdout
 
 
+@pytest.mark.parametrize(
+    ("args", "bucket_op", "count"), [((), "all_reduce", 4), (("distopt",), "reduce_scatter", 4)]
+)
+def test_megatron_ddp_is_clean_on_fake_tensors(args, bucket_op, count, tmp_path):
+    """Megatron-core's own DistributedDataParallel, 2 steps: its gradient buckets are
+    all-reduced (or reduce-scattered for the distributed optimizer) on fake tensors, each
+    call named with Megatron's frame that started it."""
+    pytest.importorskip("megatron.core")
+    saved = assert_clean_on_fake_tensors(FIXTURES / "megatron_ddp.py", *args, cwd=tmp_path)
+    assert saved.count(f'"op": "{bucket_op}"') == count
+    assert '"via": "megatron/core/distributed/param_and_grad_buffer.py:' in saved
+
+
+def test_megatron_ddp_rank0_only_collective_is_caught_at_the_users_line(tmp_path):
+    pytest.importorskip("megatron.core")
+    assert_rank0_call_is_caught(FIXTURES / "megatron_ddp.py", tmp_path)
+
+
 def test_megatron_pipeline_schedule_is_clean_on_fake_tensors(tmp_path):
     """Megatron-core's own 1F1B schedule at PP=4, written for GPUs: its batched p2p
     (isend/irecv of each stage's activations and gradients) recorded on fake tensors."""
