@@ -588,7 +588,9 @@ def _deep_copies_keep_constants() -> None:
                 return orig(self, memo)
         constant = getattr(self, "constant", None)
         if constant is None:
-            return orig(self, memo)
+            new = orig(self, memo)
+            fingerprint.copied(self, new)  # a copy holds what the original holds
+            return new
         self.constant = None
         try:
             new = orig(self, memo)

@@ -154,6 +154,13 @@ def written(t: Any) -> None:
     _give(t, None)
 
 
+def copied(original: Any, copy: Any) -> None:
+    """`copy.deepcopy(original)` (a model's layers cloned: `nn.TransformerEncoder`): the copy
+    holds what the original holds, on a storage of its own."""
+    if _on and isinstance(copy, FakeTensor):
+        _give(copy, of(original))
+
+
 def delivered_alike(tensors: Any) -> None:
     """A collective over every rank gave every rank the same result in `tensors`."""
     if not _on:

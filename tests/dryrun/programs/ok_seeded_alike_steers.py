@@ -4,12 +4,16 @@ rank takes the same branch. Past the real re-run budget (the loss is not compute
 dry-run sees that every rank made the number alike (same seed, same data, same operations)
 and does not report the test as rank-local."""
 
+import copy
+
 import torch
 import torch.distributed as dist
 
 dist.init_process_group("gloo")
 torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+block = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU())
+# layers cloned from one block (as nn.TransformerEncoder does): copies hold what it holds
+model = torch.nn.Sequential(block, copy.deepcopy(block), torch.nn.Linear(64, 1))
 data = torch.arange(128 * 64, dtype=torch.float32).reshape(128, 64) / 8192
 loss = model(data).pow(2).mean()
 loss.backward()
