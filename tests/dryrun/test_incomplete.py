@@ -39,6 +39,19 @@ def record(program: str, world: int = 2, timeout: float = 20.0, max_passes: int 
     return result, result.trace(options)
 
 
+def past_budget(program: Path, timeout: float = 20.0):
+    """(result, trace) of a 2-rank dry-run with nothing computed for real (`--real-budget 0`):
+    tests of uncomputed numbers are decisions."""
+    from commlint.plans.dryrun.driver import DryRunOptions, dry_run
+
+    options = DryRunOptions(
+        program=str(program), args=[], world_size=2, nproc_per_node=2, ranks=[0, 1],
+        timeout=timeout, jobs=2, real_budget=0,
+    )  # fmt: skip
+    result = dry_run(options)
+    return result, result.trace(options)
+
+
 def line_of(program: Path, text: str) -> int:
     return next(i for i, ln in enumerate(program.read_text().splitlines(), 1) if text in ln)
 
@@ -429,18 +442,12 @@ def test_rank_local_and_agreed_values_are_told_apart(tmp_path: Path):
     hangs, the second finishes), here with nothing computed for real: the loss each rank
     tests is CL211 at the test, naming both outcomes' calls; the all-reduced loss is the same
     on every rank, taken alike, clean. The saved trace gives `commlint plan` the same verdict."""
-    from commlint.plans.dryrun.driver import DryRunOptions, dry_run
 
     verdicts = {}
     for name in ("bad_local_loss_steers.py", "ok_reduced_loss_steers.py"):
         program = PROGRAMS / name
-        options = DryRunOptions(
-            program=str(program), args=[], world_size=2, nproc_per_node=2, ranks=[0, 1],
-            timeout=20.0, jobs=2, real_budget=0,
-        )  # fmt: skip
-        result = dry_run(options)
+        result, trace = past_budget(program)
         assert result.mode == "fake" and not result.incomplete()
-        trace = result.trace(options)
         verdicts[name] = (program, trace, check_trace(trace, None).findings)
     program, trace, findings = verdicts["bad_local_loss_steers.py"]
     test = line_of(program, "if loss.item() > 1.0")
@@ -470,16 +477,10 @@ def test_a_number_every_rank_makes_alike_is_not_rank_local(name: str, findings: 
     and an optimizer step included) give the same number everywhere, as a real run would —
     no false CL211. The same seed with each rank's own rows is still rank-local. (Both run
     for real under gloo in test_agreement: the first finishes, the second hangs.)"""
-    from commlint.plans.dryrun.driver import DryRunOptions, dry_run
 
     program = PROGRAMS / name
-    options = DryRunOptions(
-        program=str(program), args=[], world_size=2, nproc_per_node=2, ranks=[0, 1],
-        timeout=20.0, jobs=2, real_budget=0,
-    )  # fmt: skip
-    result = dry_run(options)
+    result, trace = past_budget(program)
     assert result.mode == "fake" and not result.incomplete(), result.incomplete()
-    trace = result.trace(options)
     found = check_trace(trace, None).findings
     assert [f.code for f in found] == findings
     test = line_of(program, ".item() >")
@@ -583,7 +584,6 @@ _MADE_DIFFERENTLY = {
 def test_numbers_made_differently_are_never_taken_as_alike(tmp_path: Path):
     """Each number here differs between the ranks of a real run; none may be taken as made
     alike (that would hide the hang): each test is CL211."""
-    from commlint.plans.dryrun.driver import DryRunOptions, dry_run
 
     found = {}
     for name, body in _MADE_DIFFERENTLY.items():
@@ -594,12 +594,7 @@ def test_numbers_made_differently_are_never_taken_as_alike(tmp_path: Path):
             + ("" if "all_reduce" in body else "    dist.all_reduce(torch.ones(2))\n")
             + "dist.barrier()\n"
         )
-        options = DryRunOptions(
-            program=str(program), args=[], world_size=2, nproc_per_node=2, ranks=[0, 1],
-            timeout=20.0, jobs=2, real_budget=0,
-        )  # fmt: skip
-        result = dry_run(options)
-        trace = result.trace(options)
+        result, trace = past_budget(program)
         found[name] = [f.code for f in check_trace(trace, None).findings]
         assert not any("made alike" in n for n in result.notes), (name, result.notes)
     assert found == {name: ["CL211"] for name in _MADE_DIFFERENTLY}
@@ -634,19 +629,13 @@ def test_an_fsdp2_gradient_norm_is_the_same_everywhere_and_a_loss_is_not(tmp_pat
     """clip_grad_norm_ over FSDP2's sharded gradients returns a DTensor replicated over every
     rank (its .item() all-reduces first): testing it is taken alike, clean. Testing the
     rank's own loss the same way is CL211, the barrier against the next step's all-gather."""
-    from commlint.plans.dryrun.driver import DryRunOptions, dry_run
 
     found = {}
     for tested in ("norm", "loss"):
         program = tmp_path / f"fsdp_{tested}.py"
         program.write_text(_FSDP_NORM.format(tested=tested))
-        options = DryRunOptions(
-            program=str(program), args=[], world_size=2, nproc_per_node=2, ranks=[0, 1],
-            timeout=30.0, jobs=2, real_budget=0,
-        )  # fmt: skip
-        result = dry_run(options)
+        result, trace = past_budget(program, timeout=30.0)
         assert result.mode == "fake" and not result.incomplete(), result.incomplete()
-        trace = result.trace(options)
         found[tested] = [(f.code, f.line) for f in check_trace(trace, None).findings]
     assert found == {"norm": [], "loss": [("CL211", 18)]}
 
@@ -805,11 +794,11 @@ def test_assertions_on_uncomputed_values_are_taken_to_hold(tmp_path: Path):
         )
 
 
-def test_small_random_draws_are_drawn_for_real_and_decide_on_fake_tensors():
-    """`float(torch.rand(1, generator=g))`: the draw is drawn as a real run draws it, so a
-    per-rank probe decides per rank and a probe seeded alike decides alike — with the model on
-    fake tensors throughout (no real re-run)."""
-    bad = PROGRAMS / "bad_probe_draw.py"
+def assert_decided_on_fake_tensors(bad_name: str, ok_name: str):
+    """Both programs recorded on fake tensors alone (no real re-run): the bad one's rank 0
+    waits in the barrier while rank 1 makes the extra all_reduce its value decided (CL203 at
+    those lines), the ok one is clean. Returns the ok one's trace."""
+    bad = PROGRAMS / bad_name
     result, trace = record(str(bad))
     assert result.mode == "fake" and not result.notes and not trace.ends, result.notes
     [finding] = [f for f in check_trace(trace, None).findings if f.severity == "error"]
@@ -818,10 +807,17 @@ def test_small_random_draws_are_drawn_for_real_and_decide_on_fake_tensors():
         (0, f"{os.path.relpath(bad)}:{line_of(bad, 'dist.barrier()')}"),
         (1, f"{os.path.relpath(bad)}:{line_of(bad, 'dist.all_reduce(')}"),
     }
-    ok = PROGRAMS / "ok_probe_draw.py"
-    result, trace = record(str(ok))
+    result, trace = record(str(PROGRAMS / ok_name))
     assert result.mode == "fake" and not result.notes and not trace.ends, result.notes
     assert check_trace(trace, None).findings == []
+    return trace
+
+
+def test_small_random_draws_are_drawn_for_real_and_decide_on_fake_tensors():
+    """`float(torch.rand(1, generator=g))`: the draw is drawn as a real run draws it, so a
+    per-rank probe decides per rank and a probe seeded alike decides alike — with the model on
+    fake tensors throughout (no real re-run)."""
+    trace = assert_decided_on_fake_tensors("bad_probe_draw.py", "ok_probe_draw.py")
     # the draws were the generator's own: 3 steps, the same branch on both ranks
     assert len(trace.ranks[0]) == len(trace.ranks[1]) >= 3
 
@@ -832,19 +828,7 @@ def test_small_values_made_from_numbers_are_known_through_ops_and_numpy():
     stops at one element), so the program's own checks and the decisions they steer are
     taken on fake tensors as on the GPUs — the rank-local one is caught at its line, the
     uniform one passes, and neither needs a real re-run."""
-    bad = PROGRAMS / "bad_numpy_steers.py"
-    result, trace = record(str(bad))
-    assert result.mode == "fake" and not result.notes and not trace.ends, result.notes
-    [finding] = [f for f in check_trace(trace, None).findings if f.severity == "error"]
-    assert finding.code == "CL203"
-    assert {(a.rank, a.site) for a in finding.actions} == {
-        (0, f"{os.path.relpath(bad)}:{line_of(bad, 'dist.barrier()')}"),
-        (1, f"{os.path.relpath(bad)}:{line_of(bad, 'dist.all_reduce(')}"),
-    }
-    ok = PROGRAMS / "ok_gathered_numpy.py"
-    result, trace = record(str(ok))
-    assert result.mode == "fake" and not result.notes and not trace.ends, result.notes
-    assert check_trace(trace, None).findings == []
+    trace = assert_decided_on_fake_tensors("bad_numpy_steers.py", "ok_gathered_numpy.py")
     # the gathered numbers went over 10 on both ranks: the extra all_reduce on each
     assert [a.op for a in trace.ranks[0]] == [a.op for a in trace.ranks[1]]
     assert [a.op for a in trace.ranks[0]].count("all_reduce") == 1
