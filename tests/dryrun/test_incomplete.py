@@ -834,6 +834,32 @@ def test_small_values_made_from_numbers_are_known_through_ops_and_numpy():
     assert [a.op for a in trace.ranks[0]].count("all_reduce") == 1
 
 
+def test_a_placeholder_never_becomes_a_known_value(tmp_path: Path):
+    """`k.sub_(0.01 * float(g))` on a small tensor that knows its value (a kernel drawn with
+    `torch.randn(4)`), with `g` not computed: the number given is a placeholder, so `k` forgets
+    its value instead of keeping a wrong one — logging it needs no real compute; testing it
+    later does (the test falls back at its own line)."""
+    body = (
+        "import torch\nimport torch.distributed as dist\ndist.init_process_group('gloo')\n"
+        "w = torch.nn.Linear(256, 256)\n"
+        "k = torch.randn(4) * 0.3\n"
+        "g = w(torch.randn(8, 256)).mean()\n"
+        "k.sub_(0.01 * float(g))\n"
+        "print(float(k.sum()))\n"
+        "{test}"
+        "dist.all_reduce(torch.ones(2))\n"
+    )
+    logged = tmp_path / "logged.py"
+    logged.write_text(body.format(test=""))
+    result, trace = record(str(logged))
+    assert result.mode == "fake" and not result.notes and not trace.ends, result.notes
+    tested = tmp_path / "tested.py"
+    tested.write_text(body.format(test="if k.sum().item() > 0.0:\n    dist.barrier()\n"))
+    result, trace = record(str(tested))
+    assert result.mode == "real", result.notes
+    assert f"stopped under fake tensors at {tested}:9" in result.notes[0]
+
+
 @pytest.mark.parametrize("budget", [None, "0"])
 def test_a_value_fake_tensors_cannot_give_after_a_proven_hang_needs_no_real_run(
     tmp_path: Path, budget: str | None

@@ -275,13 +275,22 @@ def _is_tensor(value: Any) -> bool:
     return torch is not None and isinstance(value, torch.Tensor)
 
 
+# Fake tensors the number would flow into (`k.sub_(0.01 * float(g))`): those that know a
+# value must forget it if the number is given (a placeholder would make a wrong value
+# known); whether they know one varies from call to call, so such a decision is not cached.
+_FORGET: list[Any] = []
+
+
 def _fake_tensor(value: Any) -> bool:
-    """A fake tensor without a known value (what flows into it is never read back), or a
-    DTensor over one."""
+    """A fake tensor (what flows into it is never read back: one that knows its value is
+    noted in `_FORGET`), or a DTensor over one."""
     from torch._subclasses.fake_tensor import FakeTensor
 
     local = getattr(value, "_local_tensor", value)
-    return isinstance(local, FakeTensor) and getattr(local, "constant", None) is None
+    if not isinstance(local, FakeTensor):
+        return False
+    _FORGET.append(local)
+    return True
 
 
 def _sink(fn: Any) -> bool:
@@ -502,9 +511,20 @@ def only_computed_with(frame: Any, integer: bool = False) -> bool:
             break
         f = f.f_back
     key = (integer, *chain)
-    if key not in _DECIDED:
-        _DECIDED[key] = _follow(frame, integer)
-    return _DECIDED[key]
+    if key in _DECIDED:
+        return _DECIDED[key]
+    _FORGET.clear()
+    decided = _follow(frame, integer)
+    if not _FORGET:
+        _DECIDED[key] = decided  # else asked again each time: which tensors know values varies
+    elif decided:
+        from commlint.plans.dryrun.recorder import forget
+
+        for t in _FORGET:
+            if t.constant is not None:
+                forget(t)  # what the number flows into is not known any more
+    _FORGET.clear()
+    return decided
 
 
 def _follow(frame: Any, integer: bool) -> bool:
