@@ -703,7 +703,8 @@ def _explore(
     scratch: str,
     notes: list[str],
 ) -> list[dict[str, Any]]:
-    """For the first test at each line of a rank-local number fake tensors did not compute:
+    """For the first test at each line of a rank-local number fake tensors did not compute
+    (that not every rank made alike):
     run the first rank that made it again with the other outcome (the values its peers
     delivered unchanged) and compare what it communicates. Where the two differ, the value
     decides what the rank communicates: ranks whose values differ make different calls

@@ -10,8 +10,8 @@ and the dry-run seeds each rank's default generator per rank, `child._entropy_pe
 
 Each fake tensor made while fingerprints are on carries a digest of how it was made: the
 operation, the digests of its tensor inputs and its other arguments (numbers as they are; a
-real tensor or a value the dry-run knows by its bytes; a random draw by its generator's state
-and the number of draws made from it since). A collective whose members all get one result
+real tensor or a value the dry-run knows by its bytes; a random draw by the chain of states its
+generator was seen in). A collective whose members all get one result
 (all_reduce, broadcast, all_gather over every rank) gives the same digest on every rank;
 any other delivery (a receive, a reduce_scatter's shard) gives none. A tensor written after
 its digest was taken (in place, through any view of its storage, by communication, a batch
@@ -35,6 +35,7 @@ from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils import _pytree as pytree
 
+_UNKNOWN = object()  # `_leaf`: an argument that may differ between ranks
 _FP = "_commlint_fp"  # (digest, the storage's write count when it was taken, the view)
 # Real tensors (data, a known value) larger than this are not hashed: rank-local.
 CONTENT_LIMIT = 16 * 2**20
@@ -214,12 +215,18 @@ def _leaf(x: Any) -> Any:
         return repr(x)
     if isinstance(x, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
         return str(x)
-    if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        return _UNKNOWN  # a data-dependent size: its value is not known here
-    return _UNKNOWN
+    return _UNKNOWN  # a data-dependent size (SymInt), an opaque object: may differ
 
 
-_UNKNOWN = object()
+def _parts(values: Any) -> list[Any] | None:
+    """The digest parts of every leaf of `values`; None if one may differ between ranks."""
+    parts = []
+    for leaf in pytree.tree_leaves(values):
+        part = _leaf(leaf)
+        if part is _UNKNOWN:
+            return None
+        parts.append(part)
+    return parts
 
 
 def initialised(t: Any, name: str, args: tuple, kwargs: dict) -> None:
@@ -231,13 +238,11 @@ def initialised(t: Any, name: str, args: tuple, kwargs: dict) -> None:
     if not isinstance(t, FakeTensor):
         written(t)
         return
-    parts: list[Any] = ["init", name, tuple(t.shape), str(t.dtype)]
-    for leaf in pytree.tree_leaves((args, kwargs)):
-        part = _leaf(leaf)
-        if part is _UNKNOWN:
-            written(t)
-            return
-        parts.append(part)
+    given = _parts((args, kwargs))
+    if given is None:
+        written(t)
+        return
+    parts: list[Any] = ["init", name, tuple(t.shape), str(t.dtype), *given]
     if name not in ("constant_", "ones_", "zeros_"):
         given = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Generator)]
         parts.append(_generator_state(given[0] if given else torch.default_generator))
@@ -252,24 +257,17 @@ def stepped(optimizer: Any) -> None:
         return
     for group in getattr(optimizer, "param_groups", []):
         # the settings (a tensor learning rate by its own fingerprint)
-        settings = [
-            (k, [_leaf(x) for x in pytree.tree_leaves(v)])
-            for k, v in sorted(group.items())
-            if k != "params"
-        ]
-        known = all(_UNKNOWN not in leaves for _, leaves in settings)
+        settings = _parts([(k, v) for k, v in sorted(group.items()) if k != "params"])
         for p in group.get("params", []):
             grad = getattr(p, "grad", None)
             if grad is None:
                 continue
             # the optimizer's state for it (momentum, moments, step counts) counts too
-            state = [
-                _leaf(x) for x in pytree.tree_leaves(getattr(optimizer, "state", {}).get(p, {}))
-            ]
+            state = _parts(getattr(optimizer, "state", {}).get(p, {}))
             before, g = of(p), of(grad)
             written(p)
-            if known and before is not None and g is not None and _UNKNOWN not in state:
-                _give(p, digest("step", type(optimizer).__name__, settings, before, g, *state))
+            if None not in (settings, state, before, g):
+                _give(p, digest("step", type(optimizer).__name__, settings, before, g, state))
 
 
 # Operations that overwrite their first argument whatever it held: its old value is not theirs.
@@ -307,20 +305,12 @@ def after_op(func: Any, args: tuple, kwargs: dict, out: Any) -> None:
     if torch.Tag.nondeterministic_seeded in func.tags and not draws:
         draws.append(_generator_state(torch.default_generator))
     if name not in _UNDEFINED and None not in draws:
-        parts: list[Any] = [str(func), *draws]
-        for i, value in enumerate(given):
-            if i == 0 and name in _OVERWRITE and isinstance(value, torch.Tensor):
-                value = (tuple(value.shape), str(value.dtype))  # overwritten: its shape only
-            for leaf in pytree.tree_leaves(value):
-                part = _leaf(leaf)
-                if part is _UNKNOWN:
-                    break
-                parts.append(part)
-            else:
-                continue
-            break
-        else:
-            fp = digest(*parts)
+        inputs = list(given)
+        if inputs and name in _OVERWRITE and isinstance(inputs[0], torch.Tensor):
+            inputs[0] = (tuple(inputs[0].shape), str(inputs[0].dtype))  # overwritten: shape only
+        parts = _parts(inputs)
+        if parts is not None:
+            fp = digest(str(func), *draws, *parts)
     outs = pytree.tree_leaves(out)
     for j, w in enumerate(pytree.tree_leaves(writes)):
         if isinstance(w, torch.Tensor):

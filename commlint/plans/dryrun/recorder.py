@@ -1392,7 +1392,7 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
             and _has_subclass(pytree.arg_tree_leaves(*args, **kwargs))
         ):
             return NotImplemented
-        if func.namespace == "aten" and (_small_real_only(args, kwargs, func)):
+        if func.namespace == "aten" and _small_real_only(args, kwargs, func):
             # only small real tensors in (a count made with torch.tensor(n), then
             # all-reduced): computed for real, so `total == 0` has a value, as in a real run
             with unset_fake_temporarily():
