@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from commlint.plans.dryrun import cuda_standins
@@ -16,9 +17,13 @@ from commlint.plans.dryrun import cuda_standins
 SCRIPT = Path(__file__).parent / "fixtures" / "cuda_surface.py"
 
 
-def run(*args: str) -> subprocess.CompletedProcess:
+def run(*args: str, script: Path = SCRIPT) -> subprocess.CompletedProcess:
+    """`commlint run` of `script` (its arguments, or commlint's before it) on 2 ranks."""
+    flags = [a for a in args if a.startswith("--")]
+    rest = [a for a in args if not a.startswith("--")]
+    cmd = [sys.executable, "-m", "commlint", "run", "--nproc-per-node", "2", *flags]
     return subprocess.run(
-        [sys.executable, "-m", "commlint", "run", "--nproc-per-node", "2", str(SCRIPT), *args],
+        [*cmd, str(script), *rest],
         capture_output=True,
         text=True,
         timeout=300,
@@ -99,3 +104,29 @@ def test_standins_answer_like_a_gpu_node():
     assert out.stdout.strip() == "ok", out.stderr[-2000:]
     # the real torch is untouched in this process
     assert torch.compile is not cuda_standins.compile_eagerly
+
+
+DEVICES = Path(__file__).parent / "fixtures" / "gpu_devices.py"
+
+
+@pytest.mark.parametrize("tensors", ["fake", "real"])
+def test_tensors_report_the_gpu_the_program_put_them_on(tensors):
+    """Each tensor a GPU script moves to or makes on `cuda:N` says so (`.device`, `.is_cuda`,
+    `.get_device()`), through a module's `.to`, its gradients and optimizer state and a deep
+    copy; `.cpu()` and tensors made without a device say `cpu`. The script's own asserts of
+    that pass, and a branch on `is_cuda` picks the same collective as on the GPUs."""
+    proc = run(f"--tensors={tensors}", script=DEVICES)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "All checks passed" in proc.stdout
+
+
+def test_a_branch_on_a_tensors_device_decides_what_a_rank_communicates():
+    """Rank 1 moves its tensor back to the CPU and skips the all-reduce rank 0 makes."""
+    proc = run("cpu_rank1", script=DEVICES)
+    line = next(
+        i
+        for i, text in enumerate(DEVICES.read_text().splitlines(), 1)
+        if "dist.all_reduce(stats)" in text
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
+    assert f"gpu_devices.py:{line}: CL202" in proc.stdout, proc.stdout

@@ -92,12 +92,13 @@ def test_accelerate_rank0_only_gather_is_caught_at_the_users_line(tmp_path):
     assert_rank0_call_is_caught(FIXTURES / "accelerate_train.py", tmp_path)
 
 
-@pytest.mark.parametrize("script", ["test_sync", "test_script", "test_ddp_comm_hook"])
+@pytest.mark.parametrize("script", ["test_sync", "test_script", "test_ddp_comm_hook", "test_ops"])
 def test_accelerates_own_scripts_pass_as_on_gpus(script, tmp_path):
     """accelerate's shipped multi-GPU test scripts (gradient sync under accumulation and
     no_sync, data loader sharding and dispatch, mixed precision, DDP comm hooks) pass on 2
     GPUs; they check the values DDP and accelerate's collectives deliver over many steps
-    (delivered live within a pass, exact once a rank raises)."""
+    (delivered live within a pass, exact once a rank raises), and `test_ops`'s debug mode
+    checks that each tensor given to a collective is on the configured GPU."""
     scripts = pytest.importorskip("accelerate.test_utils.scripts")
     path = Path(scripts.__file__).parent / f"{script}.py"
     proc = dry_run(path, cwd=tmp_path)

@@ -32,7 +32,7 @@ from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from torch.overrides import TorchFunctionMode
 
-from commlint.plans.dryrun import fingerprint
+from commlint.plans.dryrun import devices, fingerprint
 from commlint.plans.dryrun import recorder as rec_mod
 from commlint.plans.dryrun.recorder import (
     BACKEND,
@@ -151,36 +151,50 @@ def _cpu(x: Any) -> Any:
 
 
 class CudaOnCpu(TorchFunctionMode):
-    """Every tensor the script puts on a GPU stays on the CPU (or fake CPU) instead."""
-
-    _IDENTITY = (torch.Tensor.cuda, torch.Tensor.pin_memory)
+    """Every tensor the script puts on a GPU stays on the CPU (or fake CPU) instead, and
+    reports the GPU to the script (`devices`)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func in devices.QUERIES:
+            answer = devices.answer(func, args[0])
+            return func(*args, **kwargs) if answer is NotImplemented else answer
         if func is torch.device:
             if len(args) == 1 and not kwargs and type(args[0]) is int:
                 # `torch.device(0)`: index 0 of the current accelerator, which a GPU machine
                 # has (FSDP's `device_id=local_rank`); the CPU build has none and raises
                 return func("cuda", args[0])
             return func(*args, **kwargs)
-        if func in self._IDENTITY:
+        if func is torch.Tensor.cuda:
+            device = args[1] if len(args) > 1 else kwargs.get("device")
+            devices.mark(args[0], devices.named("cuda" if device is None else device))
+            return args[0]
+        if func is torch.Tensor.pin_memory:
             return args[0]
         if func is torch.Tensor.record_stream:
             return None
         if func is torch.Tensor.is_pinned:
             return False
+        target: int | bool | None = False  # the device the call names (devices.named)
         if "device" in kwargs:
             device = kwargs["device"]
+            target = devices.named(device)
             # `device=torch.cuda.current_device()` (an index: of the accelerator, Megatron's
             # pipeline buffers) is a GPU as much as "cuda" is
             kwargs["device"] = torch.device("cpu") if type(device) is int else _cpu(device)
         elif func is torch.Tensor.to and len(args) > 1 and type(args[1]) is int:
+            target = args[1]
             args = (args[0], torch.device("cpu"), *args[2:])  # `x.to(local_rank)`
+        elif func is torch.Tensor.cpu:
+            target = None
         # Called for every torch function: rebuild the arguments only when one could name a
         # device (most calls pass tensors and numbers).
         if any(isinstance(a, _DEVICE_TYPES) for a in args):
+            for a in args:
+                if isinstance(a, _DEVICE_TYPES) and target is False:
+                    target = devices.named(a)
             args = tuple(_cpu(a) for a in args)
-        return func(*args, **kwargs)
+        return devices.place(func, args, kwargs, func(*args, **kwargs), target)
 
 
 class _Event:
@@ -410,6 +424,7 @@ def _install(spec: RankSpec, recorder: Recorder) -> None:
     _fsdp1_on_cpu()
     _flex_attention_on_cpu()
     _modules_stay_on_cpu()
+    devices.install()
     if spec.mode == "fake":
         _install_fake_helpers(c10d)
         _unread_values(recorder, spec)
@@ -778,16 +793,23 @@ def _modules_stay_on_cpu() -> None:
     module = torch.nn.Module
     to = module.to
 
+    def on_gpu(self: Any, device: Any) -> Any:
+        idx = devices.named(device)
+        for t in (*self.parameters(), *self.buffers()):
+            devices.mark(t, idx)
+        return self
+
     def module_to(self: Any, *a: Any, **k: Any) -> Any:
-        if not any(_is_cuda(x) for x in (*a, k.get("device"))):
+        gpu = [x for x in (*a, k.get("device")) if _is_cuda(x) or type(x) is int]
+        if not gpu:
             return to(self, *a, **k)
-        a = tuple(x for x in a if not _is_cuda(x))
+        a = tuple(x for x in a if x is not gpu[0])
         k.pop("device", None)
         k.pop("non_blocking", None)
-        return to(self, *a, **k) if a or k else self
+        return on_gpu(to(self, *a, **k) if a or k else self, gpu[0])
 
     module.to = module_to
-    module.cuda = lambda self, device=None: self
+    module.cuda = lambda self, device=None: on_gpu(self, "cuda" if device is None else device)
     apply = module._apply
 
     def apply_without_swap(self: Any, fn: Any, recurse: bool = True) -> Any:
