@@ -130,3 +130,80 @@ def test_a_branch_on_a_tensors_device_decides_what_a_rank_communicates():
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
     assert f"gpu_devices.py:{line}: CL202" in proc.stdout, proc.stdout
+
+
+PATHS = Path(__file__).parent / "fixtures" / "gpu_paths.py"
+
+
+@pytest.mark.parametrize(
+    ("part", "recorded"),
+    [
+        # each SyncBatchNorm layer: its (2C+1) statistics gathered in the forward, its 2C
+        # gradient sums all-reduced in the backward
+        ("syncbn", ['"op": "all_gather", "shape": [9]', '"op": "all_reduce", "shape": [8]']),
+        # sync_module_states' broadcast, then the flat parameter's gather and scatter
+        ("fsdp1", ['"op": "broadcast"', '"op": "all_gather"', '"op": "reduce_scatter"']),
+        ("dtensor", ['"op": "all_to_all"']),
+    ],
+)
+def test_torchs_gpu_only_paths_run_and_communicate_as_on_gpus(part, recorded, tmp_path):
+    proc = run(f"--save-trace={tmp_path}", part, script=PATHS)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    saved = (tmp_path / "rank-00000.yaml").read_text()
+    for text in recorded:
+        assert text in saved, saved[-3000:]
+    if part == "dtensor":  # no all-gather fallback of a CPU mesh
+        assert '"op": "all_gather"' not in saved
+
+
+def test_sync_batch_norm_forward_on_one_rank_is_caught():
+    proc = run("syncbn_eval_rank0", script=PATHS)
+    line = next(
+        i for i, text in enumerate(PATHS.read_text().splitlines(), 1) if "forgotten" in text
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
+    assert f"gpu_paths.py:{line}: CL202" in proc.stdout, proc.stdout
+    assert "all_gather(WORLD)" in proc.stdout
+
+
+def test_sync_batch_norm_kernels_give_the_whole_batchs_statistics():
+    """The CPU kernels the dry-run gives SyncBatchNorm's CUDA-only operators, over a batch
+    split between two "ranks", equal batch norm over the whole batch: output, running
+    statistics, and input/weight/bias gradients."""
+    code = """
+import torch
+import torch.nn.functional as F
+from commlint.plans.dryrun import gpu_paths
+gpu_paths.register_sync_batch_norm_kernels()
+torch.manual_seed(0)
+x = torch.randn(6, 4, 5, 5, dtype=torch.float64, requires_grad=True)
+w = torch.randn(4, dtype=torch.float64, requires_grad=True)
+b = torch.randn(4, dtype=torch.float64, requires_grad=True)
+rm, rv = torch.zeros(4, dtype=torch.float64), torch.ones(4, dtype=torch.float64)
+ref = F.batch_norm(x, rm, rv, w, b, training=True, momentum=0.1, eps=1e-5)
+dy = torch.randn_like(ref)
+ref.backward(dy)
+parts, grads = (x.detach()[:2], x.detach()[2:]), (dy[:2], dy[2:])
+stats = [torch.batch_norm_stats(p, 1e-5) for p in parts]
+counts = torch.tensor([p.numel() // 4 for p in parts], dtype=torch.float64)
+rm2, rv2 = torch.zeros(4, dtype=torch.float64), torch.ones(4, dtype=torch.float64)
+mean, invstd = torch.batch_norm_gather_stats_with_counts(
+    x, torch.stack([s[0] for s in stats]), torch.stack([s[1] for s in stats]),
+    rm2, rv2, 0.1, 1e-5, counts)
+out = torch.cat([torch.batch_norm_elemt(p, w, b, mean, invstd, 1e-5) for p in parts])
+assert torch.allclose(out, ref) and torch.allclose(rm2, rm) and torch.allclose(rv2, rv)
+reduced = [torch.batch_norm_backward_reduce(g, p, mean, invstd, w, True, True, True)
+           for g, p in zip(grads, parts)]
+sum_dy = sum(r[0] for r in reduced)
+sum_dy_xmu = sum(r[1] for r in reduced)
+assert torch.allclose(sum(r[2] for r in reduced), w.grad)
+assert torch.allclose(sum(r[3] for r in reduced), b.grad)
+dx = torch.cat([
+    torch.batch_norm_backward_elemt(g, p, mean, invstd, w, sum_dy, sum_dy_xmu,
+                                    counts.to(torch.int32))
+    for g, p in zip(grads, parts)])
+assert torch.allclose(dx, x.grad), (dx - x.grad).abs().max()
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "ok", out.stderr[-2000:]

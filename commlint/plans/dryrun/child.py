@@ -32,7 +32,7 @@ from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from torch.overrides import TorchFunctionMode
 
-from commlint.plans.dryrun import devices, fingerprint
+from commlint.plans.dryrun import devices, fingerprint, gpu_paths
 from commlint.plans.dryrun import recorder as rec_mod
 from commlint.plans.dryrun.recorder import (
     BACKEND,
@@ -425,6 +425,7 @@ def _install(spec: RankSpec, recorder: Recorder) -> None:
     _flex_attention_on_cpu()
     _modules_stay_on_cpu()
     devices.install()
+    gpu_paths.install()
     if spec.mode == "fake":
         _install_fake_helpers(c10d)
         _unread_values(recorder, spec)
@@ -773,13 +774,19 @@ def _meshes_on_cpu() -> None:
         mesh_init = dm.DeviceMesh.__init__
 
         def mesh_on_cpu(self: Any, device_type: str, *a: Any, **k: Any) -> None:
-            mesh_init(self, "cpu" if _is_cuda(device_type) else device_type, *a, **k)
+            if _is_cuda(device_type):
+                gpu_paths.gpu_meshes = True
+                device_type = "cpu"
+            mesh_init(self, device_type, *a, **k)
 
         dm.DeviceMesh.__init__ = mesh_on_cpu
         init_mesh = dm.init_device_mesh
 
         def init_device_mesh(device_type: str, *a: Any, **k: Any) -> Any:
-            return init_mesh("cpu" if _is_cuda(device_type) else device_type, *a, **k)
+            if _is_cuda(device_type):
+                gpu_paths.gpu_meshes = True
+                device_type = "cpu"
+            return init_mesh(device_type, *a, **k)
 
         dm.init_device_mesh = init_device_mesh
         # A deep copy of a mesh (inside a deep-copied model) names the same groups; copying

@@ -83,9 +83,18 @@ def named(device: Any) -> int | bool | None:
     return False
 
 
+# torch code that checks the device a GPU job's tensor is on, and sees what the program did:
+# SyncBatchNorm's "expected input tensor to be on GPU" (gpu_paths runs its kernels on the CPU)
+_SEES_THE_PROGRAMS = (os.path.join("torch", "nn", "modules", "batchnorm.py"),)
+
+
+def _inside(filename: str) -> bool:
+    return filename.startswith(_INSIDE) and not filename.endswith(_SEES_THE_PROGRAMS)
+
+
 def asked_inside(depth: int) -> bool:
     """Whether the frame `depth` levels up is torch's or the dry-run's own code."""
-    return sys._getframe(depth + 1).f_code.co_filename.startswith(_INSIDE)
+    return _inside(sys._getframe(depth + 1).f_code.co_filename)
 
 
 def answer(func: Any, t: Any) -> Any:
@@ -162,7 +171,7 @@ def install() -> None:
 
     def device(self: Any) -> torch.device:
         idx = self.__dict__.get(GPU)
-        if idx is None or sys._getframe(1).f_code.co_filename.startswith(_INSIDE):
+        if idx is None or _inside(sys._getframe(1).f_code.co_filename):
             return prop.fget(self)
         return torch.device("cuda", idx)
 
