@@ -156,6 +156,24 @@ def test_torchs_gpu_only_paths_run_and_communicate_as_on_gpus(part, recorded, tm
         assert '"op": "all_gather"' not in saved
 
 
+def test_gpu_buffers_made_in_backward_and_recorded_streams_stay_on_the_cpu(tmp_path):
+    """A gradient hook and a custom autograd function's backward run inside `backward()`,
+    where the buffers they make on the GPU must stay on the CPU too; `record_stream` takes
+    the stand-in stream."""
+    proc = run(f"--save-trace={tmp_path}", "hooks", script=PATHS)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    saved = (tmp_path / "rank-00000.yaml").read_text()
+    assert saved.count('"op": "all_reduce"') == 2, saved
+
+
+def test_a_checkpoint_of_fake_tensors_saves_and_loads_onto_the_gpu(tmp_path):
+    """Past the budget (nothing computed), rank 0's `torch.save` of fake tensors writes their
+    shapes and every rank's `torch.load(map_location="cuda:N")` gives them back on its GPU."""
+    proc = run("--real-budget=0", "checkpoint", str(tmp_path), script=PATHS)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "All checks passed" in proc.stdout
+
+
 def test_sync_batch_norm_forward_on_one_rank_is_caught():
     proc = run("syncbn_eval_rank0", script=PATHS)
     line = next(

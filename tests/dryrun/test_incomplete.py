@@ -469,14 +469,19 @@ def test_rank_local_and_agreed_values_are_told_apart(tmp_path: Path):
 
 @pytest.mark.parametrize(
     ("name", "findings"),
-    [("ok_seeded_alike_steers.py", []), ("bad_sampled_data_steers.py", ["CL211"])],
+    [
+        ("ok_seeded_alike_steers.py", []),
+        ("ok_printed_on_rank0_steers.py", []),
+        ("bad_sampled_data_steers.py", ["CL211"]),
+    ],
 )
 def test_a_number_every_rank_makes_alike_is_not_rank_local(name: str, findings: list[str]):
     """Past the budget (nothing computed), a tested number is rank-local unless every rank
     made it alike: the same seed, the same data, the same operations (model initialisation
     and an optimizer step included) give the same number everywhere, as a real run would —
-    no false CL211. The same seed with each rank's own rows is still rank-local. (Both run
-    for real under gloo in test_agreement: the first finishes, the second hangs.)"""
+    no false CL211; a number one rank only prints (never tests) changes nothing. The same
+    seed with each rank's own rows is still rank-local. (Each runs for real under gloo in
+    test_agreement: the ok ones finish, the bad one hangs.)"""
 
     program = PROGRAMS / name
     result, trace = past_budget(program)

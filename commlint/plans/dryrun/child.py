@@ -197,6 +197,25 @@ class CudaOnCpu(TorchFunctionMode):
         return devices.place(func, args, kwargs, func(*args, **kwargs), target)
 
 
+_CUDA_ON_CPU = CudaOnCpu()
+
+
+def _backward_sees_the_gpu() -> None:
+    """Autograd runs hooks and custom backward functions (DeepSpeed's gradient hooks, DDP comm
+    hooks, Megatron's autograd functions) inside `backward()`, a torch function call, during
+    which CudaOnCpu is off the mode stack: the engine runs with it back on."""
+    import torch.autograd.graph
+
+    run = torch.autograd.graph._engine_run_backward
+
+    def engine_run_backward(*a: Any, **k: Any) -> Any:
+        with _CUDA_ON_CPU:
+            return run(*a, **k)
+
+    torch.autograd.graph._engine_run_backward = engine_run_backward
+    torch.autograd._engine_run_backward = engine_run_backward
+
+
 class _Event:
     def __init__(self, *a: Any, **k: Any) -> None:
         pass
@@ -217,8 +236,17 @@ class _Event:
         _RECORDER.sync("cuda.Event.synchronize")
 
 
-class _Stream:
+class _Stream(torch.Stream):
+    """A CUDA stream: a `torch.Stream` (C++ argument parsing accepts it, as in
+    `t.record_stream(torch.cuda.current_stream())`), each one itself only."""
+
     created = 0
+    device = torch.device("cpu")
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+    def __new__(cls, *a: Any, **k: Any) -> _Stream:
+        return super().__new__(cls, device="cpu")
 
     def __init__(self, *a: Any, name: str | None = None, **k: Any) -> None:
         self.device = torch.device("cpu")
@@ -426,6 +454,8 @@ def _install(spec: RankSpec, recorder: Recorder) -> None:
     _modules_stay_on_cpu()
     devices.install()
     gpu_paths.install()
+    _checkpoints_load_on_cpu()
+    _backward_sees_the_gpu()
     if spec.mode == "fake":
         _install_fake_helpers(c10d)
         _unread_values(recorder, spec)
@@ -794,6 +824,36 @@ def _meshes_on_cpu() -> None:
         dm.DeviceMesh.__deepcopy__ = lambda self, memo: self
 
 
+def _checkpoints_load_on_cpu() -> None:
+    """`torch.load(f, map_location="cuda:N")` (or a device, a dict naming GPUs, a function
+    that calls `storage.cuda()`) loads on the CPU; tensors loaded for a GPU report it."""
+    load = torch.load
+
+    def load_on_cpu(*a: Any, **k: Any) -> Any:
+        where = k.get("map_location", a[1] if len(a) > 1 else None)
+        gpu: int | bool | None = None
+        if callable(where):
+            where = "cpu"
+        elif isinstance(where, dict):
+            where = {key: _cpu(value) for key, value in where.items()}
+        elif where is not None:
+            gpu = devices.named(where)
+            where = _cpu(torch.device(where) if type(where) is int else where)
+        if len(a) > 1:
+            a = (a[0], where, *a[2:])
+        elif where is not None:
+            k["map_location"] = where
+        loaded = load(*a, **k)
+        if type(gpu) is int:
+            from torch.utils import _pytree as pytree
+
+            for t in pytree.tree_leaves(loaded):
+                devices.mark(t, gpu)
+        return loaded
+
+    torch.load = load_on_cpu
+
+
 def _modules_stay_on_cpu() -> None:
     """`model.cuda()` / `model.to("cuda")` leave the module where it is (no copy, no swap of
     fake parameters); a dtype change still applies."""
@@ -937,9 +997,24 @@ def real_tensors(orig: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _fake_tensors_pickle_as_meta() -> None:
+    """`torch.save` (a checkpoint) and pickling of a fake tensor: its value where it knows one,
+    else a meta tensor of its shape, dtype and strides (no data); `torch.load` gives it back
+    as a fake tensor of that shape."""
+
+    def reduce_ex(self: FakeTensor, proto: Any) -> Any:
+        if self.constant is not None:
+            return self.constant.__reduce_ex__(proto)
+        meta = (self.dtype, tuple(self.size()), self.stride(), self.requires_grad)
+        return torch._utils._rebuild_meta_tensor_no_storage, meta
+
+    FakeTensor.__reduce_ex__ = reduce_ex
+
+
 def _install_fake_helpers(c10d: Any) -> None:
     """What fake tensors cannot do: object collectives, DeviceMesh set-up, DDP's checks."""
     _skip_computation_without_communication()
+    _fake_tensors_pickle_as_meta()
     with contextlib.suppress(ImportError):
         from torch.distributed.fsdp._fully_shard import _fsdp_param
 
@@ -1181,7 +1256,7 @@ def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
                     static_shapes=True,
                 )
             )
-        stack.enter_context(CudaOnCpu())
+        stack.enter_context(_CUDA_ON_CPU)
         with stack:
             runpy.run_path(spec.program, run_name="__main__")
         return None

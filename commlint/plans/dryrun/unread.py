@@ -329,17 +329,29 @@ def install(
     def same(t: torch.Tensor) -> bool:
         return uniform(t) or _replicated_everywhere(t)
 
-    def made(self: torch.Tensor) -> str | None:
-        """How the tensor read was made (`fingerprint.py`), noted as read."""
+    def made(self: torch.Tensor, steers: bool = True) -> str | None:
+        """How the tensor read was made (`fingerprint.py`), noted as read unless the number
+        can never steer the program."""
         fp = fingerprint.of(self)
-        fingerprint.read(fp)
+        if steers:
+            fingerprint.read(fp)
         return fp
 
+    def may_steer() -> bool:
+        # a number only printed, logged or computed with (`print(f"{loss.item():.3f}")` on
+        # rank 0 alone) never steers: later decisions do not depend on it (`flow.py`)
+        if not fingerprint.enabled():
+            return True
+        from commlint.plans.dryrun.flow import only_computed_with
+
+        return not only_computed_with(_testing_frame())
+
     def unread_item(self: torch.Tensor) -> Any:
-        return unread(self.dtype, on_read(), same(self), made(self))
+        return unread(self.dtype, on_read(), same(self), made(self, may_steer()))
 
     def unread_list(self: torch.Tensor) -> Any:
-        return _nested(tuple(self.shape), self.dtype, on_read(), same(self), made(self))
+        fp = made(self, may_steer())
+        return _nested(tuple(self.shape), self.dtype, on_read(), same(self), fp)
 
     def decided_bool(self: torch.Tensor) -> bool:
         # `if loss > 10:` tests a fake tensor itself: with symbolic steering, a decision as
@@ -364,7 +376,7 @@ def install(
             placeholder = 1 if integer else 1.0
             if only_computed_with(caller, integer):
                 on_read()
-                made(self)
+                made(self, steers=False)
                 return placeholder
             test = tested_at_once(caller)
             if test is None:
