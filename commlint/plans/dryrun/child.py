@@ -493,8 +493,11 @@ def _install(spec: RankSpec, recorder: Recorder) -> None:
         register_optimizer_step_post_hook(after_step)
 
     real_exit = os._exit
+    rank_process = os.getpid()
 
     def _exit(code: int) -> None:
+        if os.getpid() != rank_process:  # a process the rank forked (a DataLoader worker)
+            real_exit(code)
         site, _ = user_site(rec_mod._frames(2))
         recorder.flush()
         recorder.send(("end", {"kind": "exit", "message": f"os._exit({code})", "site": site}))
@@ -502,6 +505,9 @@ def _install(spec: RankSpec, recorder: Recorder) -> None:
         real_exit(code)
 
     os._exit = _exit
+    # pinning needs a GPU; DataLoader's pin-memory thread pins outside CudaOnCpu's reach
+    torch.Tensor.pin_memory = lambda self, device=None: self  # type: ignore[method-assign]
+    torch.Tensor.is_pinned = lambda self, device=None: False  # type: ignore[method-assign]
     _track_writes(recorder, os.path.dirname(spec.output) if spec.output else tempfile.gettempdir())
 
 
