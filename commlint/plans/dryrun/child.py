@@ -459,6 +459,7 @@ def _install(spec: RankSpec, recorder: Recorder) -> None:
     if spec.mode == "fake":
         _install_fake_helpers(c10d)
         _unread_values(recorder, spec)
+        _note_fake_limits()
         _real_data_loader_workers()
         _deep_copies_keep_constants()
 
@@ -1237,6 +1238,32 @@ def _flush_output() -> None:
             stream.flush()
 
 
+# Fake-tensor limits raised so far (message, site): a program that catches one (`except
+# Exception:`) and then exits with an error or fails otherwise was stopped by it.
+_SWALLOWED: list[tuple[str, str | None]] = []
+
+
+class _SwallowedLimit(Exception):
+    pass
+
+
+def _note_fake_limits() -> None:
+    from torch._subclasses import fake_tensor as ft
+
+    from commlint.plans.dryrun.unread import UnreadValueSteers
+
+    for cls in (ft.DataDependentOutputException, ft.DynamicOutputShapeException):
+        init = cls.__init__
+
+        def noted(self: Any, *a: Any, _init: Any = init, **k: Any) -> None:
+            _init(self, *a, **k)
+            site, _ = user_site(rec_mod._frames(2))
+            _SWALLOWED[:] = [(_one_line(self), site)]
+
+        cls.__init__ = noted
+    assert issubclass(UnreadValueSteers, ft.DataDependentOutputException)
+
+
 def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
     sys.argv = [spec.program, *spec.args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(spec.program)))
@@ -1271,11 +1298,22 @@ def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
             return None
         return {"kind": "timeout", "message": exc.message, "site": _error_site(exc)}
     except SystemExit as exc:
+        swallowed = _SWALLOWED[-1:] if exc.code not in (0, None) else []
+        if spec.mode == "fake" and swallowed:
+            # the program caught a fake-tensor limit (`except Exception:` around `main()`,
+            # as @hydra.main does) and exited: the limit is what stopped the rank
+            message, site = swallowed[0]
+            recorder.send(("fake-limit", message, site, True, live_fake_bytes()))
+            return {"kind": "exception", "message": message, "site": site}
         # sys.exit(0) ends the rank as cleanly as the script's end, but where it left is
         # worth knowing when a peer still waits for it.
         return {"kind": "exit", "message": f"sys.exit({exc.code!r})", "site": _error_site(exc)}
     except BaseException as exc:
         message, site = _one_line(exc), _error_site(exc)
+        if spec.mode == "fake" and type(exc).__name__ not in FAKE_LIMITS and _SWALLOWED:
+            # a limit caught by the program, which then failed on what it did instead
+            message, site = _SWALLOWED[-1]
+            exc = _SwallowedLimit(message)
         if os.environ.get("COMMLINT_DEBUG"):  # where in the program (or torch) it came from
             import traceback
 
@@ -1292,7 +1330,7 @@ def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
         if spec.mode == "fake" and not str(exc).startswith(_DDP_UNFINISHED) and not _own(exc):
             # DDP's own check failed (its reducer state, not tensor data): no need to see
             # whether real tensors raise it too.
-            limit = type(exc).__name__ in FAKE_LIMITS
+            limit = type(exc).__name__ in FAKE_LIMITS or isinstance(exc, _SwallowedLimit)
             recorder.send(("fake-limit", message, site, limit, live_fake_bytes()))
         return {"kind": "exception", "message": message, "site": site}
     finally:
