@@ -219,6 +219,35 @@ def test_a_barrier_orders_file_writes_between_ranks():
     assert not (PROGRAMS / ".cache-main-first.txt").exists()  # rank 0 removed it
 
 
+def test_files_a_rank_writes_stay_its_own_and_out_of_your_tree(tmp_path: Path):
+    """4 ranks, 2 at a time: rank 0 saves a checkpoint at its end, and every rank resumes
+    from one if it exists at its start. In a real run no rank finds it (all start together);
+    ranks 2 and 3, recorded after rank 0 ended, must not find it either (they would skip
+    steps: a false CL2xx). Nothing the program writes lands in its folder."""
+    program = tmp_path / "resume.py"
+    program.write_text(
+        "import os, torch, torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "start = torch.load('ckpt.pt')['step'] if os.path.exists('ckpt.pt') else 0\n"
+        "for step in range(start, 3):\n"
+        "    dist.all_reduce(torch.ones(4))\n"
+        "if dist.get_rank() == 0:\n"
+        "    torch.save({'step': 3}, 'ckpt.pt')\n"
+        "    with open('log.txt', 'w') as fh:\n"
+        "        fh.write('done')\n"
+        "    assert open('log.txt').read() == 'done' and os.path.exists('ckpt.pt')\n"
+        "    os.remove('ckpt.pt')\n"
+        "    assert not os.path.exists('ckpt.pt')\n"
+    )
+    (tmp_path / "kept.txt").write_text("mine")
+    cmd = [sys.executable, "-m", "commlint", "run", "--nproc-per-node", "4", "-j", "2"]
+    out = subprocess.run(
+        [*cmd, str(program)], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.txt", "resume.py"]
+
+
 def test_the_scripts_output_is_shown_per_rank_like_torchrun_tee(tmp_path: Path):
     program = tmp_path / "talk.py"
     program.write_text(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import dis
+import errno
 import faulthandler
 import io
 import os
@@ -516,13 +517,17 @@ _WRITE_MODES = frozenset("wax+")
 
 
 def _track_writes(recorder: Recorder, scratch: str) -> None:
-    """Note every file the program opens for writing (or renames into place), so a barrier
-    can hand them to the ranks waiting in it (see `RecordingProcessGroup._side_effects`), and
-    show the rank the files as it would see them in a real run (`virtual`)."""
+    """Every file the program writes (opens for writing, `torch.save`s, renames into place)
+    goes to the rank's own copy in the run's scratch folder, never to your tree, and the
+    rank sees it there (`virtual`); a barrier hands what a rank wrote before it to the ranks
+    waiting in it (see `RecordingProcessGroup._side_effects`). So a rank never sees what
+    another rank wrote without a barrier between them, however the ranks are scheduled on
+    this machine (a checkpoint rank 0 writes at its end is not there when rank 2 starts and
+    looks for one to resume from), and no pass sees an earlier pass's files."""
     real_open, real_rename, real_replace = builtins.open, os.rename, os.replace
     real_exists, real_isfile = os.path.exists, os.path.isfile
     real_remove, real_stat = os.remove, os.stat
-    private = recorder.private
+    private, gone = recorder.private, recorder.gone
     copies: dict[str, tuple[bytes, str]] = {}  # handed-over content and its scratch copy
 
     def full_path(path: Any) -> str | None:
@@ -537,26 +542,32 @@ def _track_writes(recorder: Recorder, scratch: str) -> None:
         if full is not None:
             recorder.written.add(full)
 
-    def own_copy(path: str) -> str:
-        """This rank's own copy of a file it appends to, or of one another rank handed over
-        at a barrier, which it now writes to: it starts as the file this rank sees (the
-        handed-over content, else the file on disk) and takes only this rank's writes, so
-        ranks that run side by side on this machine never interleave their lines in an order
-        a real run cannot give (accelerate's `main_process_first` check)."""
+    def own_copy(path: str, keep: bool) -> str:
+        """This rank's own copy of a file it writes: with `keep` (appending, updating) it
+        starts as the file this rank sees (the handed-over content, else the file on disk),
+        so ranks that run side by side on this machine never interleave their lines in an
+        order a real run cannot give (accelerate's `main_process_first` check)."""
         if path not in private:
             fd, private[path] = tempfile.mkstemp(dir=scratch)
             with real_open(fd, "wb") as fh:
-                content = recorder.delivered.get(path)
-                if content is None and real_isfile(path):
+                content = recorder.delivered.get(path) if keep and path not in gone else None
+                if content is None and keep and path not in gone and real_isfile(path):
                     with contextlib.suppress(OSError), real_open(path, "rb") as src:
                         content = src.read()
                 fh.write(content or b"")
+        gone.discard(path)
         return private[path]
 
     def seen_here(path: Any) -> bool:
         """Does this rank see a file at `path` that is not (only) the one on disk?"""
         full = full_path(path) if private or recorder.delivered else None
         return full is not None and (full in private or full in recorder.delivered)
+
+    def removed(path: Any) -> bool:
+        return bool(gone) and full_path(path) in gone
+
+    def missing(path: Any) -> FileNotFoundError:
+        return FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), os.fsdecode(path))
 
     def virtual(path: Any) -> str | None:
         """Where the file this rank sees at `path` is, when it is not (only) the one on
@@ -577,52 +588,82 @@ def _track_writes(recorder: Recorder, scratch: str) -> None:
         return cached[1]
 
     def tracked_open(file: Any, mode: str = "r", *a: Any, **k: Any) -> Any:
+        full = full_path(file)
         if isinstance(mode, str) and _WRITE_MODES.intersection(mode):
             note(file)
-            full = full_path(file)
-            if full is not None:
-                regular = not real_exists(full) or real_isfile(full)  # not /dev/stderr, a FIFO
-                if ("a" in mode and regular) or full in private or full in recorder.delivered:
-                    file = own_copy(full)
+            if full is not None and (not real_exists(full) or real_isfile(full)):
+                # a regular file (not /dev/stderr, a FIFO)
+                if "x" in mode:
+                    if exists(full):
+                        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), full)
+                    mode = mode.replace("x", "w")
+                if "r" in mode and not exists(full):
+                    raise missing(file)
+                file = own_copy(full, keep="a" in mode or "+" in mode)
+        elif full is not None and full in gone:
+            raise missing(file)
         else:
             file = virtual(file) or file
         return real_open(file, mode, *a, **k)
 
-    def rename(src: Any, dst: Any, *a: Any, **k: Any) -> None:
-        real_rename(src, dst, *a, **k)
+    def moved(src: Any, dst: Any, real: Callable[..., None], *a: Any, **k: Any) -> None:
+        s, d = full_path(src), full_path(dst)
+        if s is not None and d is not None and (s in private or s in recorder.delivered):
+            if d in private:
+                real_remove(private.pop(d))
+            content = recorder.delivered.pop(s, None)
+            private[d] = private.pop(s) if s in private else virtual_copy(content)
+            gone.add(s)
+            gone.discard(d)
+        else:
+            real(src, dst, *a, **k)  # a file on disk the program wrote from C code
         note(dst)
 
-    def replace(src: Any, dst: Any, *a: Any, **k: Any) -> None:
-        real_replace(src, dst, *a, **k)
-        note(dst)
+    def virtual_copy(content: bytes | None) -> str:
+        fd, copy = tempfile.mkstemp(dir=scratch)
+        with real_open(fd, "wb") as fh:
+            fh.write(content or b"")
+        return copy
 
     def exists(path: Any) -> bool:
         # "main process first": the others test for the file rank 0 wrote before the barrier
-        return seen_here(path) or real_exists(path)
+        return not removed(path) and (seen_here(path) or real_exists(path))
 
     def isfile(path: Any) -> bool:
-        return seen_here(path) or real_isfile(path)
+        return not removed(path) and (seen_here(path) or real_isfile(path))
 
     def remove(path: Any, *a: Any, **k: Any) -> None:
-        seen, full = seen_here(path), full_path(path)
-        if seen and full is not None:
-            private.pop(full, None)
-            recorder.delivered.pop(full, None)
-        try:
-            real_remove(path, *a, **k)
-        except FileNotFoundError:
-            if not seen:  # a file only this rank's copy held is gone now, as on disk
-                raise
+        full = full_path(path)
+        if full is None or a or k:
+            return real_remove(path, *a, **k)
+        if not exists(full):
+            raise missing(path)
+        private.pop(full, None)
+        recorder.delivered.pop(full, None)
+        gone.add(full)  # for this rank: the file on disk stays
 
     def stat(path: Any, *a: Any, **k: Any) -> os.stat_result:
+        if removed(path):
+            raise missing(path)
         where = virtual(path) if not a and not k.get("dir_fd") else None
         return real_stat(where or path, *a, **k)
 
+    save = torch.save
+
+    def save_through_open(obj: Any, f: Any, *a: Any, **k: Any) -> None:
+        # torch.save opens a path in C++: through Python's open, it is a write like others
+        if isinstance(f, (str, os.PathLike)):
+            with tracked_open(f, "wb") as fh:
+                return save(obj, fh, *a, **k)
+        return save(obj, f, *a, **k)
+
     builtins.open = io.open = tracked_open
-    os.rename, os.replace = rename, replace
+    os.rename = lambda src, dst, *a, **k: moved(src, dst, real_rename, *a, **k)
+    os.replace = lambda src, dst, *a, **k: moved(src, dst, real_replace, *a, **k)
     os.path.exists, os.path.isfile = exists, isfile
     os.remove = os.unlink = remove
     os.stat = stat
+    torch.save = save_through_open
 
 
 def _deep_copies_keep_constants() -> None:

@@ -659,6 +659,7 @@ class Recorder(_Shared):
         # a file this rank appended to, or wrote to after a barrier handed it over: its own
         # copy (a scratch path), which the next barrier's merged version replaces
         self.private: dict[str, str] = {}
+        self.gone: set[str] = set()  # files this rank removed (the dry-run removes nothing)
 
     def take_written(self) -> WrittenFiles | None:
         """The files written since the last barrier, as they are now; starts a new epoch."""
@@ -1205,6 +1206,7 @@ class RecordingProcessGroup(_Shared, dist.ProcessGroup):
                 continue  # only this rank wrote it: its own copy is what it sees
             self._rec.delivered[path] = merge_writes([versions[r] for r in sorted(versions)])
             self._rec.private.pop(path, None)  # the next write starts from what all wrote
+            self._rec.gone.discard(path)
 
     def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> None:
         """gloo's monitored barrier: every member meets the group's first rank (send to it,

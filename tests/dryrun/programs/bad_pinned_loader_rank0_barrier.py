@@ -12,7 +12,7 @@ loader = DataLoader(
     TensorDataset(torch.randn(64, 4)), batch_size=16, pin_memory=True, num_workers=2
 )
 total = torch.ones(1)
-for (x,) in loader:
+for (_x,) in loader:
     dist.all_reduce(total)
     if rank == 0:
         dist.barrier()  # rank 0 only
