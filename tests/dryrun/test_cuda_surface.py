@@ -144,6 +144,7 @@ PATHS = Path(__file__).parent / "fixtures" / "gpu_paths.py"
         # sync_module_states' broadcast, then the flat parameter's gather and scatter
         ("fsdp1", ['"op": "broadcast"', '"op": "all_gather"', '"op": "reduce_scatter"']),
         ("dtensor", ['"op": "all_to_all"']),
+        ("attention", ['"op": "scatter"']),
     ],
 )
 def test_torchs_gpu_only_paths_run_and_communicate_as_on_gpus(part, recorded, tmp_path):
@@ -154,6 +155,8 @@ def test_torchs_gpu_only_paths_run_and_communicate_as_on_gpus(part, recorded, tm
         assert text in saved, saved[-3000:]
     if part == "dtensor":  # no all-gather fallback of a CPU mesh
         assert '"op": "all_gather"' not in saved
+    if part == "attention":  # heads sharded: nothing gathered, nothing computed for real
+        assert '"op": "all_gather"' not in saved and '"tensors": "fake"' in saved
 
 
 def test_gpu_buffers_made_in_backward_and_recorded_streams_stay_on_the_cpu(tmp_path):

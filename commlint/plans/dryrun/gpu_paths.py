@@ -14,6 +14,8 @@
   checks where the program put the parameters (`devices`), not where the dry-run keeps them.
 - **DTensor's shard-to-shard redistribution** on a mesh the program made on `cuda` is the
   all-to-all the GPU job issues, not the all-gather torch falls back to on a CPU mesh.
+- **Attention on DTensors** (`F.scaled_dot_product_attention` under tensor parallelism) runs
+  the CPU's flash kernel here, given the sharding rules of the GPU's.
 """
 
 from __future__ import annotations
@@ -231,7 +233,41 @@ def _dtensor_all_to_all() -> None:
         placement_types.shard_dim_alltoall = shard_dim_alltoall
 
 
+def _dtensor_cpu_attention() -> None:
+    """Attention on DTensors picks the CPU's flash kernel here, which has no sharding rule:
+    the rules of the GPU's flash kernel (replicated, heads sharded as in tensor parallelism,
+    batch sharded), for its outputs and inputs."""
+    with contextlib.suppress(ImportError, AttributeError):
+        from torch.distributed.tensor._op_schema import RuntimeSchemaInfo
+        from torch.distributed.tensor._ops.utils import (
+            expand_to_full_mesh_op_strategy,
+            register_op_strategy,
+        )
+        from torch.distributed.tensor.placement_types import Replicate, Shard
+
+        aten = torch.ops.aten
+
+        def rules(tensors: int) -> list[list[Any]]:
+            return [[kind] * tensors for kind in (Replicate(), Shard(1), Shard(0))]
+
+        forward = aten._scaled_dot_product_flash_attention_for_cpu.default
+        backward = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+
+        @register_op_strategy(forward, schema_info=RuntimeSchemaInfo(3))
+        def attention(op_schema: Any) -> Any:
+            # output, logsumexp; query, key, value
+            mesh = op_schema.get_mesh_from_args()
+            return expand_to_full_mesh_op_strategy(mesh, op_schema, rules(5), input_index=2)
+
+        @register_op_strategy(backward, schema_info=RuntimeSchemaInfo(6))
+        def attention_backward(op_schema: Any) -> Any:
+            # grad query, key, value; grad output, query, key, value, output, logsumexp
+            mesh = op_schema.get_mesh_from_args()
+            return expand_to_full_mesh_op_strategy(mesh, op_schema, rules(9), input_index=3)
+
+
 def install() -> None:
     _sync_batch_norm()
     _fsdp1()
     _dtensor_all_to_all()
+    _dtensor_cpu_attention()
