@@ -150,7 +150,11 @@ ends:
 """)
     findings = check_trace(trace).findings
     assert [(f.code, f.ranks) for f in findings] == [("CL202", [0]), ("CL202", [2])]
-    assert all("still running at the recording time limit" in f.message for f in findings)
+    # a rank stopped by the time limit may only have been slow: not claimed a certain hang
+    for f in findings:
+        assert "had not got there when the recording time limit stopped it" in f.message
+        assert "a hang unless that rank gets there later" in f.message
+        assert "nobody will ever answer" not in f.message and "--timeout" in f.fix
 
 
 def test_orphaned_wait_groups_waiters():

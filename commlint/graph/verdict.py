@@ -381,10 +381,13 @@ def _stranded(ctx: _Ctx, st: State, target: int, waiters: list[Blocked]) -> Find
         )
     elif end is not None and end.kind == "timeout":
         code = "CL202"
-        why = f"rank {target} never gets there: it was still running at the recording time limit"
+        why = f"rank {target} had not got there when the recording time limit stopped it"
         if end.message:
             why += f" ({end.message})"
-        fix = "Look for a loop on that rank whose exit condition differs across ranks."
+        fix = (
+            "Look for a loop on that rank whose exit condition differs across ranks; if that "
+            "rank was only slow (real compute), record again with a longer --timeout."
+        )
     else:
         code = "CL202"
         n = len(trace.ranks.get(target, []))
@@ -399,11 +402,15 @@ def _stranded(ctx: _Ctx, st: State, target: int, waiters: list[Blocked]) -> Find
             "agree across ranks (e.g. all-reduce the stop flag), or issue the call on every rank."
         )
     refs = [(b.rank, b.action) for b in waiters]
+    outcome = (
+        "a hang unless that rank gets there later"
+        if end is not None and end.kind == "timeout" and target not in st.failed
+        else "hang (no cycle: nobody will ever answer)"
+    )
     return ctx.finding(
         code,
         "error",
-        f"{who} {verb} in {what} for rank {target}, but {why} — hang (no cycle: nobody will "
-        f"ever answer).",
+        f"{who} {verb} in {what} for rank {target}, but {why} — {outcome}.",
         refs,
         fix,
         related=[
