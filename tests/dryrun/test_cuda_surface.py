@@ -228,3 +228,18 @@ print("ok")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+SPAWNED = Path(__file__).parent / "fixtures" / "spawned.py"
+
+
+def test_a_script_that_spawns_its_own_workers_is_recorded_worker_by_worker():
+    """`mp.spawn(main, nprocs=torch.cuda.device_count())` (the DDP tutorials): each simulated
+    rank is one worker and runs `main(rank, ...)` itself."""
+    proc = run(script=SPAWNED)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    proc = run("rank0", script=SPAWNED)
+    line = next(
+        i for i, text in enumerate(SPAWNED.read_text().splitlines(), 1) if "worker 0 only" in text
+    )
+    assert proc.returncode == 1 and f"spawned.py:{line}: CL20" in proc.stdout, proc.stdout

@@ -455,6 +455,7 @@ def _install(spec: RankSpec, recorder: Recorder) -> None:
     _modules_stay_on_cpu()
     devices.install()
     gpu_paths.install()
+    _spawned_workers_are_ranks(spec.rank % spec.nproc_per_node, spec.nproc_per_node)
     _checkpoints_load_on_cpu()
     _backward_sees_the_gpu()
     if spec.mode == "fake":
@@ -870,6 +871,36 @@ def _meshes_on_cpu() -> None:
         # A deep copy of a mesh (inside a deep-copied model) names the same groups; copying
         # its rank tensor under fake tensors fails, and its groups hold the rank's plumbing.
         dm.DeviceMesh.__deepcopy__ = lambda self, memo: self
+
+
+def _spawned_workers_are_ranks(local_rank: int, local_world: int) -> None:
+    """A script that starts its own workers (`torch.multiprocessing.spawn(main, args,
+    nprocs=torch.cuda.device_count())`, the DDP tutorials) instead of being started by
+    torchrun: the simulated rank is worker `LOCAL_RANK` of the spawn, and runs `main`
+    itself (a spawned interpreter would have no GPU stand-ins)."""
+    import torch.multiprocessing as mp
+
+    def spawn(fn: Any, args: tuple = (), nprocs: int = 1, join: bool = True, **k: Any) -> Any:
+        if nprocs != local_world:
+            raise RuntimeError(
+                f"the script spawns {nprocs} worker processes per node; record it with "
+                f"`commlint run --nproc-per-node {nprocs}` (each simulated rank is one worker)"
+            )
+        fn(local_rank, *args)
+        return None if join else _Finished()
+
+    mp.spawn = torch.multiprocessing.spawn = spawn
+    mp.start_processes = lambda fn, args=(), nprocs=1, join=True, **k: spawn(fn, args, nprocs, join)
+
+
+class _Finished:
+    """What `spawn(join=False)` returns: its workers (this rank's) have already run."""
+
+    def join(self, timeout: float | None = None, grace_period: float | None = None) -> bool:
+        return True
+
+    def pids(self) -> list[int]:
+        return [os.getpid()]
 
 
 def _checkpoints_load_on_cpu() -> None:
