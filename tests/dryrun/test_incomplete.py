@@ -220,8 +220,8 @@ def test_a_barrier_orders_file_writes_between_ranks():
 
 
 def test_files_a_rank_writes_stay_its_own_and_out_of_your_tree(tmp_path: Path):
-    """4 ranks, 2 at a time: rank 0 saves a checkpoint at its end, and every rank resumes
-    from one if it exists at its start. In a real run no rank finds it (all start together);
+    """4 ranks, 2 at a time: rank 0 saves a checkpoint at its end (a file, and a file in a
+    folder it makes), and every rank resumes from one if it finds it at its start. In a real run no rank finds it (all start together);
     ranks 2 and 3, recorded after rank 0 ended, must not find it either (they would skip
     steps: a false CL2xx). Nothing the program writes lands in its folder."""
     program = tmp_path / "resume.py"
@@ -229,10 +229,15 @@ def test_files_a_rank_writes_stay_its_own_and_out_of_your_tree(tmp_path: Path):
         "import os, torch, torch.distributed as dist\n"
         "dist.init_process_group('gloo')\n"
         "start = torch.load('ckpt.pt')['step'] if os.path.exists('ckpt.pt') else 0\n"
+        "runs = os.listdir('ckpts') if os.path.isdir('ckpts') else []\n"
+        "start += len(runs)\n"
         "for step in range(start, 3):\n"
         "    dist.all_reduce(torch.ones(4))\n"
         "if dist.get_rank() == 0:\n"
         "    torch.save({'step': 3}, 'ckpt.pt')\n"
+        "    os.makedirs('ckpts/run1', exist_ok=True)\n"
+        "    torch.save({'step': 3}, 'ckpts/run1/model.pt')\n"
+        "    assert os.listdir('ckpts') == ['run1'] and os.path.isdir('ckpts/run1')\n"
         "    with open('log.txt', 'w') as fh:\n"
         "        fh.write('done')\n"
         "    assert open('log.txt').read() == 'done' and os.path.exists('ckpt.pt')\n"

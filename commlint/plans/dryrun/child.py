@@ -628,7 +628,7 @@ def _track_writes(recorder: Recorder, scratch: str) -> None:
 
     def exists(path: Any) -> bool:
         # "main process first": the others test for the file rank 0 wrote before the barrier
-        return not removed(path) and (seen_here(path) or real_exists(path))
+        return not removed(path) and (seen_here(path) or real_exists(path) or isdir(path))
 
     def isfile(path: Any) -> bool:
         return not removed(path) and (seen_here(path) or real_isfile(path))
@@ -647,7 +647,57 @@ def _track_writes(recorder: Recorder, scratch: str) -> None:
         if removed(path):
             raise missing(path)
         where = virtual(path) if not a and not k.get("dir_fd") else None
-        return real_stat(where or path, *a, **k)
+        try:
+            return real_stat(where or path, *a, **k)
+        except FileNotFoundError:
+            if where is not None or a or k or not made_here(path):
+                raise
+            return real_stat(scratch)  # a folder this rank made: a folder
+
+    def made_here(path: Any) -> bool:
+        """A folder this rank made, or one holding files only this rank sees."""
+        full = full_path(path)
+        if full is None or full in gone:
+            return False
+        prefix = full.rstrip(os.sep) + os.sep
+        return full in dirs or any(f.startswith(prefix) for f in seen_files())
+
+    real_mkdir, real_isdir, real_listdir = os.mkdir, os.path.isdir, os.listdir
+    dirs: set[str] = set()  # folders this rank made (kept off the disk, like its files)
+
+    def seen_files() -> set[str]:
+        return (set(private) | set(recorder.delivered)) - gone
+
+    def isdir(path: Any) -> bool:
+        full = full_path(path)
+        if full is None or full in gone:
+            return real_isdir(path)
+        return real_isdir(full) or made_here(full)
+
+    def mkdir(path: Any, mode: int = 0o777, *a: Any, **k: Any) -> None:
+        full = full_path(path)
+        if full is None or a or k:
+            return real_mkdir(path, mode, *a, **k)
+        if isdir(full) or exists(full):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), full)
+        if not isdir(os.path.dirname(full)):
+            raise missing(path)
+        dirs.add(full)
+        gone.discard(full)
+
+    def listdir(path: Any = ".") -> list[str]:
+        full = full_path(path)
+        if full is None:
+            return real_listdir(path)
+        names = set(real_listdir(full)) if real_isdir(full) else set()
+        if not names and not isdir(full):
+            raise missing(path)
+        prefix = full.rstrip(os.sep) + os.sep
+        for made in seen_files() | dirs:
+            if made.startswith(prefix):
+                names.add(made[len(prefix) :].split(os.sep, 1)[0])
+        names -= {os.path.basename(g) for g in gone if os.path.dirname(g) == full}
+        return sorted(names) if not isinstance(path, bytes) else [os.fsencode(n) for n in names]
 
     save = torch.save
 
@@ -664,6 +714,7 @@ def _track_writes(recorder: Recorder, scratch: str) -> None:
     os.path.exists, os.path.isfile = exists, isfile
     os.remove = os.unlink = remove
     os.stat = stat
+    os.mkdir, os.path.isdir, os.listdir = mkdir, isdir, listdir
     torch.save = save_through_open
 
 
