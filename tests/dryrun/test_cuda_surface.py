@@ -159,11 +159,12 @@ def test_torchs_gpu_only_paths_run_and_communicate_as_on_gpus(part, recorded, tm
         assert '"op": "all_gather"' not in saved and '"tensors": "fake"' in saved
 
 
-def test_gpu_buffers_made_in_backward_and_recorded_streams_stay_on_the_cpu(tmp_path):
+@pytest.mark.parametrize("tensors", ["fake", "real"])
+def test_gpu_buffers_made_in_backward_and_recorded_streams_stay_on_the_cpu(tensors, tmp_path):
     """A gradient hook and a custom autograd function's backward run inside `backward()`,
     where the buffers they make on the GPU must stay on the CPU too; `record_stream` takes
     the stand-in stream."""
-    proc = run(f"--save-trace={tmp_path}", "hooks", script=PATHS)
+    proc = run(f"--save-trace={tmp_path}", f"--tensors={tensors}", "hooks", script=PATHS)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     saved = (tmp_path / "rank-00000.yaml").read_text()
     assert saved.count('"op": "all_reduce"') == 2, saved

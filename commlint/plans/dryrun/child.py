@@ -204,7 +204,9 @@ _CUDA_ON_CPU = CudaOnCpu()
 def _backward_sees_the_gpu() -> None:
     """Autograd runs hooks and custom backward functions (DeepSpeed's gradient hooks, DDP comm
     hooks, Megatron's autograd functions) inside `backward()`, a torch function call, during
-    which CudaOnCpu is off the mode stack: the engine runs with it back on."""
+    which CudaOnCpu is off the mode stack: with real tensors the engine runs with it back on.
+    (Fake tensors need no such thing: the fake mode itself keeps GPU buffers on the CPU, and
+    every torch function of a backward through a mode would cost a third of the run.)"""
     import torch.autograd.graph
 
     run = torch.autograd.graph._engine_run_backward
@@ -457,7 +459,8 @@ def _install(spec: RankSpec, recorder: Recorder) -> None:
     gpu_paths.install()
     _spawned_workers_are_ranks(spec.rank % spec.nproc_per_node, spec.nproc_per_node)
     _checkpoints_load_on_cpu()
-    _backward_sees_the_gpu()
+    if spec.mode != "fake":
+        _backward_sees_the_gpu()
     if spec.mode == "fake":
         _install_fake_helpers(c10d)
         _unread_values(recorder, spec)

@@ -1328,6 +1328,7 @@ def _fake_or_meta(x: Any) -> bool:
 
 _FUNCTIONAL_NAMESPACES = frozenset({"_c10d_functional", "_c10d_functional_autograd"})
 _FakeTensor = _fake_tensor.FakeTensor
+_CPU = torch.device("cpu")
 _META_HANDLERS = _fake_tensor._DISPATCH_META_HANDLERS
 _HANDLE_DIRECTLY = _fake_tensor._DISPATCH_HANDLE_DIRECTLY
 _has_subclass = _fake_tensor._check_for_subclass
@@ -1378,6 +1379,11 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
         return out
 
     def _dispatch(self, func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
+        device = kwargs.get("device")
+        if device is not None and getattr(device, "type", None) == "cuda":
+            # a GPU buffer made where the torch-function layer does not reach (a gradient
+            # hook, a custom backward): on the CPU, as every tensor of the program
+            kwargs = {**kwargs, "device": _CPU}
         if isinstance(func, torch._ops.HigherOrderOperator):
             # FakeTensorMode runs the fake rule a HOP registered (`register_fake`)
             return FakeTensorMode.__torch_dispatch__(self, func, types, args, kwargs)
