@@ -221,9 +221,10 @@ def test_a_barrier_orders_file_writes_between_ranks():
 
 def test_files_a_rank_writes_stay_its_own_and_out_of_your_tree(tmp_path: Path):
     """4 ranks, 2 at a time: rank 0 saves a checkpoint at its end (a file, and a file in a
-    folder it makes), and every rank resumes from one if it finds it at its start. In a real run no rank finds it (all start together);
-    ranks 2 and 3, recorded after rank 0 ended, must not find it either (they would skip
-    steps: a false CL2xx). Nothing the program writes lands in its folder."""
+    folder it makes), and every rank resumes from one if it finds it at its start. In a real
+    run no rank finds it (all start together); ranks 2 and 3, recorded after rank 0 ended,
+    must not find it either (they would skip steps: a false CL2xx). Nothing the program
+    writes lands in its folder."""
     program = tmp_path / "resume.py"
     program.write_text(
         "import os, torch, torch.distributed as dist\n"

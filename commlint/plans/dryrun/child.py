@@ -47,6 +47,7 @@ from commlint.plans.dryrun.recorder import (
     short_path,
     user_site,
 )
+from commlint.plans.dryrun.unread import RAISED as _RAISED
 from commlint.plans.dryrun.values import ValueTable
 
 # Exceptions that mean "fake tensors cannot answer this", not "the program is wrong".
@@ -1364,11 +1365,6 @@ def _flush_output() -> None:
             stream.flush()
 
 
-# Fake-tensor limits raised so far (message, site): a program that catches one (`except
-# Exception:`) and then exits with an error or fails otherwise was stopped by it.
-_SWALLOWED: list[tuple[str, str | None]] = []
-
-
 class _SwallowedLimit(Exception):
     pass
 
@@ -1384,7 +1380,7 @@ def _note_fake_limits() -> None:
         def noted(self: Any, *a: Any, _init: Any = init, **k: Any) -> None:
             _init(self, *a, **k)
             site, _ = user_site(rec_mod._frames(2))
-            _SWALLOWED[:] = [(_one_line(self), site)]
+            _RAISED[:] = [(_one_line(self), site)]
 
         cls.__init__ = noted
     assert issubclass(UnreadValueSteers, ft.DataDependentOutputException)
@@ -1424,7 +1420,7 @@ def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
             return None
         return {"kind": "timeout", "message": exc.message, "site": _error_site(exc)}
     except SystemExit as exc:
-        swallowed = _SWALLOWED[-1:] if exc.code not in (0, None) else []
+        swallowed = _RAISED[-1:] if exc.code not in (0, None) else []
         if spec.mode == "fake" and swallowed:
             # the program caught a fake-tensor limit (`except Exception:` around `main()`,
             # as @hydra.main does) and exited: the limit is what stopped the rank
@@ -1436,9 +1432,9 @@ def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
         return {"kind": "exit", "message": f"sys.exit({exc.code!r})", "site": _error_site(exc)}
     except BaseException as exc:
         message, site = _one_line(exc), _error_site(exc)
-        if spec.mode == "fake" and type(exc).__name__ not in FAKE_LIMITS and _SWALLOWED:
+        if spec.mode == "fake" and type(exc).__name__ not in FAKE_LIMITS and _RAISED:
             # a limit caught by the program, which then failed on what it did instead
-            message, site = _SWALLOWED[-1]
+            message, site = _RAISED[-1]
             exc = _SwallowedLimit(message)
         if os.environ.get("COMMLINT_DEBUG"):  # where in the program (or torch) it came from
             import traceback

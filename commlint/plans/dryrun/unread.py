@@ -305,9 +305,17 @@ def _when_fake(read: Callable[..., Any], instead: Callable[[Any], Any]) -> Calla
         except DataDependentOutputException:
             if not _fake_underneath(self):
                 raise
-            return instead(self)
+            given = instead(self)
+            RAISED.clear()  # handled here: the program never saw it
+            return given
 
     return reading
+
+
+# Fake-tensor limits raised and not handled by the dry-run itself (message, site), noted by
+# `child._note_fake_limits`: a program that catches one (`except Exception:` around `main()`)
+# and then fails or exits with an error was stopped by it.
+RAISED: list[tuple[str, str | None]] = []
 
 
 def install(
