@@ -533,6 +533,9 @@ def _track_writes(recorder: Recorder, scratch: str) -> None:
     real_exists, real_isfile = os.path.exists, os.path.isfile
     real_remove, real_stat = os.remove, os.stat
     private, gone = recorder.private, recorder.gone
+    # the working folder: what a rank writes there is its own (caches elsewhere, such as
+    # ~/.cache/huggingface, are shared by the ranks as in a real run)
+    tree = os.getcwd().rstrip(os.sep) + os.sep
     copies: dict[str, tuple[bytes, str]] = {}  # handed-over content and its scratch copy
 
     def full_path(path: Any) -> str | None:
@@ -596,8 +599,11 @@ def _track_writes(recorder: Recorder, scratch: str) -> None:
         full = full_path(file)
         if isinstance(mode, str) and _WRITE_MODES.intersection(mode):
             note(file)
-            if full is not None and (not real_exists(full) or real_isfile(full)):
-                # a regular file (not /dev/stderr, a FIFO)
+            if (
+                full is not None
+                and (not real_exists(full) or real_isfile(full))  # not /dev/stderr, a FIFO
+                and (full.startswith(tree) or "a" in mode or full in private or seen_here(full))
+            ):
                 if "x" in mode:
                     if exists(full):
                         raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), full)
@@ -621,7 +627,10 @@ def _track_writes(recorder: Recorder, scratch: str) -> None:
             gone.add(s)
             gone.discard(d)
         else:
-            real(src, dst, *a, **k)  # a file on disk the program wrote from C code
+            real(src, dst, *a, **k)  # on disk: a file written from C code, a folder
+            if s is not None and d is not None:  # what only this rank sees in a moved folder
+                for path in [p for p in private if p.startswith(s + os.sep)]:
+                    private[d + path[len(s) :]] = private.pop(path)
         note(dst)
 
     def virtual_copy(content: bytes | None) -> str:
@@ -632,10 +641,18 @@ def _track_writes(recorder: Recorder, scratch: str) -> None:
 
     def exists(path: Any) -> bool:
         # "main process first": the others test for the file rank 0 wrote before the barrier
-        return not removed(path) and (seen_here(path) or real_exists(path) or isdir(path))
+        if removed(path) or seen_here(path):
+            return not removed(path)
+        full = full_path(path)
+        if full is not None and others_made(full):
+            return made_here(full)
+        return real_exists(path) or (full is not None and made_here(full))
 
     def isfile(path: Any) -> bool:
-        return not removed(path) and (seen_here(path) or real_isfile(path))
+        if removed(path) or seen_here(path):
+            return not removed(path)
+        full = full_path(path)
+        return real_isfile(path) and not (full is not None and others_made(full))
 
     def remove(path: Any, *a: Any, **k: Any) -> None:
         full = full_path(path)
@@ -651,55 +668,82 @@ def _track_writes(recorder: Recorder, scratch: str) -> None:
         if removed(path):
             raise missing(path)
         where = virtual(path) if not a and not k.get("dir_fd") else None
+        full = full_path(path) if where is None and not a and not k else None
+        if full is not None and others_made(full) and not made_here(full):
+            raise missing(path)
         try:
             return real_stat(where or path, *a, **k)
         except FileNotFoundError:
-            if where is not None or a or k or not made_here(path):
+            if full is None or full in gone or not made_here(full):
                 raise
-            return real_stat(scratch)  # a folder this rank made: a folder
-
-    def made_here(path: Any) -> bool:
-        """A folder this rank made, or one holding files only this rank sees."""
-        full = full_path(path)
-        if full is None or full in gone:
-            return False
-        prefix = full.rstrip(os.sep) + os.sep
-        return full in dirs or any(f.startswith(prefix) for f in seen_files())
+            return real_stat(scratch)  # a folder holding files only this rank sees
 
     real_mkdir, real_isdir, real_listdir = os.mkdir, os.path.isdir, os.listdir
-    dirs: set[str] = set()  # folders this rank made (kept off the disk, like its files)
+    dirs: set[str] = set()  # folders this rank made in the working folder
+    made = os.path.join(scratch, "folders-made")  # by every rank of the run, one per line
 
     def seen_files() -> set[str]:
         return (set(private) | set(recorder.delivered)) - gone
 
+    def others_made(full: str) -> bool:
+        """A folder (or what is in it) another rank made in the working folder during this
+        run: on disk (C code writes into it), but not there for this rank."""
+        if not full.startswith(tree) or not real_exists(made):
+            return False
+        with real_open(made) as fh:
+            theirs = set(fh.read().split("\n")) - dirs
+        return any(full == d or full.startswith(d + os.sep) for d in theirs if d)
+
+    def made_here(full: str) -> bool:
+        """A folder holding files only this rank sees."""
+        prefix = full.rstrip(os.sep) + os.sep
+        return any(f.startswith(prefix) for f in seen_files())
+
     def isdir(path: Any) -> bool:
         full = full_path(path)
-        if full is None or full in gone:
+        if full is None:
             return real_isdir(path)
-        return real_isdir(full) or made_here(full)
+        if full in gone:
+            return False
+        if made_here(full):
+            return True
+        return real_isdir(full) and not others_made(full)
 
     def mkdir(path: Any, mode: int = 0o777, *a: Any, **k: Any) -> None:
         full = full_path(path)
-        if full is None or a or k:
+        if full is None or a or k or not full.startswith(tree):
             return real_mkdir(path, mode, *a, **k)
-        if isdir(full) or exists(full):
+        if isdir(full) or (exists(full) and not others_made(full)):
             raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), full)
-        if not isdir(os.path.dirname(full)):
-            raise missing(path)
         dirs.add(full)
         gone.discard(full)
+        try:
+            real_mkdir(full, mode)
+        except FileExistsError:  # another rank made it first: it is this rank's too now
+            if not real_isdir(full):
+                raise
+            return
+        fd = os.open(made, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        try:
+            os.write(fd, (full + "\n").encode())
+        finally:
+            os.close(fd)
 
     def listdir(path: Any = ".") -> list[str]:
         full = full_path(path)
         if full is None:
             return real_listdir(path)
-        names = set(real_listdir(full)) if real_isdir(full) else set()
-        if not names and not isdir(full):
+        if not isdir(full):
             raise missing(path)
+        names = {
+            n
+            for n in (real_listdir(full) if real_isdir(full) else ())
+            if not others_made(os.path.join(full, n))
+        }
         prefix = full.rstrip(os.sep) + os.sep
-        for made in seen_files() | dirs:
-            if made.startswith(prefix):
-                names.add(made[len(prefix) :].split(os.sep, 1)[0])
+        for f in seen_files():
+            if f.startswith(prefix):
+                names.add(f[len(prefix) :].split(os.sep, 1)[0])
         names -= {os.path.basename(g) for g in gone if os.path.dirname(g) == full}
         return sorted(names) if not isinstance(path, bytes) else [os.fsencode(n) for n in names]
 
