@@ -171,12 +171,8 @@ class CudaOnCpu(TorchFunctionMode):
             device = args[1] if len(args) > 1 else kwargs.get("device")
             devices.mark(args[0], devices.named("cuda" if device is None else device))
             return args[0]
-        if func is torch.Tensor.pin_memory:
-            return args[0]
         if func is torch.Tensor.record_stream:
             return None
-        if func is torch.Tensor.is_pinned:
-            return False
         target: int | bool | None = False  # the device the call names (devices.named)
         if "device" in kwargs:
             device = kwargs["device"]
@@ -191,10 +187,10 @@ class CudaOnCpu(TorchFunctionMode):
             target = None
         # Called for every torch function: rebuild the arguments only when one could name a
         # device (most calls pass tensors and numbers).
-        if any(isinstance(a, _DEVICE_TYPES) for a in args):
-            for a in args:
-                if isinstance(a, _DEVICE_TYPES) and target is False:
-                    target = devices.named(a)
+        named = [a for a in args if isinstance(a, _DEVICE_TYPES)]
+        if named:
+            if target is False:
+                target = devices.named(named[0])
             args = tuple(_cpu(a) for a in args)
         return devices.place(func, args, kwargs, func(*args, **kwargs), target)
 
@@ -253,7 +249,6 @@ class _Stream(torch.Stream):
         return super().__new__(cls, device="cpu")
 
     def __init__(self, *a: Any, name: str | None = None, **k: Any) -> None:
-        self.device = torch.device("cpu")
         if name is None:
             _Stream.created += 1
             name = f"stream{_Stream.created}"
@@ -453,21 +448,20 @@ def _install(spec: RankSpec, recorder: Recorder) -> None:
         _wrap(mod, "monitored_barrier", make_monitored_barrier)
 
     _meshes_on_cpu()
-    _fsdp1_on_cpu()
     _flex_attention_on_cpu()
     _modules_stay_on_cpu()
     devices.install()
     gpu_paths.install()
     _spawned_workers_are_ranks(spec.rank % spec.nproc_per_node, spec.nproc_per_node)
     _checkpoints_load_on_cpu()
-    if spec.mode != "fake":
-        _backward_sees_the_gpu()
     if spec.mode == "fake":
         _install_fake_helpers(c10d)
         _unread_values(recorder, spec)
         _note_fake_limits()
         _real_data_loader_workers()
         _deep_copies_keep_constants()
+    else:
+        _backward_sees_the_gpu()
 
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -522,13 +516,15 @@ _WRITE_MODES = frozenset("wax+")
 
 
 def _track_writes(recorder: Recorder, scratch: str) -> None:
-    """Every file the program writes (opens for writing, `torch.save`s, renames into place)
-    goes to the rank's own copy in the run's scratch folder, never to your tree, and the
-    rank sees it there (`virtual`); a barrier hands what a rank wrote before it to the ranks
-    waiting in it (see `RecordingProcessGroup._side_effects`). So a rank never sees what
-    another rank wrote without a barrier between them, however the ranks are scheduled on
-    this machine (a checkpoint rank 0 writes at its end is not there when rank 2 starts and
-    looks for one to resume from), and no pass sees an earlier pass's files."""
+    """Every file the program writes in the working folder (opens for writing, `torch.save`s,
+    renames into place), and every file it appends to, goes to the rank's own copy in the
+    run's scratch folder, never to your tree, and the rank sees it there (`virtual`); folders
+    it makes there are on disk but hidden from the other ranks (`others_made`); a barrier
+    hands what a rank wrote before it to the ranks waiting in it (see
+    `RecordingProcessGroup._side_effects`). So a rank never sees what another rank wrote
+    there without a barrier between them, however the ranks are scheduled on this machine (a
+    checkpoint rank 0 writes at its end is not there when rank 2 starts and looks for one to
+    resume from), and no pass sees an earlier pass's files."""
     real_open, real_rename, real_replace = builtins.open, os.rename, os.replace
     real_exists, real_isfile = os.path.exists, os.path.isfile
     real_remove, real_stat = os.remove, os.stat
@@ -927,22 +923,6 @@ def _flex_attention_on_cpu() -> None:
         flex._validate_device = on_gpu
 
 
-def _fsdp1_on_cpu() -> None:
-    """FSDP1 (`FullyShardedDataParallel`, Lightning's "fsdp") computes on the GPU its
-    `device_id` names, and checks before the first forward that its flat parameters are
-    there: they are on the CPU here, like every tensor the program puts on a GPU."""
-    with contextlib.suppress(ImportError):
-        from torch.distributed.fsdp import _init_utils
-
-        compute_device = _init_utils._get_compute_device
-
-        def on_cpu(*a: Any, **k: Any) -> torch.device:
-            device = compute_device(*a, **k)
-            return torch.device("cpu") if _is_cuda(device.type) else device
-
-        _init_utils._get_compute_device = on_cpu
-
-
 def _meshes_on_cpu() -> None:
     """A "cuda" DeviceMesh becomes a "cpu" one, so DTensor/FSDP find their tensors where
     the mesh says they are."""
@@ -951,20 +931,20 @@ def _meshes_on_cpu() -> None:
 
         mesh_init = dm.DeviceMesh.__init__
 
+        def on_cpu(device_type: str) -> str:
+            if not _is_cuda(device_type):
+                return device_type
+            gpu_paths.gpu_meshes = True
+            return "cpu"
+
         def mesh_on_cpu(self: Any, device_type: str, *a: Any, **k: Any) -> None:
-            if _is_cuda(device_type):
-                gpu_paths.gpu_meshes = True
-                device_type = "cpu"
-            mesh_init(self, device_type, *a, **k)
+            mesh_init(self, on_cpu(device_type), *a, **k)
 
         dm.DeviceMesh.__init__ = mesh_on_cpu
         init_mesh = dm.init_device_mesh
 
         def init_device_mesh(device_type: str, *a: Any, **k: Any) -> Any:
-            if _is_cuda(device_type):
-                gpu_paths.gpu_meshes = True
-                device_type = "cpu"
-            return init_mesh(device_type, *a, **k)
+            return init_mesh(on_cpu(device_type), *a, **k)
 
         dm.init_device_mesh = init_device_mesh
         # A deep copy of a mesh (inside a deep-copied model) names the same groups; copying
@@ -1409,14 +1389,10 @@ def _flush_output() -> None:
             stream.flush()
 
 
-class _SwallowedLimit(Exception):
-    pass
-
-
 def _note_fake_limits() -> None:
+    """Note each fake-tensor limit as it is raised (`unread.RAISED`; `UnreadValueSteers` is a
+    `DataDependentOutputException`)."""
     from torch._subclasses import fake_tensor as ft
-
-    from commlint.plans.dryrun.unread import UnreadValueSteers
 
     for cls in (ft.DataDependentOutputException, ft.DynamicOutputShapeException):
         init = cls.__init__
@@ -1427,7 +1403,6 @@ def _note_fake_limits() -> None:
             _RAISED[:] = [(_one_line(self), site)]
 
         cls.__init__ = noted
-    assert issubclass(UnreadValueSteers, ft.DataDependentOutputException)
 
 
 def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
@@ -1476,10 +1451,10 @@ def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
         return {"kind": "exit", "message": f"sys.exit({exc.code!r})", "site": _error_site(exc)}
     except BaseException as exc:
         message, site = _one_line(exc), _error_site(exc)
-        if spec.mode == "fake" and type(exc).__name__ not in FAKE_LIMITS and _RAISED:
+        limit = type(exc).__name__ in FAKE_LIMITS
+        if spec.mode == "fake" and not limit and _RAISED:
             # a limit caught by the program, which then failed on what it did instead
-            message, site = _RAISED[-1]
-            exc = _SwallowedLimit(message)
+            (message, site), limit = _RAISED[-1], True
         if os.environ.get("COMMLINT_DEBUG"):  # where in the program (or torch) it came from
             import traceback
 
@@ -1496,7 +1471,6 @@ def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
         if spec.mode == "fake" and not str(exc).startswith(_DDP_UNFINISHED) and not _own(exc):
             # DDP's own check failed (its reducer state, not tensor data): no need to see
             # whether real tensors raise it too.
-            limit = type(exc).__name__ in FAKE_LIMITS or isinstance(exc, _SwallowedLimit)
             recorder.send(("fake-limit", message, site, limit, live_fake_bytes()))
         return {"kind": "exception", "message": message, "site": site}
     finally:

@@ -25,11 +25,9 @@ from typing import Any
 
 import torch
 
+from commlint.plans.dryrun.unread import OWN_DIRS
+
 GPU = "_commlint_gpu"  # on a tensor: the index of the GPU the program put it on
-_INSIDE = (
-    os.path.dirname(torch.__file__) + os.sep,
-    os.path.dirname(os.path.dirname(os.path.dirname(__file__))) + os.sep,  # commlint
-)
 _tensor = torch._C.TensorBase
 DEVICE = _tensor.device.__get__
 IS_CUDA = _tensor.is_cuda.__get__
@@ -37,7 +35,6 @@ IS_CPU = _tensor.is_cpu.__get__
 GET_DEVICE = _tensor.get_device
 _DATA_SET = _tensor.data.__set__
 QUERIES = (DEVICE, IS_CUDA, IS_CPU, GET_DEVICE)
-_CPU = torch.device("cpu")
 
 # any tensor marked yet: a program that never names a GPU pays nothing per call
 marked_any = False
@@ -89,19 +86,16 @@ _SEES_THE_PROGRAMS = (os.path.join("torch", "nn", "modules", "batchnorm.py"),)
 
 
 def _inside(filename: str) -> bool:
-    return filename.startswith(_INSIDE) and not filename.endswith(_SEES_THE_PROGRAMS)
-
-
-def asked_inside(depth: int) -> bool:
-    """Whether the frame `depth` levels up is torch's or the dry-run's own code."""
-    return _inside(sys._getframe(depth + 1).f_code.co_filename)
+    """Torch's or the dry-run's own code (which sees where tensors really are)."""
+    return filename.startswith(OWN_DIRS) and not filename.endswith(_SEES_THE_PROGRAMS)
 
 
 def answer(func: Any, t: Any) -> Any:
     """`.device`, `.is_cuda`, `.is_cpu`, `.get_device()` of a tensor the program put on GPU
     `idx`, asked from the program's side; NotImplemented when the true answer stands."""
     idx = index(t)
-    if idx is None or asked_inside(2):
+    # asked by the caller of CudaOnCpu.__torch_function__
+    if idx is None or _inside(sys._getframe(2).f_code.co_filename):
         return NotImplemented
     if func == DEVICE:
         return torch.device("cuda", idx)
@@ -183,8 +177,8 @@ def _keep_mark(cls: Any) -> None:
 
     def made_from(cls: Any, data: Any = None, *a: Any, **k: Any) -> Any:
         made = new(cls, data, *a, **k)
-        if marked_any and isinstance(data, torch.Tensor) and GPU in data.__dict__:
-            mark(made, data.__dict__[GPU])
+        if marked_any:
+            mark(made, index(data))
         return made
 
     cls.__new__ = made_from

@@ -183,10 +183,21 @@ def _sync_batch_norm() -> None:
 
 
 def _fsdp1() -> None:
+    """FSDP1 (`FullyShardedDataParallel`, Lightning's "fsdp") computes on the CPU where its
+    `device_id` names a GPU (and checks before the first forward that its flat parameters are
+    there); without `device_id` it takes the current GPU; `sync_module_states` checks where
+    the program put the parameters."""
     with contextlib.suppress(ImportError):
         from torch.distributed.fsdp import _init_utils
         from torch.distributed.fsdp import fully_sharded_data_parallel as fsdp
 
+        compute_device = _init_utils._get_compute_device
+
+        def on_cpu(*a: Any, **k: Any) -> torch.device:
+            device = compute_device(*a, **k)
+            return torch.device("cpu") if device.type == "cuda" else device
+
+        _init_utils._get_compute_device = on_cpu
         init_handle = _init_utils._init_device_handle
 
         def current_gpu(state: Any, module: Any, ignored: Any, device_id: Any) -> Any:

@@ -74,7 +74,7 @@ def _compare(name: str) -> Callable[..., Any]:
 _INSTRUCTIONS: dict[Any, tuple[list[Any], dict[int, int]]] = {}
 
 
-_OWN_DIRS = (
+OWN_DIRS = (
     os.path.dirname(torch.__file__) + os.sep,
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,  # commlint/plans
 )
@@ -84,7 +84,7 @@ def _testing_frame() -> Any:
     """The frame running the test: the first one out of torch and the dry-run (a tensor's
     `__bool__` goes through torch's function-mode dispatch first)."""
     f = sys._getframe(2)
-    while f is not None and f.f_code.co_filename.startswith(_OWN_DIRS):
+    while f is not None and f.f_code.co_filename.startswith(OWN_DIRS):
         f = f.f_back
     return f
 
@@ -379,7 +379,7 @@ def install(
             from commlint.plans.dryrun.flow import only_computed_with, tested_at_once
 
             caller = sys._getframe(2)  # past the dry-run's own torch-function layer
-            while caller is not None and caller.f_code.co_filename.startswith(_OWN_DIRS[1]):
+            while caller is not None and caller.f_code.co_filename.startswith(OWN_DIRS[1]):
                 caller = caller.f_back
             placeholder = 1 if integer else 1.0
             if only_computed_with(caller, integer):
