@@ -242,6 +242,8 @@ def run(args: argparse.Namespace) -> int:
         end = run.end
         if not end or crashed or rank in stopped or _clean_exit(end):
             continue
+        if len(ranks) < world and end["kind"] != "exit":
+            continue  # an error below
         verb = {"exception": "raised", "exit": "exited", "timeout": "was stopped"}[end["kind"]]
         where = f" at {end['site']}" if end.get("site") else ""
         print(f"commlint: note: rank {rank} {verb}{where}: {end['message']}", file=sys.stderr)
@@ -259,6 +261,24 @@ def run(args: argparse.Namespace) -> int:
             )
         )
     if len(ranks) < world:
+        # Nothing is checked here, but a recorded rank that raised or was stopped did not
+        # run its program to the end: said as an error, never a silent "Nothing was checked"
+        if crashed:
+            report.errors.append(crashed)
+        for rank in sorted(result.runs):
+            end = result.runs[rank].end
+            if crashed or rank in stopped or not end or end["kind"] == "exit":
+                continue
+            path, line = split_site(end.get("site") or "")
+            verb = "raised" if end["kind"] == "exception" else "was stopped:"
+            report.errors.append(
+                InputError(
+                    path=path or program,
+                    line=line,
+                    message=f"rank {rank} {verb} {end['message']}; the rest of its program "
+                    "was not recorded",
+                )
+            )
         where = args.save_trace or "DIR (use --save-trace DIR)"
         print(
             f"commlint: note: recorded ranks {rank_spec(ranks)} of {world}; check every rank "

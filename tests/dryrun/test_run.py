@@ -273,6 +273,44 @@ def test_cli_bad_ranks_is_a_usage_error():
     assert out.returncode == 2 and "outside 0-3" in out.stderr
 
 
+def test_a_sampled_run_says_which_rank_raised(tmp_path: Path):
+    # Nothing is checked when only some ranks are recorded, but a recorded rank that raised
+    # did not run its program: an error (exit 2), not "Nothing was checked" and exit 0
+    program = tmp_path / "half.py"
+    program.write_text(
+        "import torch.distributed as dist\n"
+        'dist.init_process_group("gloo")\n'
+        "if dist.get_rank() == 1:\n"
+        '    raise RuntimeError("boom")\n'
+    )
+    out = cli("--nproc-per-node", "4", "--ranks", "0-1", str(program))
+    assert out.returncode == 2, out.stderr
+    errors = [ln for ln in out.stderr.splitlines() if ln.startswith("commlint: error")]
+    assert errors == [
+        f"commlint: error: {program}:4: rank 1 raised RuntimeError: boom; the rest of its "
+        "program was not recorded"
+    ]
+    assert "Nothing was checked" not in out.stdout
+
+
+def test_run_from_the_folder_that_holds_the_scratch_folder(tmp_path: Path):
+    # Run from /tmp (the scratch folder inside the working folder): the per-rank file layer
+    # tested its own list of folders through the os.stat it replaces, without end, and
+    # every rank stopped with a RecursionError before the program's first line
+    program = tmp_path / "main_first.py"
+    program.write_text((PROGRAMS / "ok_main_process_first_exists.py").read_text())
+    (tmp_path / "tmp").mkdir()
+    root = str(HERE.parent.parent)
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "PYTHONPATH": root}
+    out = subprocess.run(
+        [sys.executable, "-m", "commlint", "run", "--nproc-per-node", "2", program.name],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "All checks passed" in out.stdout
+    assert not (tmp_path / ".cache-exists.txt").exists()
+
+
 def test_partial_dry_runs_saved_per_rank_are_checked_together(tmp_path: Path):
     program = str(PROGRAMS / "bad_mesh_branch.py")
     for ranks in ("0-1", "2-3"):

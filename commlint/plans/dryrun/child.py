@@ -17,6 +17,7 @@ import re
 import resource
 import runpy
 import signal
+import stat as stat_module
 import sys
 import tempfile
 import threading
@@ -526,8 +527,27 @@ def _track_writes(recorder: Recorder, scratch: str) -> None:
     checkpoint rank 0 writes at its end is not there when rank 2 starts and looks for one to
     resume from), and no pass sees an earlier pass's files."""
     real_open, real_rename, real_replace = builtins.open, os.rename, os.replace
-    real_exists, real_isfile = os.path.exists, os.path.isfile
     real_remove, real_stat = os.remove, os.stat
+
+    # os.path's tests call os.stat, which is replaced below: these call the real one (a
+    # scratch folder inside the working folder, e.g. run from /tmp, recursed without end)
+    def real_mode(path: Any) -> int | None:
+        try:
+            return real_stat(path).st_mode
+        except (OSError, ValueError):
+            return None
+
+    def real_exists(path: Any) -> bool:
+        return real_mode(path) is not None
+
+    def real_isfile(path: Any) -> bool:
+        mode = real_mode(path)
+        return mode is not None and stat_module.S_ISREG(mode)
+
+    def real_isdir(path: Any) -> bool:
+        mode = real_mode(path)
+        return mode is not None and stat_module.S_ISDIR(mode)
+
     private, gone = recorder.private, recorder.gone
     # the working folder: what a rank writes there is its own (caches elsewhere, such as
     # ~/.cache/huggingface, are shared by the ranks as in a real run)
@@ -674,7 +694,7 @@ def _track_writes(recorder: Recorder, scratch: str) -> None:
                 raise
             return real_stat(scratch)  # a folder holding files only this rank sees
 
-    real_mkdir, real_isdir, real_listdir = os.mkdir, os.path.isdir, os.listdir
+    real_mkdir, real_listdir = os.mkdir, os.listdir
     dirs: set[str] = set()  # folders this rank made in the working folder
     made = os.path.join(scratch, "folders-made")  # by every rank of the run, one per line
 
