@@ -424,3 +424,18 @@ def test_calls_torch_leaves_unwaited_are_not_the_programs_but_its_own_are(tmp_pa
     _, trace = record(str(program))
     [finding] = check_trace(trace, None).findings
     assert finding.code == "CL206" and finding.actions[0].site.endswith("unwaited.py:4")
+
+
+def test_the_fake_tensor_cache_tells_apart_what_torch_tells_apart():
+    # The dry-run keys torch's fake-tensor cache its own, cheaper way: torch's cross-check
+    # computes every cache hit again and fails the rank where the two outputs differ
+    # (strides, offsets, views, dtypes, requires_grad, conjugation)
+    import torch._dynamo.config
+
+    with torch._dynamo.config.patch(fake_tensor_cache_crosscheck_enabled=True):
+        result, trace = record(str(FIXTURES / "cache_keys.py"), timeout=60.0)
+    assert result.mode == "fake"
+    assert [r.end for r in result.runs.values()] == [None, None]
+    hits = int(result.runs[0].output.split("cache hits ")[1].split()[0])
+    assert hits > 50
+    assert ops(trace, 0) == ["all_reduce"]

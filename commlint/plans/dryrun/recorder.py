@@ -1332,6 +1332,35 @@ _CPU = torch.device("cpu")
 _META_HANDLERS = _fake_tensor._DISPATCH_META_HANDLERS
 _HANDLE_DIRECTLY = _fake_tensor._DISPATCH_HANDLE_DIRECTLY
 _has_subclass = _fake_tensor._check_for_subclass
+_STRIDED = torch.strided
+# Arguments a cache key holds as they are (with their type: 1 and 1.0 hash alike)
+_KEYED_BY_VALUE = frozenset(
+    {int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout}
+    | {torch.memory_format}
+)
+
+
+class _kernel_invocation:
+    """torch's `in_kernel_invocation_manager` (fake tensors computing on meta tensors) as a
+    plain context manager: it is entered on every cache hit."""
+
+    __slots__ = ("guards", "mode", "prev")
+
+    def __init__(self, mode: FakeTensorMode):
+        self.mode = mode
+
+    def __enter__(self) -> None:
+        self.prev = self.mode.in_kernel_invocation
+        self.guards = (torch._C._DisableTorchDispatch(), torch._C._PreserveDispatchKeyGuard())
+        for guard in self.guards:
+            guard.__enter__()
+        self.mode.in_kernel_invocation = True
+        torch._C._set_meta_in_tls_dispatch_include(True)
+
+    def __exit__(self, *exc: Any) -> None:
+        self.mode.in_kernel_invocation = self.prev
+        for guard in reversed(self.guards):
+            guard.__exit__(*exc)
 
 
 class RecordingFakeTensorMode(_Shared, FakeTensorMode):
@@ -1361,6 +1390,91 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
             for a in flat_args
         ]
         return super().validate_and_convert_non_fake_tensors(func, converter, flat_args, args_spec)
+
+    def _prep_args_for_hash(self, result, args, state, id_hashed_objects):
+        """FakeTensorMode's cache key of the arguments, built for the usual case without its
+        layers: a fake tensor of this mode with concrete sizes in strided layout is keyed by
+        one tuple of what torch's `TensorMetadata` holds — less the memory format, which its
+        sizes and strides decide —, numbers and names by type and value. Anything else
+        (symbolic sizes, constants, sparse tensors, subgraphs, a dict) is keyed by torch's
+        own rule, which also raises where the cache must be bypassed. Half the cost of a
+        cache hit on a Llama-shaped step was torch's key (bench/dryrun.py)."""
+        if type(args) is dict:
+            result.append(dict)
+            result.append(len(args))
+            self._prep_args_for_hash(result, tuple(args), state, id_hashed_objects)
+            self._prep_args_for_hash(result, tuple(args.values()), state, id_hashed_objects)
+            return None
+        if type(args) is not list and type(args) is not tuple:
+            return super()._prep_args_for_hash(result, args, state, id_hashed_objects)
+        result.append(type(args))
+        result.append(len(args))
+        for arg in args:
+            kind = type(arg)
+            if kind is _FakeTensor:
+                if (
+                    arg.fake_mode is self
+                    and arg.constant is None
+                    and arg.layout is _STRIDED
+                    and not arg._has_symbolic_sizes_strides
+                ):
+                    result.append(
+                        (
+                            arg.dtype,
+                            arg.shape,
+                            arg.stride(),
+                            arg.fake_device,
+                            arg.storage_offset(),
+                            arg.untyped_storage().nbytes(),
+                            arg.requires_grad,
+                            arg.is_quantized,
+                            arg.is_conj(),
+                            arg.is_neg(),
+                            arg.is_inference(),
+                        )
+                    )
+                    continue
+            elif kind in _KEYED_BY_VALUE:
+                result.append(kind)
+                result.append(arg)
+                continue
+            elif kind is list or kind is tuple:
+                self._prep_args_for_hash(result, arg, state, id_hashed_objects)
+                continue
+            super()._prep_args_for_hash(result, (arg,), state, id_hashed_objects)
+        return None
+
+    def _get_output_tensor_from_cache_entry(self, state, entry, key, func, args):
+        """A cache hit's output, made without torch's layers when its sizes are concrete (no
+        symbolic size to resolve, so no guard to suppress): an empty meta tensor of the
+        cached metadata, on the input's storage for a view, wrapped as a fake tensor."""
+        md = entry.metadata
+        if (
+            md is None
+            or entry.inplace_idx is not None
+            or md.layout is not _STRIDED
+            or type(md.storage_offset) is not int
+            or not all(type(v) is int for v in md.shape)
+            or not all(type(v) is int for v in md.stride)
+        ):
+            return super()._get_output_tensor_from_cache_entry(state, entry, key, func, args)
+        with _kernel_invocation(self):
+            empty = torch.empty_strided(
+                md.shape,
+                md.stride,
+                dtype=md.dtype,
+                layout=md.layout,
+                device="meta",
+                requires_grad=md.requires_grad,
+            )
+            if md.is_conj:
+                torch._C._set_conj(empty, True)
+            if md.is_neg:
+                torch._C._set_neg(empty, True)
+            if isinstance(func, torch._ops.OpOverload) and func.is_view:
+                storage = args[entry.view_idx].untyped_storage()
+                empty.set_(storage, md.storage_offset, md.shape, md.stride)
+        return _FakeTensor(self, empty, md.device)
 
     def __init__(self, recorder: Recorder, **kwargs: Any):
         super().__init__(**kwargs)
