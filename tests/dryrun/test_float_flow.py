@@ -7,6 +7,7 @@ it answered for each line marked `# ok` or `# steers`."""
 
 from __future__ import annotations
 
+import dis
 import logging
 import math
 import re
@@ -80,6 +81,12 @@ def program(t: Probe, weight: torch.Tensor) -> list:
     if read_back(t) == 0:
         pass
     kept.append(float(t))  # steers: a list that outlives the function
+    total = torch.tensor([float(t) ** 2])  # ok: a tensor's data (it then knows no value)
+    torch.full((2,), float(t))  # ok: the fill value
+    weight.new_tensor([float(t)])  # ok
+    torch.full((int(t),), 0.0)  # steers: a size
+    torch.tensor([1.0], dtype=torch.float64 if float(t) else None)  # steers: an option
+    print(total)
     return [("w", float(t)), metrics]  # ok: the caller prints it
 
 
@@ -102,6 +109,39 @@ def test_each_use_of_a_converted_number_is_told_apart():
     answered.clear()
     print(program(Probe(), weight))
     assert answered == expected()
+
+
+def test_a_placeholder_made_a_tensors_data_is_pending_at_that_call():
+    # `torch.tensor([float(norm)])`: the call that makes the tensor is told (flow.PENDING,
+    # with whether the number is the same on every rank), so the tensor knows no value
+    from commlint.plans.dryrun import flow
+
+    def norm_of(t: Probe) -> torch.Tensor:
+        total = 0.0
+        for _ in range(2):
+            total += float(t) ** 2
+        return torch.tensor([total])
+
+    flow.PENDING.clear()
+    code = norm_of.__code__
+    calls = [i.offset for i in dis.get_instructions(code) if i.opname == "CALL"]
+
+    class Uniform(Probe):
+        def __float__(self) -> float:
+            only_computed_with(sys._getframe(1), placeholder_uniform=True)
+            return 1.0
+
+    class Local(Probe):
+        def __float__(self) -> float:
+            only_computed_with(sys._getframe(1), placeholder_uniform=False)
+            return 1.0
+
+    norm_of(Uniform())
+    assert {(code, calls[-1]): True} == flow.PENDING
+    flow.PENDING.clear()
+    norm_of(Local())
+    assert {(code, calls[-1]): False} == flow.PENDING
+    flow.PENDING.clear()
 
 
 def test_a_number_returned_into_c_code_is_never_trusted():

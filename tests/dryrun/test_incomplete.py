@@ -532,6 +532,29 @@ def test_a_number_every_rank_makes_alike_is_not_rank_local(name: str, findings: 
         assert found[0].line == test
 
 
+def test_a_tensor_made_from_an_uncomputed_number_knows_no_value():
+    """`torch.tensor([loss.item()])` held the placeholder (1.0) as a value the dry-run knew:
+    a test of it was taken alike on both ranks, a false all-clear; past the budget, DeepSpeed's
+    `torch.tensor([float(norm)])` stopped the rank at `float()`. The tensor now holds no
+    value, rank-local unless a collective over every rank made it the same. (Both run for
+    real under gloo in test_agreement: the bad one hangs, the ok one finishes.)"""
+
+    bad = PROGRAMS / "bad_item_into_tensor_steers.py"
+    result, trace = past_budget(bad)
+    assert result.mode == "fake" and not result.incomplete(), result.incomplete()
+    found = check_trace(trace, None).findings
+    test = line_of(bad, "if logged.item() > 0")
+    assert [(f.code, f.line) for f in found] == [("CL211", test)]
+    assert "barrier" in found[0].message
+    ok = PROGRAMS / "ok_weight_norm_reduced_steers.py"
+    result, trace = past_budget(ok)
+    assert result.mode == "fake" and not result.incomplete(), result.incomplete()
+    assert check_trace(trace, None).findings == []
+    # the global norm is the same on every rank: one outcome (the placeholder's) for all
+    assert [a.op for a in trace.ranks[0]] == [a.op for a in trace.ranks[1]]
+    assert "the same on every rank (a collective's result)" in trace.meta["assumes"]
+
+
 # Numbers that differ between ranks in a real run (each program hangs under torchrun: rank 0
 # and rank 1 fall on different sides of the test; unseeded, in about half the launches) but
 # whose making could look alike: a rank-local threshold, a placeholder turned into a plain

@@ -34,7 +34,7 @@ from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from torch.overrides import TorchFunctionMode
 
-from commlint.plans.dryrun import devices, fingerprint, gpu_paths
+from commlint.plans.dryrun import devices, fingerprint, gpu_paths, unread
 from commlint.plans.dryrun import recorder as rec_mod
 from commlint.plans.dryrun.recorder import (
     BACKEND,
@@ -193,7 +193,17 @@ class CudaOnCpu(TorchFunctionMode):
             if target is False:
                 target = devices.named(named[0])
             args = tuple(_cpu(a) for a in args)
-        return devices.place(func, args, kwargs, func(*args, **kwargs), target)
+        out = devices.place(func, args, kwargs, func(*args, **kwargs), target)
+        if func in unread.INTO_TENSOR:  # a number not computed made data: no value known
+            caller = sys._getframe(1)
+            while caller is not None and caller.f_code.co_filename.startswith(_LAYERS):
+                caller = caller.f_back
+            out = unread.into_tensor(func, args, kwargs, out, caller)
+        return out
+
+
+# Python layers between a torch function's caller and the mode: the dry-run's, torch's
+_LAYERS = (unread.OWN_DIRS[1], torch.overrides.__file__)
 
 
 _CUDA_ON_CPU = CudaOnCpu()

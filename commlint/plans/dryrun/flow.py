@@ -76,6 +76,25 @@ _CARRY = {
 _READS = {"items", "values", "keys", "copy", "get", "pop"}
 _WRITES = {"append", "extend", "insert", "update", "setdefault"}
 _TENSOR_SOURCES = ("new_", "item", "tolist", "numpy", "data_ptr", "untyped_storage")
+# Where a number becomes a tensor's data (not a size): `torch.tensor([float(norm)])`. The
+# tensor made there holds no value the dry-run knows (`unread.into_tensor`, told the call
+# site through `PENDING`); position among the arguments (a method's without self), keyword.
+_INTO_TENSOR_FUNCTIONS = {
+    "tensor": (0, "data"),
+    "as_tensor": (0, "data"),
+    "scalar_tensor": (0, "s"),
+    "full": (1, "fill_value"),
+    "full_like": (1, "fill_value"),
+}
+_INTO_TENSOR_METHODS = {
+    "new_tensor": (0, "data"),
+    "new_full": (1, "fill_value"),
+    "fill_": (0, "value"),
+}
+# Call sites (code, offset) a placeholder number was let go to as a tensor's data, each
+# with whether the number is the same on every rank; the factory's call there takes it.
+PENDING: dict[tuple[types.CodeType, int], bool] = {}
+_SITES: list[tuple[types.CodeType, int]] = []
 
 
 class _Unknown(Exception):
@@ -457,6 +476,16 @@ def _call(scope: _Scope, k: int, popped: list, marks: list[bool], depth: int) ->
         return True
     bound = receiver if receiver is not None else getattr(fn, "__self__", None)
     name = getattr(fn, "__name__", "")
+    into = _into_tensor(fn, bound, name)
+    if into is not None:
+        kw = _kw_names(c, k)
+        positional = len(args) - len(kw)
+        for index, marked in enumerate(amarks):
+            taken = index == into[0] if index < positional else kw[index - positional] == into[1]
+            if marked and not taken:
+                raise _Unknown(f"a size or option of {name} at line {_line(c, k)}")
+        _SITES.append((c.code, c.ins[k].offset))
+        return False  # the tensor made holds no value the dry-run knows
     if _fake_tensor(bound) and not name.startswith(_TENSOR_SOURCES) and not scope.integer:
         return False  # an operation on a fake tensor: its result is as unread as the tensor
     for kind, methods in _CONTAINER_METHODS.items():
@@ -494,14 +523,27 @@ def _call(scope: _Scope, k: int, popped: list, marks: list[bool], depth: int) ->
     raise _Unknown(f"passed to {name or fn!r} at line {_line(c, k)}")
 
 
-_DECIDED: dict[tuple, bool] = {}
+def _into_tensor(fn: Any, bound: Any, name: str) -> tuple[int, str] | None:
+    if name in _INTO_TENSOR_METHODS and _is_tensor(bound):
+        return _INTO_TENSOR_METHODS[name]
+    torch = sys.modules.get("torch")
+    if name in _INTO_TENSOR_FUNCTIONS and torch is not None and fn is getattr(torch, name, None):
+        return _INTO_TENSOR_FUNCTIONS[name]
+    return None
 
 
-def only_computed_with(frame: Any, integer: bool = False) -> bool:
+_DECIDED: dict[tuple, tuple[bool, tuple[tuple[types.CodeType, int], ...]]] = {}
+
+
+def only_computed_with(
+    frame: Any, integer: bool = False, placeholder_uniform: bool | None = None
+) -> bool:
     """Whether the value the call at `frame.f_lasti` returns never steers the program:
     only computed with, printed, logged, kept in local containers, applied to fake tensors,
-    or returned to a caller (up the live stack) that does the same. An `integer` (`int()`'s
-    result) is never taken by a tensor's method: there it would be a size or an index."""
+    made a tensor's data, or returned to a caller (up the live stack) that does the same.
+    An `integer` (`int()`'s result) is never taken by a tensor's method: there it would be a
+    size or an index. With `placeholder_uniform` (a plain placeholder number is given, the
+    same on every rank or not), the calls that make it a tensor's data are told (`PENDING`)."""
     if not _SUPPORTED or frame is None:
         return False
     chain, f = [], frame
@@ -512,18 +554,26 @@ def only_computed_with(frame: Any, integer: bool = False) -> bool:
         f = f.f_back
     key = (integer, *chain)
     if key in _DECIDED:
-        return _DECIDED[key]
-    _FORGET.clear()
-    decided = _follow(frame, integer)
-    if not _FORGET:
-        _DECIDED[key] = decided  # else asked again each time: which tensors know values varies
-    elif decided:
-        from commlint.plans.dryrun.recorder import forget
+        decided, sites = _DECIDED[key]
+    else:
+        _FORGET.clear()
+        _SITES.clear()
+        decided = _follow(frame, integer)
+        sites = tuple(_SITES)
+        _SITES.clear()
+        if not _FORGET:
+            # else asked again each time: which tensors know values varies
+            _DECIDED[key] = decided, sites
+        elif decided:
+            from commlint.plans.dryrun.recorder import forget
 
-        for t in _FORGET:
-            if t.constant is not None:
-                forget(t)  # what the number flows into is not known any more
-    _FORGET.clear()
+            for t in _FORGET:
+                if t.constant is not None:
+                    forget(t)  # what the number flows into is not known any more
+        _FORGET.clear()
+    if decided and placeholder_uniform is not None:
+        for site in sites:
+            PENDING[site] = PENDING.get(site, True) and placeholder_uniform
     return decided
 
 

@@ -18,6 +18,7 @@ placeholder only where the program's bytecode shows the number never steers (`fl
 
 from __future__ import annotations
 
+import contextlib
 import dis
 import operator
 import os
@@ -253,6 +254,75 @@ UnreadInt = type(
 )
 
 
+# Tensor factories and writes whose argument is data, not a size (position among the torch
+# function's arguments, keyword): a number that did not get computed goes into a tensor there
+# (`torch.tensor([loss.item()])`, DeepSpeed's `torch.tensor([float(norm)])`).
+INTO_TENSOR: dict[Any, tuple[int, str]] = {
+    torch.tensor: (0, "data"),
+    torch.as_tensor: (0, "data"),
+    torch.scalar_tensor: (0, "s"),
+    torch.full: (1, "fill_value"),
+    torch.full_like: (1, "fill_value"),
+    torch.Tensor.new_tensor: (1, "data"),
+    torch.Tensor.new_full: (2, "fill_value"),
+    torch.Tensor.fill_: (1, "value"),
+    torch.Tensor.__setitem__: (2, "value"),
+}
+_WRITTEN_IN_PLACE = (torch.Tensor.fill_, torch.Tensor.__setitem__)
+
+
+def _unread_leaves(data: Any, budget: int = 4096) -> tuple[bool, bool]:
+    """(whether `data` holds an unread number, whether every one it holds is the same on
+    every rank), looking into lists and tuples (up to `budget` leaves)."""
+    found, uniform, todo = False, True, [data]
+    while todo and budget > 0:
+        x = todo.pop()
+        budget -= 1
+        if isinstance(x, UnreadFloat):
+            found, uniform = True, uniform and provenance(x)
+        elif isinstance(x, (list, tuple)):
+            todo.extend(x)
+    return found, uniform
+
+
+def into_tensor(func: Any, args: tuple, kwargs: dict, out: Any, caller: Any) -> Any:
+    """A tensor made or written from a number fake tensors did not compute holds no value:
+    the placeholder the number stands on (1) must not become a value the dry-run knows and
+    then decides with as if computed. An unread number (`.item()`) is seen in the data; a
+    plain placeholder (`float(t)`, which Python makes a plain float) by the call site the
+    flow analysis let it go to (`flow.PENDING`). The tensor is the same on every rank only
+    when every number in it is. Returns the tensor the program gets: a small one made (a
+    real tensor, whose values the dry-run computes with) becomes a fake one without value."""
+    from commlint.plans.dryrun import flow
+    from commlint.plans.dryrun.recorder import UNIFORM, forget
+
+    position, name = INTO_TENSOR[func]
+    data = args[position] if len(args) > position else kwargs.get(name)
+    found, uniform = _unread_leaves(data)
+    if flow.PENDING and caller is not None:
+        pending = flow.PENDING.pop((caller.f_code, caller.f_lasti), None)
+        if pending is not None:
+            found, uniform = True, uniform and pending
+    if not found:
+        return out
+    target = args[0] if func in _WRITTEN_IN_PLACE else out
+    if not isinstance(target, torch.Tensor):
+        return out
+    local = getattr(target, "_local_tensor", target)  # a DTensor's shard
+    if type(local) is torch.Tensor and target is out:
+        mode = torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
+        if mode is None:
+            return out
+        local = out = mode.fake_tensor_converter.from_real_tensor(mode, out)
+    forget(local)
+    with contextlib.suppress(AttributeError, TypeError):
+        if uniform:
+            setattr(local, UNIFORM, True)
+        elif hasattr(local, UNIFORM):
+            delattr(local, UNIFORM)
+    return out
+
+
 def _fake_underneath(t: torch.Tensor) -> bool:
     """A fake tensor, or a DTensor whose local shard is one (its read went through DTensor's
     redistribution, recorded as the collective it is, then reached the fake shard)."""
@@ -382,7 +452,7 @@ def install(
             while caller is not None and caller.f_code.co_filename.startswith(OWN_DIRS[1]):
                 caller = caller.f_back
             placeholder = 1 if integer else 1.0
-            if only_computed_with(caller, integer):
+            if only_computed_with(caller, integer, placeholder_uniform=same(self)):
                 on_read()
                 made(self, steers=False)
                 return placeholder
