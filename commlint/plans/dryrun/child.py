@@ -11,6 +11,7 @@ import contextlib
 import dis
 import errno
 import faulthandler
+import functools
 import io
 import os
 import re
@@ -225,6 +226,36 @@ def _backward_sees_the_gpu() -> None:
 
     torch.autograd.graph._engine_run_backward = engine_run_backward
     torch.autograd._engine_run_backward = engine_run_backward
+
+
+def _hooks_see_the_gpu() -> None:
+    """With fake tensors, the fake mode keeps the GPU buffers made inside `backward()` on
+    the CPU, but what the torch-function layer answers before dispatch is not there: a device
+    given as an index (`torch.empty(n, device=torch.cuda.current_device())` in Megatron's
+    custom backward, where the CPU build raises "Cannot access accelerator device"), a tensor
+    asked for its device. So the custom backward functions and the gradient hooks the program
+    registers run with the layer back on — only they, not every operation of the backward."""
+    from torch.autograd.function import BackwardCFunction
+    from torch.overrides import _get_current_function_mode_stack
+
+    def on_cpu(fn: Any) -> Any:
+        @functools.wraps(fn)
+        def running(*a: Any, **k: Any) -> Any:
+            if _CUDA_ON_CPU in _get_current_function_mode_stack():
+                return fn(*a, **k)
+            with _CUDA_ON_CPU:
+                return fn(*a, **k)
+
+        return running
+
+    BackwardCFunction.apply = on_cpu(BackwardCFunction.apply)  # type: ignore[method-assign]
+    for name in ("register_hook", "register_post_accumulate_grad_hook"):
+        register = getattr(torch.Tensor, name)
+
+        def registered(self: torch.Tensor, hook: Any, _register: Any = register) -> Any:
+            return _register(self, on_cpu(hook))
+
+        setattr(torch.Tensor, name, registered)
 
 
 class _Event:
@@ -471,6 +502,7 @@ def _install(spec: RankSpec, recorder: Recorder) -> None:
         _note_fake_limits()
         _real_data_loader_workers()
         _deep_copies_keep_constants()
+        _hooks_see_the_gpu()
     else:
         _backward_sees_the_gpu()
 

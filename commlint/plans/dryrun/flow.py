@@ -23,6 +23,7 @@ from __future__ import annotations
 import bisect
 import builtins
 import dis
+import functools
 import inspect
 import logging
 import math
@@ -524,6 +525,12 @@ def _call(scope: _Scope, k: int, popped: list, marks: list[bool], depth: int) ->
 
 
 def _into_tensor(fn: Any, bound: Any, name: str) -> tuple[int, str] | None:
+    if isinstance(fn, functools.partial):  # DeepSpeed's `FloatTensor`: torch.tensor, dtype set
+        inner = fn.func
+        at = _into_tensor(inner, None, getattr(inner, "__name__", ""))
+        if at is None or at[0] < len(fn.args):
+            return None
+        return at[0] - len(fn.args), at[1]
     if name in _INTO_TENSOR_METHODS and _is_tensor(bound):
         return _INTO_TENSOR_METHODS[name]
     torch = sys.modules.get("torch")

@@ -1333,6 +1333,7 @@ _META_HANDLERS = _fake_tensor._DISPATCH_META_HANDLERS
 _HANDLE_DIRECTLY = _fake_tensor._DISPATCH_HANDLE_DIRECTLY
 _has_subclass = _fake_tensor._check_for_subclass
 _STRIDED = torch.strided
+_RECORD_STREAM = torch.ops.aten.record_stream.default
 # Arguments a cache key holds as they are (with their type: 1 and 1.0 hash alike)
 _KEYED_BY_VALUE = frozenset(
     {int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout}
@@ -1498,6 +1499,10 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
             # a GPU buffer made where the torch-function layer does not reach (a gradient
             # hook, a custom backward): on the CPU, as every tensor of the program
             kwargs = {**kwargs, "device": _CPU}
+        if func is _RECORD_STREAM:
+            # `t.record_stream(stream)` in a gradient hook (DeepSpeed ZeRO-3), where the
+            # torch-function layer does not reach: no GPU memory to keep alive here
+            return None
         if isinstance(func, torch._ops.HigherOrderOperator):
             # FakeTensorMode runs the fake rule a HOP registered (`register_fake`)
             return FakeTensorMode.__torch_dispatch__(self, func, types, args, kwargs)
