@@ -292,7 +292,7 @@ def run(args: argparse.Namespace) -> int:
     trace = result.trace(options)
     checked = check_trace(trace, args.model, program, None)
     for f in checked.findings:
-        locate_at_site(f)
+        locate_at_site(f, trace)
         f.path = f.path or program
     report.findings.extend(fold_follow_ons(checked.findings, trace))
     report.checked += 1

@@ -125,6 +125,29 @@ def test_megatron_ddp_rank0_only_collective_is_caught_at_the_users_line(tmp_path
     assert_rank0_call_is_caught(FIXTURES / "megatron_ddp.py", tmp_path)
 
 
+def test_megatron_tensor_parallel_layers_are_clean_on_fake_tensors(tmp_path):
+    """Column- and row-parallel linears with sequence parallelism: their custom backward
+    functions make buffers with `device=torch.cuda.current_device()` (once a stop of the fake
+    tensors, then the real re-run), their weight init forks Megatron's CUDA RNG tracker."""
+    pytest.importorskip("megatron.core")
+    saved = assert_clean_on_fake_tensors(FIXTURES / "megatron_tp.py", cwd=tmp_path)
+    # forward: all-gather in, reduce-scatter out; backward the reverse, two steps
+    assert saved.count('"op": "all_gather"') == 6 and saved.count('"op": "reduce_scatter"') == 4
+    assert "Megatron's CUDA RNG fork left the CPU RNG state as it was" in saved
+
+
+def test_megatron_extra_tensor_parallel_step_is_caught_at_the_call_only_rank0_made(tmp_path):
+    """Rank 0 runs the script's `step()` once more: the collective that waits is inside
+    `step` (a line every rank ran), the finding is at the `step()` call only rank 0 made, and
+    names both lines and Megatron's frame."""
+    pytest.importorskip("megatron.core")
+    script = FIXTURES / "megatron_tp.py"
+    assert_rank0_call_is_caught(script, tmp_path)
+    proc = dry_run(script, "rank0", cwd=tmp_path)
+    assert "(via megatron/core/tensor_parallel/" in proc.stdout
+    assert "a call no other rank made" in proc.stdout
+
+
 def test_megatron_pipeline_schedule_is_clean_on_fake_tensors(tmp_path):
     """Megatron-core's own 1F1B schedule at PP=4, written for GPUs: its batched p2p
     (isend/irecv of each stage's activations and gradients) recorded on fake tensors."""

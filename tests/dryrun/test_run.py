@@ -439,3 +439,26 @@ def test_the_fake_tensor_cache_tells_apart_what_torch_tells_apart():
     hits = int(result.runs[0].output.split("cache hits ")[1].split()[0])
     assert hits > 50
     assert ops(trace, 0) == ["all_reduce"]
+
+
+def test_a_finding_is_at_the_call_only_its_rank_made(tmp_path: Path):
+    # The barrier that waits is in `sync`, a line every rank ran; what only rank 0 did is
+    # the second call: the finding is there, the barrier's line a note
+    program = tmp_path / "extra_call.py"
+    program.write_text(
+        "import torch.distributed as dist\n"
+        'dist.init_process_group("gloo")\n'
+        "def sync():\n"
+        "    dist.barrier()\n"
+        "for _ in range(2):\n"
+        "    sync()\n"
+        "if dist.get_rank() == 0:\n"
+        "    sync()\n"
+    )
+    out = cli("--nproc-per-node", "2", "--format", "json", str(program))
+    assert out.returncode == 1, out.stderr
+    (finding,) = json.loads(out.stdout)["findings"]
+    assert (finding["code"], finding["line"]) == ("CL202", 8)
+    note = finding["related"][0]
+    assert note["line"] == 4 and f"{program.name}:8" in note["message"]
+    assert "a call no other rank made" in note["message"]

@@ -7,6 +7,7 @@ Each saved file holds some ranks of one job and says so (`meta.partial: true`,
 
 from __future__ import annotations
 
+import itertools
 import os
 from typing import Any
 
@@ -133,7 +134,7 @@ def check_parts(parts: list[tuple[str, Trace]], args: Any, report: Report) -> No
         return
     result = check_trace(trace, args.model, where, None, args.max_cycles)
     for f in result.findings:
-        locate_at_site(f)
+        locate_at_site(f, trace)
     report.findings.extend(fold_follow_ons(result.findings, trace))
     report.checked += 1
     for path, t in parts:
@@ -149,13 +150,68 @@ def check_parts(parts: list[tuple[str, Trace]], args: Any, report: Report) -> No
             )
 
 
-def locate_at_site(f: Finding) -> None:
-    """Point a finding at the user's source line (its first action's call site)."""
+def locate_at_site(f: Finding, trace: Trace | None = None) -> None:
+    """Point a finding at the user's source line (its first action's call site) — or, given
+    the trace, at the call only its rank made (`_diverged_at`) when the action sits in code
+    every rank ran: rank 0's extra `step()` whose collective is inside `step`."""
     for loc in f.actions:
         path, line = split_site(loc.site)
         if line is not None:
             f.path, f.line = path, line
-            return
+            break
+    else:
+        return
+    outer = _diverged_at(trace, f.actions[0]) if trace is not None else None
+    if outer is None:
+        return
+    site, frame = outer
+    path, line = split_site(site)
+    if line is None:
+        return
+    first = f.actions[0]
+    f.related.insert(
+        0,
+        Location(
+            path=f.path,
+            line=f.line,
+            rank=first.rank,
+            site=first.site,
+            message=f"rank {first.rank} waits here, reached through {site} ({frame}), a call "
+            "no other rank made",
+        ),
+    )
+    f.path, f.line = path, line
+
+
+def _diverged_at(trace: Trace, loc: Location) -> tuple[str, str] | None:
+    """(site, frame) of the call where the finding's rank left the code the others ran: the
+    outermost frame of its action's stack that no other rank's action passed through, just
+    outside a frame they did pass through (the same function, called from another line)."""
+    if loc.rank is None or loc.action is None or loc.site is None:
+        return None
+    actions = trace.ranks.get(loc.rank, [])
+    if not 0 <= loc.action < len(actions):
+        return None
+    stack = actions[loc.action].stack or []
+    mine = [e for e in stack if e.startswith(loc.site + " in ")]
+    if not mine:
+        return None
+    frames = stack[stack.index(mine[0]) :]  # the action's own frame outward
+    reached = {
+        e
+        for rank, others in trace.ranks.items()
+        if rank != loc.rank
+        for a in others
+        for e in a.stack or []
+    }
+    found = None
+    for inner, outer in itertools.pairwise(frames):
+        if inner in reached and outer not in reached:
+            found = outer
+    if found is None:
+        return None
+    site, _, frame = found.partition(" in ")
+    return site, f"in {frame}"
 
 
 def _collective_seq(trace: Trace, loc: Location) -> tuple[str, int] | None:

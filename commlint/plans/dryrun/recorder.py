@@ -128,8 +128,17 @@ def framework_frame(frames: list[Any]) -> str | None:
         if is_user_file(name):
             return None
         if name.startswith(_PURELIB) and not name.startswith(_TORCH_DIR):
+            if name.endswith(_DECORATOR_FILES) or os.sep + "wrapt" + os.sep in name:
+                continue  # a decorator's wrapper (`@deprecated`): the framework is outside
             return f"{name[len(_PURELIB) :]}:{f.f_lineno} in {f.f_code.co_name}"
     return None
+
+
+_DECORATOR_FILES = (
+    "typing_extensions.py",
+    "decorator.py",
+    os.path.join("deprecated", "classic.py"),
+)
 
 
 _PURELIB = str(Path(sysconfig.get_paths()["purelib"])) + os.sep

@@ -153,6 +153,12 @@ ASSUMED_TRUTH: dict[tuple[str, str], tuple[bool, str]] = {
         False,
         "GradScaler found no inf/NaN gradient (the optimizer steps on every rank alike)",
     ),
+    # Megatron's tensor-parallel RNG fork compares the CPU RNG state before and after, to
+    # log a warning (its weight initialisation, on every rank alike)
+    ("megatron/core/tensor_parallel/random.py", "fork"): (
+        True,
+        "Megatron's CUDA RNG fork left the CPU RNG state as it was (its check only warns)",
+    ),
 }
 _on_assume: Callable[[str], None] | None = None
 
