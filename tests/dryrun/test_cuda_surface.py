@@ -14,7 +14,8 @@ import torch
 
 from commlint.plans.dryrun import cuda_standins
 
-SCRIPT = Path(__file__).parent / "fixtures" / "cuda_surface.py"
+FIXTURES = Path(__file__).parent / "fixtures"
+SCRIPT = FIXTURES / "cuda_surface.py"
 
 
 def run(*args: str, script: Path = SCRIPT) -> subprocess.CompletedProcess:
@@ -247,3 +248,25 @@ def test_a_script_that_spawns_its_own_workers_is_recorded_worker_by_worker():
         i for i, text in enumerate(SPAWNED.read_text().splitlines(), 1) if "worker 0 only" in text
     )
     assert proc.returncode == 1 and f"spawned.py:{line}: CL20" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("case", ["forgotten", "gloo_group", "both"])
+def test_a_cpu_tensor_given_to_an_nccl_only_group_raises_as_on_the_gpus(case):
+    """The GPUs raise "No backend type associated with device type cpu" where the program
+    gives an NCCL-only group a CPU tensor (a crash at the first step of the real job); a gloo
+    group, or a default group with both backends, takes it."""
+    script = FIXTURES / "nccl_cpu_tensor.py"
+    proc = run(case, script=script)
+    if case == "forgotten":
+        line = next(
+            i for i, text in enumerate(script.read_text().splitlines(), 1) if "on NCCL" in text
+        )
+        assert proc.returncode == 2, proc.stdout + proc.stderr[-3000:]
+        assert (
+            f"{script.name}:{line}: every rank raised RuntimeError: No backend type associated "
+            "with device type cpu: all_reduce of a CPU tensor on a group whose only backend is "
+            "NCCL"
+        ) in proc.stderr
+    else:
+        assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+        assert "All checks passed" in proc.stdout

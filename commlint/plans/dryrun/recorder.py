@@ -193,6 +193,30 @@ def _c10d_api(frames: list[Any]) -> tuple[str | None, dict[str, Any], str | None
     return found.f_code.co_name, found.f_locals, caller
 
 
+def _on_the_gpu_for_nccl(api: str, tensors: list[Any], frames: list[Any]) -> None:
+    """A tensor the program gives a collective of an NCCL-only group from its own code is
+    on a GPU, or the GPUs raise here (torch has no CPU backend for that group): as they do.
+    Only the program's own calls are checked, where its tensors' devices are known
+    (`devices`); what torch or a framework passes is theirs to place."""
+    from commlint.plans.dryrun import devices
+
+    outer = max(i for i, f in enumerate(frames) if f.f_code.co_filename.endswith(_C10D_FILE))
+    caller = next(
+        (f for f in frames[outer + 1 :] if not f.f_code.co_filename.endswith(_API_WRAPPERS)),
+        None,
+    )
+    if caller is None or not is_user_file(caller.f_code.co_filename):
+        return
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and devices.index(t) is None:
+            raise RuntimeError(
+                f"No backend type associated with device type cpu: {api} of a CPU tensor on "
+                "a group whose only backend is NCCL (move it to the GPU first, e.g. "
+                "`.cuda()` or `device=`, or give the group a CPU backend: "
+                '`backend="cpu:gloo,cuda:nccl"`)'
+            )
+
+
 _DDP_PHASES = {
     "_pre_forward": "DDP bucket rebuild",
     "_sync_module_states": "DDP parameter broadcast",
@@ -748,6 +772,16 @@ class Recorder(_Shared):
 
     # -- recording one call -----------------------------------------------------------------
 
+    def _nccl_only(self, group: str) -> bool:
+        """Whether the program asked for NCCL alone on this group (the default group's
+        backend, or new_group's): it takes no CPU tensor."""
+        backends = {
+            str(self.group_backends.get(name, "")).lower()
+            for name, (label, _) in self.torch_names.items()
+            if label == group
+        }
+        return backends == {"nccl"}
+
     def record(
         self,
         op: str,
@@ -771,6 +805,8 @@ class Recorder(_Shared):
                 "tensors do not know how many elements each rank sends"
             )
         api, local, caller = _c10d_api(frames)
+        if api is not None and caller is None and tensors and self._nccl_only(group):
+            _on_the_gpu_for_nccl(api, tensors, frames)
         action: dict[str, Any] = {"op": op, "group": group}
         handle = None
         self.from_cpp = api is None
