@@ -405,11 +405,15 @@ def _install(spec: RankSpec, recorder: Recorder) -> None:
     )
     _stub_cuda(spec.rank % spec.nproc_per_node, spec.nproc_per_node)
 
+    default_backend = ["nccl"]  # the default group's backends, as torch gives them
+
     def make_init(orig: Any) -> Any:
         def init_process_group(backend: Any = None, init_method: Any = None, **kw: Any) -> Any:
             if recorder.requested_backend is None:
                 recorder.requested_backend = str(backend) if backend else "nccl"
                 recorder.send(("backend", recorder.requested_backend))
+                # no backend named: torch gives the group gloo for CPU tensors, NCCL for GPU
+                default_backend[0] = str(backend) if backend else "cpu:gloo,cuda:nccl"
             kw.pop("store", None)
             kw.pop("device_id", None)
             kw.pop("pg_options", None)
@@ -434,7 +438,7 @@ def _install(spec: RankSpec, recorder: Recorder) -> None:
             # The backend this group would really have: its own, or the default group's.
             asked = str(backend) if backend is not None else BACKEND
             recorder.group_backends[str(group_name)] = (
-                recorder.requested_backend or "nccl" if asked in (BACKEND, "undefined") else asked
+                default_backend[0] if asked in (BACKEND, "undefined") else asked
             )
             if global_ranks:
                 # torch's name for the group (a count of new_group calls, or a hash of its
