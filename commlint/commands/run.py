@@ -250,15 +250,16 @@ def run(args: argparse.Namespace) -> int:
     # What was recorded is saved whatever happened next: it is the evidence.
     if args.save_trace:
         _save(result, options, Path(args.save_trace))
+
+    def error_at(site: str | None, message: str) -> None:
+        path, line = split_site(site)
+        report.errors.append(InputError(path=path or program, line=line, message=message))
+
     for i in incomplete:
-        path, line = split_site(i.site)
-        report.errors.append(
-            InputError(
-                path=path or program,
-                line=line,
-                message=f"rank {i.rank} did not reach the end of {program}: {i.why}; the "
-                "verdict covers only what the ranks did before",
-            )
+        error_at(
+            i.site,
+            f"rank {i.rank} did not reach the end of {program}: {i.why}; the verdict covers "
+            "only what the ranks did before",
         )
     if len(ranks) < world:
         # Nothing is checked here, but a recorded rank that raised or was stopped did not
@@ -269,15 +270,10 @@ def run(args: argparse.Namespace) -> int:
             end = result.runs[rank].end
             if crashed or rank in stopped or not end or end["kind"] == "exit":
                 continue
-            path, line = split_site(end.get("site") or "")
             verb = "raised" if end["kind"] == "exception" else "was stopped:"
-            report.errors.append(
-                InputError(
-                    path=path or program,
-                    line=line,
-                    message=f"rank {rank} {verb} {end['message']}; the rest of its program "
-                    "was not recorded",
-                )
+            error_at(
+                end.get("site"),
+                f"rank {rank} {verb} {end['message']}; the rest of its program was not recorded",
             )
         where = args.save_trace or "DIR (use --save-trace DIR)"
         print(
