@@ -144,6 +144,32 @@ def test_a_placeholder_made_a_tensors_data_is_pending_at_that_call():
     flow.PENDING.clear()
 
 
+@pytest.mark.parametrize(
+    ("source", "ok"),
+    [
+        # a script's top level: its names are globals, but nothing else reads these
+        ("total = 0.0\nfor _ in range(2):\n    total += float(probe) ** 2\n"
+         "norm = torch.tensor([total])\nprint(total)\n", True),
+        ("total = float(probe)\nif total > 1:\n    pass\n", False),
+        # a function defined there reads the name: it may test it
+        ("total = float(probe)\ndef later():\n    return total > 1\n", False),
+        ("total = float(probe)\nseen = [x for x in [total] if x]\n", False),
+        ("total = float(probe)\nprint(globals()['total'])\n", False),
+    ],
+)  # fmt: skip
+def test_a_scripts_top_level_names_are_followed_when_only_it_reads_them(source, ok):
+    said: list[bool] = []
+
+    class TopLevel(Probe):
+        def __float__(self) -> float:
+            said.append(only_computed_with(sys._getframe(1)))
+            return 1.0
+
+    code = compile(source, "script.py", "exec")
+    exec(code, {"probe": TopLevel(), "torch": torch, "__name__": "__main__"})
+    assert said == [ok] * len(said) and said
+
+
 def test_a_number_returned_into_c_code_is_never_trusted():
     """`map` calls the function from C: who receives the value is unknown."""
     answered.clear()

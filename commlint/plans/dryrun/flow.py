@@ -342,6 +342,8 @@ def _taint(scope: _Scope, start: set[int], names: set[str], depth: int) -> bool:
     cells = set(c.code.co_cellvars) | set(c.code.co_freevars)
     if locals_ & cells:
         raise _Unknown("a closure's variable")
+    # a script's module level: its names are globals, local to it when nothing else reads them
+    private = _module_locals(c.code) if c.code.co_name == "<module>" else frozenset()
     returns, changed = False, True
 
     def hit(slot: frozenset[int]) -> bool:
@@ -355,7 +357,7 @@ def _taint(scope: _Scope, start: set[int], names: set[str], depth: int) -> bool:
             if stack is None:
                 continue
             name = ins.opname
-            if name == "LOAD_FAST" and ins.argval in locals_:
+            if name in ("LOAD_FAST", "LOAD_NAME") and ins.argval in locals_:
                 tainted.add(k)
                 continue
             popped = c.popped(k)  # (none for a COPY: the copy shares the slot's producers)
@@ -376,7 +378,7 @@ def _taint(scope: _Scope, start: set[int], names: set[str], depth: int) -> bool:
                 tainted |= stack[-(ins.arg or 1) - 2]
             elif name in ("LIST_APPEND", "LIST_EXTEND", "DICT_UPDATE", "DICT_MERGE"):
                 tainted |= stack[-(ins.arg or 1) - 1]  # the container takes the number in
-            elif name == "STORE_FAST":
+            elif name == "STORE_FAST" or (name == "STORE_NAME" and ins.argval in private):
                 locals_.add(ins.argval)
             elif name == "BINARY_SUBSCR":
                 if marks[1]:
@@ -406,6 +408,32 @@ def _taint(scope: _Scope, start: set[int], names: set[str], depth: int) -> bool:
                 raise _Unknown("a closure's variable")
         changed = (len(tainted), len(locals_)) != before
     return returns
+
+
+_MODULE_LOCALS: dict[types.CodeType, frozenset[str]] = {}
+# Names through which code reads module globals it does not name
+_REFLECTION = {"globals", "vars", "locals", "eval", "exec"}
+
+
+def _module_locals(code: types.CodeType) -> frozenset[str]:
+    """The names a module's top-level code stores that no function, class or comprehension
+    defined in it reads, and that it never reads by reflection: held only by that code, as a
+    function's locals are (another module importing `__main__`'s names is not looked for)."""
+    found = _MODULE_LOCALS.get(code)
+    if found is not None:
+        return found
+    stored = {i.argval for i in dis.get_instructions(code) if i.opname == "STORE_NAME"}
+    read: set[str] = set()
+    todo = [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    while todo:
+        inner = todo.pop()
+        read.update(inner.co_names)
+        read.update(inner.co_freevars)
+        todo.extend(c for c in inner.co_consts if isinstance(c, types.CodeType))
+    if (read | set(code.co_names)) & _REFLECTION:
+        stored = set()
+    found = _MODULE_LOCALS[code] = frozenset(stored - read)
+    return found
 
 
 def _line(c: _Code, k: int) -> int | None:

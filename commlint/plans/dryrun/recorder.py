@@ -1441,9 +1441,10 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
         """FakeTensorMode's cache key of the arguments, built for the usual case without its
         layers: a fake tensor of this mode with concrete sizes in strided layout is keyed by
         one tuple of what torch's `TensorMetadata` holds — less the memory format, which its
-        sizes and strides decide —, numbers and names by type and value. Anything else
-        (symbolic sizes, constants, sparse tensors, subgraphs, a dict) is keyed by torch's
-        own rule, which also raises where the cache must be bypassed. Half the cost of a
+        sizes and strides decide —, numbers and names by type and value, lists, tuples and
+        dicts element by element. Anything else (symbolic sizes, constants, sparse tensors,
+        subgraphs) is keyed by torch's own rule, which also raises where the cache must be
+        bypassed. Half the cost of a
         cache hit on a Llama-shaped step was torch's key (bench/dryrun.py)."""
         if type(args) is dict:
             result.append(dict)
