@@ -175,6 +175,10 @@ class CudaOnCpu(TorchFunctionMode):
             return args[0]
         if func is torch.Tensor.record_stream:
             return None
+        if func is _PARSE_TO:
+            # `module.to(device)`'s argument parser: what the program asked for (Lightning
+            # keeps it as the module's `device`); the tensors it then moves stay on the CPU
+            return func(*args, **kwargs)
         target: int | bool | None = False  # the device the call names (devices.named)
         if "device" in kwargs:
             device = kwargs["device"]
@@ -207,6 +211,7 @@ class CudaOnCpu(TorchFunctionMode):
 _LAYERS = (unread.OWN_DIRS[1], torch.overrides.__file__)
 
 
+_PARSE_TO = torch._C._nn._parse_to
 _CUDA_ON_CPU = CudaOnCpu()
 
 
