@@ -250,7 +250,7 @@ def test_a_script_that_spawns_its_own_workers_is_recorded_worker_by_worker():
     assert proc.returncode == 1 and f"spawned.py:{line}: CL20" in proc.stdout, proc.stdout
 
 
-@pytest.mark.parametrize("case", ["forgotten", "gloo_group", "both", "default"])
+@pytest.mark.parametrize("case", ["forgotten", "gloo_group", "both", "default", "mesh_device"])
 def test_a_cpu_tensor_given_to_an_nccl_only_group_raises_as_on_the_gpus(case):
     """The GPUs raise "No backend type associated with device type cpu" where the program
     gives an NCCL-only group a CPU tensor (a crash at the first step of the real job); a gloo

@@ -204,6 +204,9 @@ class CudaOnCpu(TorchFunctionMode):
             while caller is not None and caller.f_code.co_filename.startswith(_LAYERS):
                 caller = caller.f_back
             out = unread.into_tensor(func, args, kwargs, out, caller)
+        if (target is False and func in devices.FACTORIES) or func is torch.Tensor.cpu:
+            # (not `device=...` naming the CPU: a mesh's `device_type` is "cpu" here)
+            devices.made_on_the_cpu(out, sys._getframe(1))
         return out
 
 

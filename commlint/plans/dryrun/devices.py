@@ -114,6 +114,42 @@ def _outputs(out: Any) -> tuple:
     return ()
 
 
+# Factories: a tensor they make without a device argument is on the CPU
+FACTORIES = frozenset(
+    getattr(torch, name)
+    for name in (
+        "tensor", "as_tensor", "from_numpy", "scalar_tensor", "zeros", "ones", "empty", "full",
+        "rand", "randn", "randint", "randperm", "arange", "linspace", "eye", "zeros_like",
+        "ones_like", "empty_like", "full_like", "rand_like", "randn_like",
+    )
+)  # fmt: skip
+CPU_MADE = "_commlint_cpu"  # on a tensor the program's own code made on (or moved to) the CPU
+
+
+def made_on_the_cpu(out: Any, caller: Any) -> None:
+    """Note a tensor the program's own code (`caller`, the frame that called the torch
+    function) made on the CPU (a factory given no device) or moved there (`.cpu()`):
+    certainly not on a GPU in the real job, unlike one torch or a framework made, or one
+    made with a device the program read from torch (a mesh's `device_type` is "cpu" here,
+    "cuda" there): those may be on the GPU there and report the CPU here."""
+    from commlint.plans.dryrun.recorder import is_user_file
+
+    if not isinstance(out, torch.Tensor) or index(out) is not None:
+        return
+    if caller is not None and caller.f_code.co_filename == _OVERRIDES:
+        caller = caller.f_back  # torch's Python dispatch of a torch function
+    if caller is not None and is_user_file(caller.f_code.co_filename):
+        out.__dict__[CPU_MADE] = True
+
+
+_OVERRIDES = torch.overrides.__file__
+
+
+def on_the_cpu(t: Any) -> bool:
+    """A tensor the program's own code made on, or moved to, the CPU, and never moved on."""
+    return index(t) is None and t.__dict__.get(CPU_MADE, False)
+
+
 def place(func: Any, args: tuple, kwargs: dict, out: Any, target: int | bool | None) -> Any:
     """Mark `out` of a torch function call: on the GPU a device argument named (`target`),
     on the CPU when it named the CPU, else where its inputs are."""

@@ -196,8 +196,9 @@ def _c10d_api(frames: list[Any]) -> tuple[str | None, dict[str, Any], str | None
 def _on_the_gpu_for_nccl(api: str, tensors: list[Any], frames: list[Any]) -> None:
     """A tensor the program gives a collective of an NCCL-only group from its own code is
     on a GPU, or the GPUs raise here (torch has no CPU backend for that group): as they do.
-    Only the program's own calls are checked, where its tensors' devices are known
-    (`devices`); what torch or a framework passes is theirs to place."""
+    Only the program's own calls are checked, and only tensors its own code made on (or
+    moved to) the CPU (`devices.on_the_cpu`): one torch or a framework made may be on the GPU
+    in the real job though it reports the CPU here."""
     from commlint.plans.dryrun import devices
 
     outer = max(i for i, f in enumerate(frames) if f.f_code.co_filename.endswith(_C10D_FILE))
@@ -208,7 +209,7 @@ def _on_the_gpu_for_nccl(api: str, tensors: list[Any], frames: list[Any]) -> Non
     if caller is None or not is_user_file(caller.f_code.co_filename):
         return
     for t in tensors:
-        if isinstance(t, torch.Tensor) and devices.index(t) is None:
+        if isinstance(t, torch.Tensor) and devices.on_the_cpu(t):
             raise RuntimeError(
                 f"No backend type associated with device type cpu: {api} of a CPU tensor on "
                 "a group whose only backend is NCCL (move it to the GPU first, e.g. "
