@@ -421,20 +421,22 @@ def install(
             fingerprint.read(fp)
         return fp
 
-    def may_steer() -> bool:
+    def may_steer(self: torch.Tensor) -> bool:
         # a number only printed, logged or computed with (`print(f"{loss.item():.3f}")` on
-        # rank 0 alone) never steers: later decisions do not depend on it (`flow.py`)
-        if not fingerprint.enabled():
-            return True
+        # rank 0 alone) never steers: later decisions do not depend on it (`flow.py`). Asked
+        # with fingerprints off too: a number made a tensor's data on the way, where it may
+        # be a plain number by then (`torch.full(size, math.sqrt(x.item()))`), must reach a
+        # tensor that knows no value (that call is told), not one holding the placeholder.
         from commlint.plans.dryrun.flow import only_computed_with
 
-        return not only_computed_with(_testing_frame())
+        steers = not only_computed_with(_testing_frame(), placeholder_uniform=same(self))
+        return steers or not fingerprint.enabled()
 
     def unread_item(self: torch.Tensor) -> Any:
-        return unread(self.dtype, on_read(), same(self), made(self, may_steer()))
+        return unread(self.dtype, on_read(), same(self), made(self, may_steer(self)))
 
     def unread_list(self: torch.Tensor) -> Any:
-        fp = made(self, may_steer())
+        fp = made(self, may_steer(self))
         return _nested(tuple(self.shape), self.dtype, on_read(), same(self), fp)
 
     def decided_bool(self: torch.Tensor) -> bool:
