@@ -102,8 +102,12 @@ def main() -> int:
             peak = max((r.peak_bytes or 0) for r in runs) / 2**20
             cpu_mean = statistics.mean(cpu) if cpu else float("nan")
             projected = startup + world * cpu_mean / args.jobs
+            ended = sum(1 for r in runs if r.end)
+            stopped = result.incomplete()
             if world <= 8:
+                # a run whose ranks ended early (a crash, a stop) meets nothing, however fast
                 met = cpu_mean <= cpu_goal and (peak_goal is None or peak <= peak_goal)
+                met = met and not ended and not stopped
                 goal = f"cpu/rank {cpu_mean:.2f} s vs {cpu_goal:g} s"
                 if peak_goal is not None:
                     goal += f", peak {peak:.0f} MB vs {peak_goal:.0f} MB"
@@ -118,8 +122,6 @@ def main() -> int:
                     f"total {total:.0f} s vs 60 s: {'met' if total <= 60 else 'missed'}; "
                     f"on idle cores {projected:.0f} s"
                 )
-            ended = sum(1 for r in runs if r.end)
-            stopped = result.incomplete()
             print(
                 f"{config:8} {world:>4} {total:>8.1f} {wall:>10.2f} {cpu_mean:>9.2f} "
                 f"{max(cpu or [0]):>8.2f} {result.passes:>6} {trace.num_actions():>8} "
