@@ -80,14 +80,15 @@ _TENSOR_SOURCES = ("new_", "item", "tolist", "numpy", "data_ptr", "untyped_stora
 # Where a number becomes a tensor's data (not a size): `torch.tensor([float(norm)])`. The
 # tensor made there holds no value the dry-run knows (`unread.into_tensor`, told the call
 # site through `PENDING`); position among the arguments (a method's without self), keyword.
-_INTO_TENSOR_FUNCTIONS = {
+# (`unread.INTO_TENSOR` is made from these two tables.)
+INTO_TENSOR_FUNCTIONS = {
     "tensor": (0, "data"),
     "as_tensor": (0, "data"),
     "scalar_tensor": (0, "s"),
     "full": (1, "fill_value"),
     "full_like": (1, "fill_value"),
 }
-_INTO_TENSOR_METHODS = {
+INTO_TENSOR_METHODS = {
     "new_tensor": (0, "data"),
     "new_full": (1, "fill_value"),
     "fill_": (0, "value"),
@@ -559,11 +560,11 @@ def _into_tensor(fn: Any, bound: Any, name: str) -> tuple[int, str] | None:
         if at is None or at[0] < len(fn.args):
             return None
         return at[0] - len(fn.args), at[1]
-    if name in _INTO_TENSOR_METHODS and _is_tensor(bound):
-        return _INTO_TENSOR_METHODS[name]
+    if name in INTO_TENSOR_METHODS and _is_tensor(bound):
+        return INTO_TENSOR_METHODS[name]
     torch = sys.modules.get("torch")
-    if name in _INTO_TENSOR_FUNCTIONS and torch is not None and fn is getattr(torch, name, None):
-        return _INTO_TENSOR_FUNCTIONS[name]
+    if name in INTO_TENSOR_FUNCTIONS and torch is not None and fn is getattr(torch, name, None):
+        return INTO_TENSOR_FUNCTIONS[name]
     return None
 
 

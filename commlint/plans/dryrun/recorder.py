@@ -176,21 +176,28 @@ _API_WRAPPERS = (
 def _c10d_api(frames: list[Any]) -> tuple[str | None, dict[str, Any], str | None]:
     """The outermost torch.distributed API function on the stack, its locals, and the
     function of torch's own code (not the program's) that called it, if torch's code did."""
+    found, outside = _api_and_caller(frames)
+    if found is None:
+        return None, {}, None
+    caller = None
+    if outside is not None:
+        name = outside.f_code.co_filename
+        if name.startswith(_TORCH_DIR) and not is_user_file(name):
+            caller = outside.f_code.co_name
+    return found.f_code.co_name, found.f_locals, caller
+
+
+def _api_and_caller(frames: list[Any]) -> tuple[Any, Any]:
+    """(the outermost torch.distributed API frame on the stack, the frame that called it —
+    past torch.distributed's own decorators, `_exception_logger`, ...), None when absent."""
     outer = None
     for i, f in enumerate(frames):
         if f.f_code.co_filename.endswith(_C10D_FILE):
             outer = i
     if outer is None:
-        return None, {}, None
-    found, caller = frames[outer], None
-    for f in frames[outer + 1 :]:
-        code = f.f_code
-        if code.co_filename.endswith(_API_WRAPPERS):
-            continue  # torch.distributed's own decorators (`_exception_logger`, ...)
-        if code.co_filename.startswith(_TORCH_DIR) and not is_user_file(code.co_filename):
-            caller = code.co_name
-        break
-    return found.f_code.co_name, found.f_locals, caller
+        return None, None
+    outside = (f for f in frames[outer + 1 :] if not f.f_code.co_filename.endswith(_API_WRAPPERS))
+    return frames[outer], next(outside, None)
 
 
 def _on_the_gpu_for_nccl(api: str, tensors: list[Any], frames: list[Any]) -> None:
@@ -201,11 +208,7 @@ def _on_the_gpu_for_nccl(api: str, tensors: list[Any], frames: list[Any]) -> Non
     in the real job though it reports the CPU here."""
     from commlint.plans.dryrun import devices
 
-    outer = max(i for i, f in enumerate(frames) if f.f_code.co_filename.endswith(_C10D_FILE))
-    caller = next(
-        (f for f in frames[outer + 1 :] if not f.f_code.co_filename.endswith(_API_WRAPPERS)),
-        None,
-    )
+    _, caller = _api_and_caller(frames)
     if caller is None or not is_user_file(caller.f_code.co_filename):
         return
     for t in tensors:

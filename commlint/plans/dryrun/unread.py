@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensor
 
-from commlint.plans.dryrun import fingerprint
+from commlint.plans.dryrun import fingerprint, flow
 
 _ITEM = torch.ops.aten._local_scalar_dense.default
 
@@ -263,16 +263,14 @@ UnreadInt = type(
 # Tensor factories and writes whose argument is data, not a size (position among the torch
 # function's arguments, keyword): a number that did not get computed goes into a tensor there
 # (`torch.tensor([loss.item()])`, DeepSpeed's `torch.tensor([float(norm)])`).
+# (the flow analysis' tables, keyed by the torch functions; a method's self is argument 0)
 INTO_TENSOR: dict[Any, tuple[int, str]] = {
-    torch.tensor: (0, "data"),
-    torch.as_tensor: (0, "data"),
-    torch.scalar_tensor: (0, "s"),
-    torch.full: (1, "fill_value"),
-    torch.full_like: (1, "fill_value"),
-    torch.Tensor.new_tensor: (1, "data"),
-    torch.Tensor.new_full: (2, "fill_value"),
-    torch.Tensor.fill_: (1, "value"),
-    torch.Tensor.__setitem__: (2, "value"),
+    **{getattr(torch, name): at for name, at in flow.INTO_TENSOR_FUNCTIONS.items()},
+    **{
+        getattr(torch.Tensor, name): (position + 1, keyword)
+        for name, (position, keyword) in flow.INTO_TENSOR_METHODS.items()
+    },
+    torch.Tensor.__setitem__: (2, "value"),  # `t[i] = x` (a store, not a call, in bytecode)
 }
 _WRITTEN_IN_PLACE = (torch.Tensor.fill_, torch.Tensor.__setitem__)
 
@@ -299,7 +297,6 @@ def into_tensor(func: Any, args: tuple, kwargs: dict, out: Any, caller: Any) -> 
     flow analysis let it go to (`flow.PENDING`). The tensor is the same on every rank only
     when every number in it is. Returns the tensor the program gets: a small one made (a
     real tensor, whose values the dry-run computes with) becomes a fake one without value."""
-    from commlint.plans.dryrun import flow
     from commlint.plans.dryrun.recorder import UNIFORM, forget
 
     position, name = INTO_TENSOR[func]
@@ -427,9 +424,7 @@ def install(
         # with fingerprints off too: a number made a tensor's data on the way, where it may
         # be a plain number by then (`torch.full(size, math.sqrt(x.item()))`), must reach a
         # tensor that knows no value (that call is told), not one holding the placeholder.
-        from commlint.plans.dryrun.flow import only_computed_with
-
-        steers = not only_computed_with(_testing_frame(), placeholder_uniform=same(self))
+        steers = not flow.only_computed_with(_testing_frame(), placeholder_uniform=same(self))
         return steers or not fingerprint.enabled()
 
     def unread_item(self: torch.Tensor) -> Any:
@@ -454,17 +449,15 @@ def install(
             # one cannot be given. The placeholder is given only when the program's bytecode
             # shows the number is never tested, used as a size or index, or kept beyond the
             # caller's reach (`flow.py`); else the fake limit, as for a test.
-            from commlint.plans.dryrun.flow import only_computed_with, tested_at_once
-
             caller = sys._getframe(2)  # past the dry-run's own torch-function layer
             while caller is not None and caller.f_code.co_filename.startswith(OWN_DIRS[1]):
                 caller = caller.f_back
             placeholder = 1 if integer else 1.0
-            if only_computed_with(caller, integer, placeholder_uniform=same(self)):
+            if flow.only_computed_with(caller, integer, placeholder_uniform=same(self)):
                 on_read()
                 made(self, steers=False)
                 return placeholder
-            test = tested_at_once(caller)
+            test = flow.tested_at_once(caller)
             if test is None:
                 raise  # the fake limit being handled
             if _decide is None:  # a test: the limit says so (symbolic steering decides it)
