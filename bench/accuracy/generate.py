@@ -54,9 +54,10 @@ CLASSES = (
     "main_helper",
 )
 IN_PLACE = {"all_reduce", "broadcast", "reduce"}
-STEPS_OPS = {"ddp_step", "module_step", "acc_step"}  # a whole step, its collectives hidden
+# A whole step, its collectives hidden in the library or framework.
+STEPS_OPS = {"ddp_step", "module_step", "acc_step", "lit_step", "hf_step", "tt_step"}
 COLLECTIVES = IN_PLACE | {"all_gather", "reduce_scatter", "all_to_all_single", "barrier"}
-COLLECTIVES |= {"acc_gather"}
+COLLECTIVES |= {"acc_gather", "lit_gather", "lit_log", "hf_gather", "tt_mean", "tt_max"}
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,33 @@ def render_comm(c: Comm, indent: int, *, t: str | None = None, splits: str = "")
         ]
     elif c.op == "acc_gather":
         call = [f"{c.out} = accelerator.gather({t})"]
+    elif c.op == "lit_step":
+        call = [
+            "loss = (model(x) - 1.0).pow(2).mean()",
+            "self.manual_backward(loss)",
+            "opt.step()",
+            "opt.zero_grad()",
+        ]
+    elif c.op == "lit_gather":
+        call = [f"{c.out} = self.all_gather({t})"]
+    elif c.op == "lit_log":
+        call = [f'self.log("loss", {t}.sum(), sync_dist=True)']
+    elif c.op == "hf_step":
+        call = ["loss = super().training_step(model, inputs, num_items_in_batch)"]
+    elif c.op == "hf_gather":
+        call = [f"{c.out} = self.accelerator.gather({t})"]
+    elif c.op == "tt_step":
+        call = [
+            "loss = (net(x) - 1.0).pow(2).mean()",
+            "loss.backward()",
+            "grad_norm = tt.clip_grad_norm_(net.parameters(), max_norm=1.0)",
+            "opt.step()",
+            "opt.zero_grad()",
+        ]
+    elif c.op == "tt_mean":
+        call = [f"{c.out} = tt.dist_mean({t}, mesh)"]
+    elif c.op == "tt_max":
+        call = [f"{c.out} = tt.dist_max({t}, mesh)"]
     elif c.op == "ddp_step":
         call = [
             "loss = (model(x) - 1.0).pow(2).mean()",
@@ -246,6 +274,11 @@ class Family:
     swap_pairs: list[tuple[str, str]] = field(default_factory=list)
     data_var: str = "x"
     preamble: str = ""  # module-level constants
+    # Where the step's body runs: a loop in `main` by default; a framework's own step
+    # method (a class in `main` whose method holds the body, one indent deeper) otherwise.
+    loop: tuple[str, ...] = ("for step in range(STEPS):",)
+    after: tuple[str, ...] = ()  # lines after the loop, in `main` (the framework's fit)
+    leave: str = "break"  # how a rank leaves the step early
 
 
 def L(indent: int, text: str) -> Line:
@@ -848,9 +881,215 @@ def fam_accelerate(world: int) -> Family:
     return Family("accelerate", "accelerate (DDP)", ACC_SETUP, pre, body, checks)
 
 
+LIT_SETUP = """\
+import lightning as L
+from torch.utils.data import DataLoader, TensorDataset
+
+# Lightning reads the launcher's environment (torchrun) and keeps the initialized group.
+os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+os.environ.update(LOCAL_WORLD_SIZE=str(world_size), NODE_RANK="0")
+world = dist.new_group(list(range(world_size)), timeout=timeout)
+probe_gen = torch.Generator().manual_seed(500 + rank)"""
+
+LIT_LOOP = (
+    "class Module(L.LightningModule):",
+    "    def __init__(self):",
+    "        super().__init__()",
+    "        self.net = net",
+    "        self.automatic_optimization = False",
+    "",
+    "    def forward(self, x):",
+    "        return self.net(x)",
+    "",
+    "    def configure_optimizers(self):",
+    "        return torch.optim.SGD(self.parameters(), lr=0.05)",
+    "",
+    "    def training_step(self, batch, step):",
+    "        nonlocal lossv",
+    "        model, opt, x = self, self.optimizers(), batch[0]",
+    "        loss = torch.zeros(())",
+)
+
+LIT_AFTER = (
+    "data = TensorDataset(torch.randn(4 * STEPS * world_size, 8, generator=data_gen))",
+    "trainer = L.Trainer(",
+    '    strategy="ddp",',
+    '    accelerator="cpu",',
+    "    devices=world_size,",
+    "    max_epochs=1,",
+    "    limit_train_batches=STEPS,",
+    "    enable_progress_bar=False,",
+    "    enable_model_summary=False,",
+    "    logger=False,",
+    "    enable_checkpointing=False,",
+    ")",
+    "trainer.fit(Module(), DataLoader(data, batch_size=4))",
+)
+
+
+def fam_lightning(world: int) -> Family:
+    """A LightningModule trained by `Trainer(strategy="ddp")`, manual optimization: the step
+    (`manual_backward`, DDP's bucketed all-reduce underneath), a loss gathered with
+    `self.all_gather`, logged with `sync_dist=True`, then all-reduced by hand."""
+    pre = [
+        L(1, "torch.manual_seed(9000)"),
+        L(1, SMALL_NET),
+        L(1, "data_gen = torch.Generator().manual_seed(9100)"),
+        L(1, "lossv = torch.zeros(1)"),
+    ]
+    body = [
+        C(2, Comm("lit_step", "lit_step", "", "world")),
+        L(2, "lossv = loss.detach().reshape(1)"),
+        C(2, Comm("lit_gather", "lit_gather", "lossv", "world", out="gathered")),
+        C(2, Comm("lit_log", "lit_log", "lossv", "world")),
+        C(2, Comm("log_ar", "all_reduce", "lossv", "world", alt_group="world", twin="world_twin")),
+    ]
+    checks = (
+        '[("params", float(sum(p.sum() for p in net.parameters()))), ("loss", float(lossv.sum()))]'
+    )
+    return Family(
+        "lightning",
+        "Lightning Trainer (DDP)",
+        LIT_SETUP,
+        pre,
+        body,
+        checks,
+        loop=LIT_LOOP,
+        after=LIT_AFTER,
+        leave="return None",
+    )
+
+
+HF_SETUP = """\
+import tempfile
+
+from transformers import Trainer, TrainingArguments
+
+# transformers (through accelerate) reads the launcher's environment and keeps the group.
+os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+os.environ.update(LOCAL_WORLD_SIZE=str(world_size))
+world = dist.new_group(list(range(world_size)), timeout=timeout)
+probe_gen = torch.Generator().manual_seed(500 + rank)"""
+
+HF_LOOP = (
+    "class Net(torch.nn.Module):",
+    "    def __init__(self):",
+    "        super().__init__()",
+    "        self.body = net",
+    "",
+    "    def forward(self, x):",
+    '        return {"loss": (self.body(x) - 1.0).pow(2).mean()}',
+    "",
+    "class StepTrainer(Trainer):",
+    "    def training_step(self, model, inputs, num_items_in_batch=None):",
+    "        nonlocal lossv",
+    "        step = self.state.global_step",
+    "        loss = torch.zeros(())",
+)
+
+HF_AFTER = (
+    'data = [{"x": torch.randn(8, generator=data_gen)} for _ in range(4 * STEPS * world_size)]',
+    "args = TrainingArguments(",
+    '    output_dir=os.path.join(tempfile.gettempdir(), "acc_hf_out"),',
+    "    per_device_train_batch_size=4,",
+    "    max_steps=STEPS,",
+    "    learning_rate=0.05,",
+    "    use_cpu=True,",
+    "    report_to=[],",
+    '    save_strategy="no",',
+    '    logging_strategy="no",',
+    "    disable_tqdm=True,",
+    ")",
+    "StepTrainer(model=Net(), args=args, train_dataset=data).train()",
+)
+
+
+def fam_transformers(world: int) -> Family:
+    """transformers' `Trainer` (DDP through accelerate) with its `training_step` overridden:
+    the step (forward, backward and DDP's all-reduce), a loss gathered with the Trainer's
+    accelerator, then all-reduced by hand."""
+    pre = [
+        L(1, "torch.manual_seed(9500)"),
+        L(1, SMALL_NET),
+        L(1, "data_gen = torch.Generator().manual_seed(9600)"),
+        L(1, "lossv = torch.zeros(1)"),
+    ]
+    body = [
+        C(2, Comm("hf_step", "hf_step", "", "world")),
+        L(2, "lossv = loss.detach().reshape(1)"),
+        C(2, Comm("hf_gather", "hf_gather", "lossv", "world", out="gathered")),
+        C(2, Comm("log_ar", "all_reduce", "lossv", "world", alt_group="world", twin="world_twin")),
+        L(2, "return loss"),
+    ]
+    checks = (
+        '[("params", float(sum(p.sum() for p in net.parameters()))), ("loss", float(lossv.sum()))]'
+    )
+    return Family(
+        "transformers",
+        "transformers Trainer (DDP)",
+        HF_SETUP,
+        pre,
+        body,
+        checks,
+        loop=HF_LOOP,
+        after=HF_AFTER,
+        leave="return loss",
+    )
+
+
+TT_SETUP = """\
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import fully_shard
+from torchtitan.distributed import utils as tt
+
+world = dist.new_group(list(range(world_size)), timeout=timeout)
+dp_group = dist.new_group(list(range(world_size)), timeout=timeout)
+probe_gen = torch.Generator().manual_seed(500 + rank)"""
+
+
+def fam_torchtitan(world: int) -> Family:
+    """An FSDP2 loop with torchtitan's step utilities, as its trainer calls them: gradients
+    clipped by `torchtitan.distributed.utils.clip_grad_norm_` (an all-reduce of the norm
+    over the sharded parameters), the loss logged with its `dist_mean` and `dist_max`."""
+    pre = [
+        L(1, "torch.manual_seed(9800)"),
+        L(1, SMALL_NET),
+        L(1, 'mesh = DeviceMesh.from_group(dp_group, "cpu")'),
+        L(1, "fully_shard(net[0], mesh=mesh)"),
+        L(1, "fully_shard(net, mesh=mesh)"),
+        L(1, "opt = torch.optim.SGD(net.parameters(), lr=0.05)"),
+        *local_data(),
+    ]
+    body = [
+        L(2, "x = torch.randn(4, 8, generator=gen)"),
+        C(2, Comm("tt_step", "tt_step", "", "dp_group")),
+        L(2, "lossv = loss.detach().reshape(1)"),
+        C(2, Comm("tt_mean", "tt_mean", "lossv", "dp_group", out="mean_loss")),
+        C(2, Comm("tt_max", "tt_max", "lossv", "dp_group", out="max_loss")),
+        C(
+            2,
+            Comm("log_ar", "all_reduce", "lossv", "world", alt_group="dp_group", twin="world_twin"),
+        ),
+    ]
+    return Family(
+        "torchtitan",
+        "torchtitan utilities (FSDP2)",
+        TT_SETUP,
+        pre,
+        body,
+        '[("loss", float(lossv.sum()))]',
+        reorder_pairs=[("tt_mean", "tt_max")],
+    )
+
+
 EXTRA_FAMILIES = ("fsdp2", "dtensor")
 # Families written with a framework's API: a third stream, numbered after the others.
 FRAMEWORK_FAMILIES = ("accelerate",)
+# Families written with a framework's own trainer: a fourth stream, numbered after the third
+# (a stream of its own, so adding it changed none of the programs labelled before).
+TRAINER_FAMILIES = ("lightning", "transformers")
+# Programs written with torchtitan's distributed utilities: a fifth stream, numbered last.
+TITAN_FAMILIES = ("torchtitan",)
 
 
 def build_family(name: str, world: int, rng: random.Random) -> Family:
@@ -865,6 +1104,9 @@ def build_family(name: str, world: int, rng: random.Random) -> Family:
         "fsdp2": fam_fsdp2,
         "dtensor": fam_dtensor,
         "accelerate": fam_accelerate,
+        "lightning": fam_lightning,
+        "transformers": fam_transformers,
+        "torchtitan": fam_torchtitan,
     }[name](world)
 
 
@@ -1222,8 +1464,17 @@ def render_program(pid: str, fam: Family, world: int, pre, body, m: Mutation | N
                     out.append("    " * ln.indent + ln.text)
 
     emit(pre)
-    out.append("    for step in range(STEPS):")
+    out += ["    " + s if s else "" for s in fam.loop]
+    # The body sits one indent deeper when the loop is a method of a class in `main`.
+    deeper = len(fam.loop) > 1
+    body = [
+        Line(it.indent + deeper, fam.leave if it.text == "break" else it.text)
+        if isinstance(it, Line)
+        else (it[0] + deeper, it[1])
+        for it in body
+    ]
     emit(body)
+    out += ["    " + s if s else "" for s in fam.after]
     out.append(f"    return {fam.checks}")
     out += [
         "",
@@ -1332,12 +1583,28 @@ def main(argv: list[str] | None = None) -> int:
         default=40,
         help="programs written with accelerate, numbered after the extra ones",
     )
+    p.add_argument(
+        "--trainers",
+        type=int,
+        default=40,
+        help="programs trained by Lightning's and transformers' Trainer, numbered next",
+    )
+    p.add_argument(
+        "--torchtitan",
+        type=int,
+        default=20,
+        help="programs written with torchtitan's distributed utilities, numbered last",
+    )
     args = p.parse_args(argv)
     # The library front ends come as a second stream, so adding them never changes the others.
     records = generate(args.count, args.seed)
     records += generate(args.extra, args.seed + 1, EXTRA_FAMILIES, start=args.count)
     start = args.count + args.extra
     records += generate(args.frameworks, args.seed + 2, FRAMEWORK_FAMILIES, start=start)
+    start += args.frameworks
+    records += generate(args.trainers, args.seed + 3, TRAINER_FAMILIES, start=start)
+    start += args.trainers
+    records += generate(args.torchtitan, args.seed + 4, TITAN_FAMILIES, start=start)
     write(records)
     from collections import Counter
 

@@ -5,6 +5,7 @@
     python -m bench.accuracy.label --ids mlp_w2_0000 gpt_w4_0001 --force
     python -m bench.accuracy.label --exclude-family dtensor --world-size 6 --world-size 8
     python -m bench.accuracy.label --sample 6 --check  # re-run a sample, compare to labels
+    python -m bench.accuracy.label --family lightning --jobs 3  # 3 launches at once
 
 A program is labelled again when its text changed since its label (the label keeps a hash).
 DTensor programs run one per launch (see `needs_own_launch`): about 30 s each here.
@@ -20,12 +21,14 @@ import hashlib
 import json
 import random
 import sys
+import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
-from bench.accuracy.runner import default_timeout, run_batch
+from bench.accuracy.runner import DEFAULT_GROUP_TIMEOUT, default_timeout, run_batch
 
 HERE = Path(__file__).resolve().parent
 MANIFEST = HERE / "programs.json"
@@ -65,9 +68,12 @@ def needs_own_launch(prog: dict) -> bool:
     """DTensor caches meshes by their ranks, not their groups: a later program on the same
     ranks would reuse an earlier program's (possibly wedged) groups. accelerate's `prepare`
     wraps the model in DDP on the default group, which a hang wedges for every later program
-    of the launch. Run either alone."""
+    of the launch; so do Lightning's and transformers' `Trainer`. torchtitan's gradient
+    clipping reduces a DTensor norm over its mesh, which meets DTensor's caches too. Run
+    these alone."""
     text = (HERE / prog["path"]).read_text()
-    return "parallelize_module" in text or "Accelerator(" in text
+    marks = ("parallelize_module", "Accelerator(", "Trainer(", "from torchtitan")
+    return any(mark in text for mark in marks)
 
 
 def _launches(progs: list[dict], chunk: int) -> list[list[dict]]:
@@ -76,28 +82,47 @@ def _launches(progs: list[dict], chunk: int) -> list[list[dict]]:
     return [shared[i : i + chunk] for i in range(0, len(shared), chunk)] + alone
 
 
-def rerun(programs: list[dict], chunk: int, timeout: float | None) -> dict[str, dict]:
-    """Run programs (grouped by world size, `chunk` per launch); {id: outcome json}."""
-    out: dict[str, dict] = {}
+def rerun(
+    programs: list[dict],
+    chunk: int,
+    timeout: float | None,
+    jobs: int = 1,
+    group_timeout: float = DEFAULT_GROUP_TIMEOUT,
+) -> dict[str, dict]:
+    """Run programs (grouped by world size, `chunk` per launch, `jobs` launches at once);
+    {id: outcome json}. Launches at once share the cores: a hang waits idle, but ranks that
+    compute slow each other down, so keep `jobs` to programs that mostly wait."""
     by_world: dict[int, list[dict]] = {}
     for p in programs:
         by_world.setdefault(p["world_size"], []).append(p)
-    for world, progs in sorted(by_world.items()):
-        t = timeout or default_timeout(world)
-        for part in _launches(progs, chunk):
-            print(f"world size {world}: {len(part)} programs (timeout {t:g}s)", flush=True)
-            began = time.monotonic()
-            outcomes = run_batch(
-                [str(HERE / p["path"]) for p in part],
-                world,
-                t,
-                log=lambda s: print(s, flush=True),
-            )
+    launches = [
+        (world, timeout or default_timeout(world), part)
+        for world, progs in sorted(by_world.items())
+        for part in _launches(progs, chunk)
+    ]
+    out: dict[str, dict] = {}
+    lock = threading.Lock()
+
+    def launch(world: int, t: float, part: list[dict]) -> None:
+        began = time.monotonic()
+        lines = [f"world size {world}: {len(part)} programs (timeout {t:g}s)"]
+        outcomes = run_batch(
+            [str(HERE / p["path"]) for p in part],
+            world,
+            t,
+            log=lambda s: lines.append(s),
+            group_timeout=group_timeout,
+        )
+        lines.append(f"  chunk wall {time.monotonic() - began:.0f}s")
+        with lock:
+            print("\n".join(lines), flush=True)
             for p, o in zip(part, outcomes, strict=True):
                 out[p["id"]] = o.to_json()
-            print(f"  chunk wall {time.monotonic() - began:.0f}s", flush=True)
-            yield_chunk = {p["id"]: out[p["id"]] for p in part}
-            _on_chunk(yield_chunk)
+            _on_chunk({p["id"]: out[p["id"]] for p in part})
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for f in [pool.submit(launch, *spec) for spec in launches]:
+            f.result()
     return out
 
 
@@ -119,6 +144,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--force", action="store_true", help="relabel programs that have a label")
     p.add_argument("--chunk", type=int, default=40, help="programs per launch (default 40)")
     p.add_argument("--timeout", type=float, help="collective timeout, seconds")
+    p.add_argument(
+        "--jobs", type=int, default=1, help="launches at once (default 1; hangs wait idle)"
+    )
+    p.add_argument(
+        "--group-timeout",
+        type=float,
+        default=DEFAULT_GROUP_TIMEOUT,
+        help=f"the default group's timeout, seconds (default {DEFAULT_GROUP_TIMEOUT:g})",
+    )
     p.add_argument("--sample", type=int, help="re-run a random sample of labelled programs")
     p.add_argument("--seed", type=int, default=None, help="seed of --sample")
     p.add_argument("--check", action="store_true", help="compare with stored labels, no write")
@@ -167,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
 
         _CHUNK_HOOKS.append(keep)
     began = time.monotonic()
-    got = rerun(programs, args.chunk, args.timeout)
+    got = rerun(programs, args.chunk, args.timeout, args.jobs, args.group_timeout)
     wall = time.monotonic() - began
     print(f"{len(got)} programs in {wall:.0f}s ({wall / len(got):.2f}s per program)")
     print(" labels:", dict(Counter(o["label"] for o in got.values())))

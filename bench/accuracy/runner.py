@@ -45,6 +45,12 @@ TIMEOUT_MARKERS = ("timed out", "timeout")
 PEER_MARKERS = ("connection closed", "connection reset", "broken pipe", "connection refused")
 
 
+# The default group's timeout. Programs make their own groups with the collective timeout;
+# the default group is reached through the libraries and trainers that use it (accelerate,
+# Lightning, transformers), whose hangs wait this long.
+DEFAULT_GROUP_TIMEOUT = 120.0
+
+
 def default_timeout(world_size: int) -> float:
     """Collective timeout per program: short, longer when ranks share 2 cores."""
     return 3.0 if world_size <= 4 else 6.0
@@ -112,7 +118,14 @@ def log_collectives(dist, world_size: int) -> list:
     return calls
 
 
-def worker(port: int, rank: int, world_size: int, timeout: float, paths: list[str]) -> None:
+def worker(
+    port: int,
+    rank: int,
+    world_size: int,
+    timeout: float,
+    paths: list[str],
+    group_timeout: float = DEFAULT_GROUP_TIMEOUT,
+) -> None:
     import torch.distributed as dist
     from torch.distributed import PrefixStore, TCPStore
 
@@ -124,7 +137,7 @@ def worker(port: int, rank: int, world_size: int, timeout: float, paths: list[st
         store=PrefixStore("default_pg", store),
         rank=rank,
         world_size=world_size,
-        timeout=timedelta(seconds=120),
+        timeout=timedelta(seconds=group_timeout),
     )
     c10d = dist.distributed_c10d
     barrier_wait = timedelta(seconds=4 * timeout + 90)
@@ -260,7 +273,13 @@ def label_of(ranks: list[dict]) -> tuple[str, list[str]]:
     return ("corrupt" if bad else "ok"), bad
 
 
-def run_batch(paths: list[str], world_size: int, timeout: float, log=print) -> list[Outcome]:
+def run_batch(
+    paths: list[str],
+    world_size: int,
+    timeout: float,
+    log=print,
+    group_timeout: float = DEFAULT_GROUP_TIMEOUT,
+) -> list[Outcome]:
     """Run programs of one world size, relaunching after a worker dies; one Outcome each."""
     from torch.distributed import TCPStore
 
@@ -284,7 +303,7 @@ def run_batch(paths: list[str], world_size: int, timeout: float, log=print) -> l
                 "-m",
                 "bench.accuracy.runner",
                 "--worker",
-                json.dumps([port, rank, world_size, timeout, remaining]),
+                json.dumps([port, rank, world_size, timeout, remaining, group_timeout]),
             ]
             procs.append(
                 subprocess.Popen(
@@ -297,7 +316,7 @@ def run_batch(paths: list[str], world_size: int, timeout: float, log=print) -> l
                 keys = [f"res/{i}/{r}" for r in range(world_size)]
                 started = time.monotonic()
                 # Start-up (imports) of the first program of a launch is not the program's.
-                limit = 4 * timeout + 60 + (120 if i == 0 else 0)
+                limit = max(4 * timeout, group_timeout) + 60 + (120 if i == 0 else 0)
                 died_at: float | None = None
                 while True:
                     have = [k for k in keys if store.check([k])]
@@ -355,8 +374,8 @@ def run_batch(paths: list[str], world_size: int, timeout: float, log=print) -> l
 
 
 def _worker_main(spec: str) -> None:
-    port, rank, world_size, timeout, paths = json.loads(spec)
-    worker(port, rank, world_size, timeout, paths)
+    port, rank, world_size, timeout, paths, group_timeout = json.loads(spec)
+    worker(port, rank, world_size, timeout, paths, group_timeout)
 
 
 if __name__ == "__main__":

@@ -258,7 +258,7 @@ def render(programs: list[dict], labels: dict, results: dict[str, dict]) -> str:
         "## The programs",
         "",
         f"{len(programs)} programs (`bench/accuracy/programs/`, manifest `programs.json`) from "
-        "`python -m bench.accuracy.generate`: nine families, eight written by hand with "
+        "`python -m bench.accuracy.generate`: twelve families, eight written by hand with "
         "`torch.distributed` — an MLP (Megatron-style column/row tensor parallelism + data "
         "parallelism), a GPT-like block stack (TP broadcast of the batch, all-reduces in "
         "attention and MLP, sequence all-gather, bucketed DP gradients), an encoder-decoder "
@@ -267,8 +267,14 @@ def render(programs: list[dict], labels: dict, results: dict[str, dict]) -> str:
         "synthesised from p2p and plain collectives (all-reduce, all-gather, broadcast, "
         "reduce-scatter, all-to-all: dl2 Table 2), and library front ends: a DDP model, an "
         "FSDP2 (`fully_shard`) model and a DTensor tensor-parallel MLP (`parallelize_module`) "
-        "— and one written with a framework's API: accelerate's `Accelerator` (`prepare`, "
-        "`accelerator.backward`, `accelerator.gather`, DDP underneath) — at world size 2, 4, "
+        "— and four written with a framework: accelerate's `Accelerator` (`prepare`, "
+        "`accelerator.backward`, `accelerator.gather`, DDP underneath), a LightningModule "
+        'trained by Lightning\'s `Trainer(strategy="ddp")` (manual optimization: '
+        "`manual_backward`, `self.all_gather`, `self.log(..., sync_dist=True)`), transformers' "
+        "`Trainer` with its `training_step` overridden (the step, then "
+        "`self.accelerator.gather`), and an FSDP2 loop with torchtitan's step utilities "
+        "(`torchtitan.distributed.utils.clip_grad_norm_` over sharded gradients, `dist_mean`, "
+        "`dist_max`) — at world size 2, 4, "
         "6, 8 (most at 2 and 4: real runs stay small). "
         "Each program has at most one mutation from the bug classes of the seed notes; some "
         "are harmless by construction (every rank still issues matching communication, often "
@@ -467,10 +473,14 @@ def _label_cost(labelled: list[dict], labels: dict) -> str:
         f"Labelling cost: {sum(secs) / 60:.0f} min of program time for {len(secs)} programs "
         f"(median per label: {parts}; a hang costs its timeout, 3 s at W ≤ 4 and 6 s above), "
         "plus about 8-15 s of start-up per launch of W processes — a launch runs up to 40 "
-        "programs, and a gloo abort ends it; DTensor and accelerate programs run alone (about "
-        "20-40 s each; an accelerate hang wedges the default group, about 100 s). On the "
-        "shared 2-core machine the whole set took about 80 minutes of wall time under "
-        "`nice -n 10`, relabelling included, and the 40 accelerate programs another 40."
+        "programs, and a gloo abort ends it; DTensor, accelerate, Lightning, transformers and "
+        "torchtitan programs run alone (about 10-40 s each; a hang in a framework's default "
+        "group waits for that group's timeout). On the shared 2-core machine the 680 "
+        "programs of the first eight families took about 80 minutes of wall time under "
+        "`nice -n 10`, relabelling included, and the 40 accelerate programs another 40; the "
+        "60 Lightning, transformers and torchtitan programs were labelled two launches at a "
+        "time (`--jobs 2 --timeout 10 --group-timeout 45`: a longer collective timeout, since "
+        "two launches share the cores; the default group's timeout bounds a trainer's hang)."
     )
 
 
