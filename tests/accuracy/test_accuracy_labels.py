@@ -181,3 +181,23 @@ def test_every_mutation_of_every_family_renders_a_program_that_compiles(family):
             pre, body, m = generate.mutate(fam, world, cls, site, harmless, rng)
             text = generate.render_program("p", fam, world, pre, body, m)
             compile(text, f"{family}/{cls}/{site}/{harmless}", "exec")
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("family", [*generate.TRAINER_FAMILIES, *generate.TITAN_FAMILIES])
+def test_framework_programs_hold_their_labels_when_rerun(family):
+    """The first 2-rank program of each outcome of a framework family, re-run alone (as they
+    were labelled), keeps its label: the trainers really train under gloo, and a mutation
+    really stops them. The default group's timeout is short: a trainer's hang waits for it."""
+    from bench.accuracy.runner import run_batch
+
+    picked: dict[str, dict] = {}
+    for p in sorted(PROGRAMS, key=lambda p: p["id"]):
+        if p["family"] == family and p["world_size"] == 2 and p["id"] in LABELS:
+            stops = LABELS[p["id"]]["label"] in ("hang", "fail")
+            picked.setdefault("stops" if stops else LABELS[p["id"]]["label"], p)
+    assert "ok" in picked
+    for verdict, p in sorted(picked.items()):
+        (outcome,) = run_batch([str(HERE / p["path"])], 2, 10.0, log=print, group_timeout=15.0)
+        got = "stops" if outcome.label in ("hang", "fail") else outcome.label
+        assert got == verdict, (p["id"], outcome.to_json())
