@@ -87,6 +87,15 @@ def program(t: Probe, weight: torch.Tensor) -> list:
     torch.full((int(t),), 0.0)  # steers: a size
     torch.tensor([1.0], dtype=torch.float64 if float(t) else None)  # steers: an option
     print(total)
+    norm = float(t) ** 2  # ok: the name holds a new value before it is tested
+    norm = len(table)
+    if norm > 2:
+        pass
+    again = float(t)  # steers: on one path the test reads it
+    if table:
+        again = 0.0
+    if again > 1:
+        pass
     return [("w", float(t)), metrics]  # ok: the caller prints it
 
 

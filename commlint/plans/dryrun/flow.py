@@ -51,6 +51,7 @@ _PUSH_NONE = {
     "LIST_EXTEND", "SET_UPDATE", "DICT_UPDATE", "DICT_MERGE", "END_ASYNC_FOR",
 }  # fmt: skip
 _UNCONDITIONAL = {"JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT"}
+_BINDS = {"STORE_FAST", "STORE_NAME", "DELETE_FAST", "DELETE_NAME"}  # (re)bind a local name
 _ENDS = {"RETURN_VALUE", "RAISE_VARARGS", "RERAISE"}
 _JUMPS = set(dis.hasjrel) | set(dis.hasjabs)
 
@@ -114,7 +115,24 @@ class _Code:
         self.at = {ins.offset: k for k, ins in enumerate(self.ins)}
         self.offsets = [ins.offset for ins in self.ins]
         self.states: list[tuple[frozenset[int], ...] | None] = [None] * len(self.ins)
+        self.succ: list[set[int]] = [set() for _ in self.ins]
+        self._reach: dict[int, frozenset[int]] = {}
         self._flow()
+
+    def reached_from(self, k: int) -> frozenset[int]:
+        """The instructions the value stored by instruction k (a store of a name) may still
+        be the name's value at: every path from k up to the next store or delete of it."""
+        if k not in self._reach:
+            name, seen, work = self.ins[k].argval, set(), list(self.succ[k])
+            while work:
+                j = work.pop()
+                ins = self.ins[j]
+                if j in seen or (ins.opname in _BINDS and ins.argval == name):
+                    continue
+                seen.add(j)
+                work.extend(self.succ[j])
+            self._reach[k] = frozenset(seen)
+        return self._reach[k]
 
     def _effect(self, k: int, jump: bool) -> tuple[int, int]:
         """(pops, pushes) of instruction k, on its jump edge or its fall-through."""
@@ -197,14 +215,17 @@ class _Code:
                 if start <= ins.offset < end:
                     into = stack[:depth] + ((frozenset((_LASTI,)),) if lasti else ())
                     work.append((self.at[target], (*into, frozenset((_EXC,)))))
+                    self.succ[k].add(self.at[target])
             if ins.opname in _ENDS:
                 continue
             if ins.opcode in _JUMPS:
                 work.append((self.at[ins.argval], self._apply(k, stack, True)))
+                self.succ[k].add(self.at[ins.argval])
                 if ins.opname in _UNCONDITIONAL:
                     continue
             if k + 1 < len(self.ins):
                 work.append((k + 1, self._apply(k, stack, False)))
+                self.succ[k].add(k + 1)
 
     def popped(self, k: int) -> list[frozenset[int]]:
         """The slots instruction k reads off the stack (for the ones `_apply` handles by
@@ -337,9 +358,14 @@ def _carrier(fn: Any) -> bool:
 def _taint(scope: _Scope, start: set[int], names: set[str], depth: int) -> bool:
     """Follows values made by the instructions in `start` and held in the locals `names`
     through `scope`'s code. Returns whether one reaches `return`; raises _Unknown when one
-    may steer the program."""
+    may steer the program. A local the number is stored into holds it up to the next store
+    into that name (`total = t.item()` after `total += float(norm)`: a new value); `names`
+    and containers that took the number in hold it everywhere."""
     c = scope.c
     tainted, locals_ = set(start), set(names)
+    holding = set(names)  # names that hold the number at every read of them
+    stores: set[int] = set()  # stores of the number into a name
+    reached: dict[str, set[int]] = {}  # name: the reads such a store reaches
     cells = set(c.code.co_cellvars) | set(c.code.co_freevars)
     if locals_ & cells:
         raise _Unknown("a closure's variable")
@@ -352,14 +378,15 @@ def _taint(scope: _Scope, start: set[int], names: set[str], depth: int) -> bool:
 
     while changed:
         changed = False
-        before = (len(tainted), len(locals_))
+        before = (len(tainted), len(locals_), len(stores))
         for k, ins in enumerate(c.ins):
             stack = c.states[k]
             if stack is None:
                 continue
             name = ins.opname
-            if name in ("LOAD_FAST", "LOAD_NAME") and ins.argval in locals_:
-                tainted.add(k)
+            if name in ("LOAD_FAST", "LOAD_NAME"):
+                if ins.argval in holding or k in reached.get(ins.argval, ()):
+                    tainted.add(k)
                 continue
             popped = c.popped(k)  # (none for a COPY: the copy shares the slot's producers)
             marks = [hit(slot) for slot in popped]
@@ -381,6 +408,9 @@ def _taint(scope: _Scope, start: set[int], names: set[str], depth: int) -> bool:
                 tainted |= stack[-(ins.arg or 1) - 1]  # the container takes the number in
             elif name == "STORE_FAST" or (name == "STORE_NAME" and ins.argval in private):
                 locals_.add(ins.argval)
+                if k not in stores:
+                    stores.add(k)
+                    reached.setdefault(ins.argval, set()).update(c.reached_from(k))
             elif name == "BINARY_SUBSCR":
                 if marks[1]:
                     raise _Unknown("used as an index or key")
@@ -396,6 +426,7 @@ def _taint(scope: _Scope, start: set[int], names: set[str], depth: int) -> bool:
                     if local is None or not isinstance(container, (list, dict)):
                         raise _Unknown("stored into an object")
                     locals_.add(local)
+                    holding.add(local)
             elif name == "RETURN_VALUE":
                 returns = True
             elif name == "LOAD_METHOD" and ins.argval in _READS | _WRITES:
@@ -407,7 +438,7 @@ def _taint(scope: _Scope, start: set[int], names: set[str], depth: int) -> bool:
                 raise _Unknown(f"{name} at line {_line(c, k)}")
             if locals_ & cells:
                 raise _Unknown("a closure's variable")
-        changed = (len(tainted), len(locals_)) != before
+        changed = (len(tainted), len(locals_), len(stores)) != before
     return returns
 
 

@@ -2,7 +2,8 @@
 `float()`, puts the total into a tensor, all-reduces it, and every rank tests the same global
 norm. Past the real re-run budget the dry-run once stopped at `float()` (the number "may
 steer"); now the tensor made from it holds no value the dry-run knows, and the all-reduce
-makes it the same on every rank."""
+makes it the same on every rank. As in DeepSpeed, the name that summed the local norms is
+given the global one and then tested: the test reads the new value, not the local sum."""
 
 import torch
 import torch.distributed as dist
@@ -12,9 +13,12 @@ def weight_norm(model: torch.nn.Module) -> float:
     total = 0.0
     for p in model.parameters():
         total += float(p.grad.norm()) ** 2
-    norm = torch.tensor([total])
+    norm = torch.tensor([float(total)])
     dist.all_reduce(norm)
-    return norm.item() ** 0.5
+    total = norm[0].item() ** 0.5
+    if total == float("inf") or total != total:
+        total = -1.0
+    return total
 
 
 def main() -> None:
