@@ -784,9 +784,10 @@ dp_group = dist.new_group(list(range(world_size)), timeout=timeout)
 probe_gen = torch.Generator().manual_seed(500 + rank)"""
 
 
-def fam_fsdp2(world: int) -> Family:
-    pre = [
-        L(1, "torch.manual_seed(6000)"),
+def fsdp2_model(seed: int) -> list[Line]:
+    """The small net sharded with `fully_shard` over the dp group, its optimizer, the data."""
+    return [
+        L(1, f"torch.manual_seed({seed})"),
         L(1, SMALL_NET),
         L(1, 'mesh = DeviceMesh.from_group(dp_group, "cpu")'),
         L(1, "fully_shard(net[0], mesh=mesh)"),
@@ -794,6 +795,10 @@ def fam_fsdp2(world: int) -> Family:
         L(1, "opt = torch.optim.SGD(net.parameters(), lr=0.05)"),
         *local_data(),
     ]
+
+
+def fam_fsdp2(world: int) -> Family:
+    pre = fsdp2_model(6000)
     body = [
         L(2, "x = torch.randn(4, 8, generator=gen)"),
         C(2, Comm("fsdp_step", "module_step", "net", "dp_group")),
@@ -1037,29 +1042,16 @@ def fam_transformers(world: int) -> Family:
     )
 
 
-TT_SETUP = """\
-from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import fully_shard
-from torchtitan.distributed import utils as tt
-
-world = dist.new_group(list(range(world_size)), timeout=timeout)
-dp_group = dist.new_group(list(range(world_size)), timeout=timeout)
-probe_gen = torch.Generator().manual_seed(500 + rank)"""
+TT_SETUP = FSDP_SETUP.replace(
+    "import fully_shard\n", "import fully_shard\nfrom torchtitan.distributed import utils as tt\n"
+)
 
 
 def fam_torchtitan(world: int) -> Family:
     """An FSDP2 loop with torchtitan's step utilities, as its trainer calls them: gradients
     clipped by `torchtitan.distributed.utils.clip_grad_norm_` (an all-reduce of the norm
     over the sharded parameters), the loss logged with its `dist_mean` and `dist_max`."""
-    pre = [
-        L(1, "torch.manual_seed(9800)"),
-        L(1, SMALL_NET),
-        L(1, 'mesh = DeviceMesh.from_group(dp_group, "cpu")'),
-        L(1, "fully_shard(net[0], mesh=mesh)"),
-        L(1, "fully_shard(net, mesh=mesh)"),
-        L(1, "opt = torch.optim.SGD(net.parameters(), lr=0.05)"),
-        *local_data(),
-    ]
+    pre = fsdp2_model(9800)
     body = [
         L(2, "x = torch.randn(4, 8, generator=gen)"),
         C(2, Comm("tt_step", "tt_step", "", "dp_group")),
