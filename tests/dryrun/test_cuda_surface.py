@@ -5,6 +5,7 @@ tensors."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -270,3 +271,33 @@ def test_a_cpu_tensor_given_to_an_nccl_only_group_raises_as_on_the_gpus(case):
     else:
         assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
         assert "All checks passed" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("mode", "ops"),
+    [
+        ("init", ["scatter", "broadcast", "barrier"]),  # nn.init (skipped) still syncs
+        ("dropout", ["scatter", "broadcast", "barrier"]),
+        ("seeded", ["scatter", "barrier"]),  # manual_seed(seed, mesh): a tracker, no sync
+    ],
+)
+def test_dtensors_first_random_op_on_a_gpu_mesh_syncs_rng_state_as_on_gpus(mode, ops, tmp_path):
+    """The broadcast of rank 0's RNG state DTensor's tracker makes on GPUs (a "cpu" mesh
+    here, where DTensor makes none) is in the trace, on the default group, from rank 0."""
+    proc = run(f"--save-trace={tmp_path}", mode, script=FIXTURES / "dtensor_rng.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for rank in (0, 1):
+        saved = (tmp_path / f"rank-0000{rank}.yaml").read_text()
+        assert re.findall(r'"op": "(\w+)"', saved) == ops
+    if "broadcast" in ops:
+        assert '"op": "broadcast", "root": 0, "shape": [16], "dtype": "uint8"' in saved
+
+
+def test_a_dtensor_random_init_on_one_rank_only_is_caught_at_its_line():
+    script = FIXTURES / "dtensor_rng.py"
+    proc = run("rank0", script=script)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    line = next(
+        i for i, text in enumerate(script.read_text().splitlines(), 1) if "# rank 0 only" in text
+    )
+    assert f"{script.name}:{line}: CL203" in proc.stdout, proc.stdout

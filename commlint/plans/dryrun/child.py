@@ -23,7 +23,7 @@ import sys
 import tempfile
 import threading
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -502,6 +502,7 @@ def _install(spec: RankSpec, recorder: Recorder) -> None:
         _wrap(mod, "monitored_barrier", make_monitored_barrier)
 
     _meshes_on_cpu()
+    _dtensor_rng_as_on_gpus()
     _flex_attention_on_cpu()
     _modules_stay_on_cpu()
     devices.install()
@@ -1026,6 +1027,50 @@ def _meshes_on_cpu() -> None:
         dm.DeviceMesh.__deepcopy__ = lambda self, memo: self
 
 
+def _dtensor_rng_as_on_gpus() -> None:
+    """DTensor's first random op on a GPU mesh (`init.normal_` of a sharded weight) makes
+    torch's RNG tracker, which broadcasts rank 0's GPU RNG state over the default group
+    (not when the program made the tracker without that sync). Here the mesh is a "cpu"
+    one, where DTensor makes no tracker, and the broadcast was missing from the trace. A
+    program that asked for GPU meshes gets a tracker that makes it; the random values stay
+    the fake tensors' (none)."""
+    with contextlib.suppress(ImportError):
+        from torch.distributed.tensor import _dispatch
+        from torch.distributed.tensor import _random as rng
+
+        supported, tracker = rng.is_rng_supported_mesh, rng.OffsetBasedRNGTracker
+
+        def asked_for_gpus(mesh: Any) -> bool:
+            return gpu_paths.gpu_meshes and mesh.device_type == "cpu"
+
+        def is_rng_supported_mesh(mesh: Any) -> bool:
+            return asked_for_gpus(mesh) or supported(mesh)
+
+        lazily = _dispatch.OpDispatcher._dispatch_get_local_results_slow_path.__code__
+
+        class GpuMeshRNGTracker(tracker):
+            def __init__(self, device_mesh: Any, run_state_sync: bool = True) -> None:
+                if not asked_for_gpus(device_mesh):
+                    super().__init__(device_mesh, run_state_sync)
+                    return
+                # made lazily by a random op: DTensor syncs unless it is being traced, and
+                # the dry-run's fake tensors look like tracing to it (a real run does not)
+                run_state_sync = run_state_sync or sys._getframe(1).f_code is lazily
+                self._device = torch.device("cuda", torch.cuda.current_device())
+                self._device_handle = torch.cuda
+                self._use_distribute_region = True
+                if run_state_sync:  # rank 0's Philox state (seed, offset): 16 bytes
+                    state = torch.empty(16, dtype=torch.uint8, device=self._device)
+                    torch.distributed.broadcast(state, 0)
+
+            @contextlib.contextmanager
+            def _distribute_region(self, spec: Any, generator: Any = None) -> Iterator[None]:
+                yield
+
+        rng.is_rng_supported_mesh = _dispatch.is_rng_supported_mesh = is_rng_supported_mesh
+        rng.OffsetBasedRNGTracker = GpuMeshRNGTracker
+
+
 def _spawned_workers_are_ranks(local_rank: int, local_world: int) -> None:
     """A script that starts its own workers (`torch.multiprocessing.spawn(main, args,
     nprocs=torch.cuda.device_count())`, the DDP tutorials) instead of being started by
@@ -1150,6 +1195,21 @@ _INIT_FUNCTIONS = (
 )
 
 
+_NOT_RANDOM = ("constant_", "ones_", "zeros_")
+
+
+def _dtensor_rng_tracker_for(tensor: Any) -> None:
+    """What a skipped random init of a DTensor on a GPU mesh does first in a real run: its
+    random op makes DTensor's RNG tracker, which syncs rank 0's RNG state (a broadcast)."""
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor import _random as rng
+
+    if not (gpu_paths.gpu_meshes and isinstance(tensor, DTensor)) or rng._rng_tracker:
+        return
+    if rng.is_rng_supported_mesh(tensor.device_mesh):
+        rng._rng_tracker = rng.OffsetBasedRNGTracker(tensor.device_mesh)
+
+
 def _skip_computation_without_communication() -> None:
     """Under fake tensors, weight initialisation and the updates of torch's own optimizers
     compute nothing anyone can see and never communicate: skip them (they dominate the cost
@@ -1158,6 +1218,8 @@ def _skip_computation_without_communication() -> None:
 
     def keeping(name: str) -> Callable[..., Any]:
         def keep(tensor: Any, *a: Any, **k: Any) -> Any:
+            if name not in _NOT_RANDOM:
+                _dtensor_rng_tracker_for(tensor)
             fingerprint.initialised(tensor, name, a, k)  # what a real run's would hold
             return tensor
 
