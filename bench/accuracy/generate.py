@@ -932,16 +932,22 @@ LIT_AFTER = (
 )
 
 
+def trainer_model(seed: int) -> list[Line]:
+    """The small net of a trainer family, the generator of its dataset (the trainer's
+    sampler gives each rank its part), and the loss the step body keeps."""
+    return [
+        L(1, f"torch.manual_seed({seed})"),
+        L(1, SMALL_NET),
+        L(1, f"data_gen = torch.Generator().manual_seed({seed + 100})"),
+        L(1, "lossv = torch.zeros(1)"),
+    ]
+
+
 def fam_lightning(world: int) -> Family:
     """A LightningModule trained by `Trainer(strategy="ddp")`, manual optimization: the step
     (`manual_backward`, DDP's bucketed all-reduce underneath), a loss gathered with
     `self.all_gather`, logged with `sync_dist=True`, then all-reduced by hand."""
-    pre = [
-        L(1, "torch.manual_seed(9000)"),
-        L(1, SMALL_NET),
-        L(1, "data_gen = torch.Generator().manual_seed(9100)"),
-        L(1, "lossv = torch.zeros(1)"),
-    ]
+    pre = trainer_model(9000)
     body = [
         C(2, Comm("lit_step", "lit_step", "", "world")),
         L(2, "lossv = loss.detach().reshape(1)"),
@@ -1013,12 +1019,7 @@ def fam_transformers(world: int) -> Family:
     """transformers' `Trainer` (DDP through accelerate) with its `training_step` overridden:
     the step (forward, backward and DDP's all-reduce), a loss gathered with the Trainer's
     accelerator, then all-reduced by hand."""
-    pre = [
-        L(1, "torch.manual_seed(9500)"),
-        L(1, SMALL_NET),
-        L(1, "data_gen = torch.Generator().manual_seed(9600)"),
-        L(1, "lossv = torch.zeros(1)"),
-    ]
+    pre = trainer_model(9500)
     body = [
         C(2, Comm("hf_step", "hf_step", "", "world")),
         L(2, "lossv = loss.detach().reshape(1)"),
