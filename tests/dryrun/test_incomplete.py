@@ -1031,3 +1031,62 @@ def test_a_stop_after_a_call_that_completes_wrongly_is_not_excused(tmp_path: Pat
         "    dist.barrier()\n"
     )
     assert f"{program}:6: CL203" in stopped_without_budget(program, 8, 0)
+
+
+def test_a_number_given_to_an_accelerators_tensor_type_makes_a_tensor_that_knows_no_value():
+    """DeepSpeed's `get_accelerator().FloatTensor([float(total_norm)])`: the callable is a
+    call's result the flow analysis cannot name; its name (one of torch's legacy tensor
+    types) makes it a tensor's maker, confirmed when the call makes the tensor. Past the
+    budget the ok program was exit 2 at `float()`; the bad one is a decision (CL211). (Both
+    run for real under gloo in test_agreement: the bad one hangs, the ok one finishes.)"""
+    ok = PROGRAMS / "ok_accelerator_tensor_reduced_steers.py"
+    result, trace = past_budget(ok)
+    assert result.mode == "fake" and not result.incomplete(), result.incomplete()
+    assert check_trace(trace, None).findings == []
+    bad = PROGRAMS / "bad_accelerator_tensor_steers.py"
+    result, trace = past_budget(bad)
+    assert result.mode == "fake" and not result.incomplete(), result.incomplete()
+    found = check_trace(trace, None).findings
+    assert [(f.code, f.line) for f in found] == [("CL211", line_of(bad, "if logged[0]"))]
+
+
+IMPOSTOR = """\
+import torch
+import torch.distributed as dist
+
+
+class Registry:
+    def FloatTensor(self, values):  # not a tensor's maker: it tests the number
+        if values[0] > 0:
+            dist.barrier()
+        return values
+
+
+def registry():
+    return Registry()
+
+
+dist.init_process_group("gloo")
+torch.manual_seed(4 * dist.get_rank())
+loss = torch.nn.Linear(64, 64)(torch.randn(8, 64)).sum()
+registry().FloatTensor([float(loss)])
+dist.destroy_process_group()
+"""
+
+
+def test_a_call_taken_for_a_tensor_maker_by_its_name_that_makes_none_is_never_a_pass(tmp_path):
+    """The name alone is a guess: a `FloatTensor` that tests the number instead (here, a
+    barrier on rank 0 only in a real run) made no tensor of it, and every rank says where the
+    number went instead of passing."""
+    program = tmp_path / "impostor.py"
+    program.write_text(IMPOSTOR)
+    out = cli("--nproc-per-node", "2", "--real-budget", "0", str(program))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "All checks passed" not in out.stdout
+    line = line_of(program, "registry().FloatTensor")
+    for rank in (0, 1):
+        assert any(
+            f"impostor.py:{line}: rank {rank} did not reach the end" in e
+            and "taken for a tensor's maker by its name" in e
+            for e in errors(out)
+        ), out.stderr

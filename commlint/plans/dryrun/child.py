@@ -1541,6 +1541,25 @@ def _note_fake_limits() -> None:
         cls.__init__ = noted
 
 
+def _unconfirmed_tensor_makers(recorder: Recorder) -> dict[str, Any] | None:
+    """A placeholder number given to a call the flow analysis took for a tensor's maker by
+    its name alone, where no tensor was made of it: where it went is not known, so the rank
+    ends as at a fake-tensor limit (a real re-run within the budget, else an error)."""
+    from commlint.plans.dryrun import flow
+
+    if not flow.UNCONFIRMED:
+        return None
+    file, _, rest = next(iter(flow.UNCONFIRMED.values())).rpartition(":")
+    line, _, name = rest.partition(" ")
+    site = f"{short_path(file)}:{line}"
+    message = (
+        f"a number fake tensors did not compute went to {name.strip('()')} at {site}, taken "
+        "for a tensor's maker by its name, and no tensor was made of it there"
+    )
+    recorder.send(("fake-limit", message, site, True, live_fake_bytes()))
+    return {"kind": "exception", "message": message, "site": site}
+
+
 def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
     sys.argv = [spec.program, *spec.args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(spec.program)))
@@ -1569,10 +1588,10 @@ def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
         stack.enter_context(_CUDA_ON_CPU)
         with stack:
             runpy.run_path(spec.program, run_name="__main__")
-        return None
+        return _unconfirmed_tensor_makers(recorder)
     except StopRank as exc:
         if exc.kind == "steps":
-            return None
+            return _unconfirmed_tensor_makers(recorder)
         return {"kind": "timeout", "message": exc.message, "site": _error_site(exc)}
     except SystemExit as exc:
         swallowed = _RAISED[-1:] if exc.code not in (0, None) else []
@@ -1584,7 +1603,12 @@ def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
             return {"kind": "exception", "message": message, "site": site}
         # sys.exit(0) ends the rank as cleanly as the script's end, but where it left is
         # worth knowing when a peer still waits for it.
-        return {"kind": "exit", "message": f"sys.exit({exc.code!r})", "site": _error_site(exc)}
+        unconfirmed = _unconfirmed_tensor_makers(recorder) if exc.code in (0, None) else None
+        return unconfirmed or {
+            "kind": "exit",
+            "message": f"sys.exit({exc.code!r})",
+            "site": _error_site(exc),
+        }
     except BaseException as exc:
         message, site = _one_line(exc), _error_site(exc)
         limit = type(exc).__name__ in FAKE_LIMITS

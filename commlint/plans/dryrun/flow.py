@@ -98,6 +98,18 @@ INTO_TENSOR_METHODS = {
 # with whether the number is the same on every rank; the factory's call there takes it.
 PENDING: dict[tuple[types.CodeType, int], bool] = {}
 _SITES: list[tuple[types.CodeType, int]] = []
+# A call of an attribute named as one of torch's legacy tensor types, on an object the
+# analysis cannot name (`get_accelerator().FloatTensor([float(norm)])`: DeepSpeed's, the
+# accelerator a call returns), is taken for a tensor's maker by that name alone: the call
+# site with "file:line (name)". Such a site stays `UNCONFIRMED` until the call makes a
+# tensor of the number (`unread.into_tensor`); one never confirmed ends the rank as a
+# fake-tensor limit (child.py), so a wrong guess is never a pass.
+TENSOR_TYPES = {
+    "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "LongTensor", "IntTensor",
+    "ShortTensor", "ByteTensor", "CharTensor", "BoolTensor",
+}  # fmt: skip
+_GUESSED: dict[tuple[types.CodeType, int], str] = {}
+UNCONFIRMED: dict[tuple[types.CodeType, int], str] = {}
 
 
 class _Unknown(Exception):
@@ -530,7 +542,18 @@ def _call(scope: _Scope, k: int, popped: list, marks: list[bool], depth: int) ->
             return verb == "setdefault"
         raise _Unknown("a method of the number")
     if fn is _MISSING:
-        raise _Unknown(f"an unknown call at line {_line(c, k)}")
+        named = _tensor_type_named(c, first if method is not None else popped[1])
+        if named is None:
+            raise _Unknown(f"an unknown call at line {_line(c, k)}")
+        kw = _kw_names(c, k)
+        positional = len(args) - len(kw)
+        for index, marked in enumerate(amarks):
+            if marked and (kw[index - positional] != "data" if index >= positional else index):
+                raise _Unknown(f"a size or option of {named} at line {_line(c, k)}")
+        site = (c.code, c.ins[k].offset)
+        _GUESSED[site] = f"{c.code.co_filename}:{_line(c, k)} ({named})"
+        _SITES.append(site)
+        return False  # the tensor made (confirmed at the call) holds no value known
     if _sink(fn):
         return False
     if _carrier(fn):
@@ -582,6 +605,16 @@ def _call(scope: _Scope, k: int, popped: list, marks: list[bool], depth: int) ->
         inner = _Scope(callee, None, target.__globals__, scope.integer)
         return _taint(inner, set(), names, depth + 1)
     raise _Unknown(f"passed to {name or fn!r} at line {_line(c, k)}")
+
+
+def _tensor_type_named(c: _Code, slot: frozenset[int]) -> str | None:
+    """The name of a callable loaded as an attribute named as a legacy tensor type."""
+    if len(slot) == 1:
+        (j,) = slot
+        ins = c.ins[j] if j >= 0 else None
+        if ins and ins.opname in ("LOAD_ATTR", "LOAD_METHOD") and ins.argval in TENSOR_TYPES:
+            return ins.argval
+    return None
 
 
 def _into_tensor(fn: Any, bound: Any, name: str) -> tuple[int, str] | None:
@@ -641,6 +674,8 @@ def only_computed_with(
     if decided and placeholder_uniform is not None:
         for site in sites:
             PENDING[site] = PENDING.get(site, True) and placeholder_uniform
+            if site in _GUESSED:
+                UNCONFIRMED[site] = _GUESSED[site]
     return decided
 
 

@@ -304,6 +304,7 @@ def into_tensor(func: Any, args: tuple, kwargs: dict, out: Any, caller: Any) -> 
     found, uniform = _unread_leaves(data)
     if flow.PENDING and caller is not None:
         pending = flow.PENDING.pop((caller.f_code, caller.f_lasti), None)
+        flow.UNCONFIRMED.pop((caller.f_code, caller.f_lasti), None)
         if pending is not None:
             found, uniform = True, uniform and pending
     if not found:
