@@ -1090,3 +1090,30 @@ def test_a_call_taken_for_a_tensor_maker_by_its_name_that_makes_none_is_never_a_
             and "taken for a tensor's maker by its name" in e
             for e in errors(out)
         ), out.stderr
+
+
+FLAGS = """\
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+torch.manual_seed(4 * dist.get_rank())
+loss = torch.nn.Linear(64, 64)(torch.randn(8, 64)).sum()
+flags = torch.zeros(2)  # small: computed for real
+flags[0] = loss.item()  # the rank's own
+if flags[0] > 0:
+    dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_a_number_written_into_a_small_real_tensor_is_not_a_value_known(tmp_path):
+    """`flags[0] = loss.item()` into a tensor the dry-run computes for real: the flag does
+    not hold the placeholder as a value known (the test would be taken alike on every rank);
+    past the budget its test is a decision."""
+    program = tmp_path / "flags.py"
+    program.write_text(FLAGS)
+    result, trace = past_budget(program)
+    assert result.mode == "fake" and not result.incomplete(), result.incomplete()
+    found = check_trace(trace, None).findings
+    assert [(f.code, f.line) for f in found] == [("CL211", line_of(program, "if flags[0]"))]
