@@ -201,3 +201,21 @@ def test_framework_programs_hold_their_labels_when_rerun(family):
         (outcome,) = run_batch([str(HERE / p["path"])], 2, 10.0, log=print, group_timeout=15.0)
         got = "stops" if outcome.label in ("hang", "fail") else outcome.label
         assert got == verdict, (p["id"], outcome.to_json())
+
+
+def test_the_fake_tensor_section_counts_the_runs_that_needed_real_compute():
+    from bench.accuracy.score import _fake_tensor_section
+
+    progs = [{"id": "a", "family": "lightning"}, {"id": "b", "family": "lightning"}]
+    progs.append({"id": "c", "family": "mlp"})
+    lab = {"a": "hang", "b": "ok", "c": "ok"}
+    res = {
+        "a": {"flagged": True, "real_compute": False},
+        "b": {"flagged": False, "real_compute": True},
+        "c": {"flagged": True, "real_compute": False},
+    }
+    text = "\n".join(_fake_tensor_section(progs, lab, res))
+    assert "| family | lightning | mlp | all |" in text
+    assert "| False positive | 0 | 1 | 1 |" in text
+    assert "| Needed real compute | 1 | 0 | 1 |" in text
+    assert _fake_tensor_section(progs, lab, {}) == []
