@@ -1689,6 +1689,8 @@ class Extractor:
         if fact.kind == "create":
             return self.create_call(node, fact, text)
         gkey, given = self._group_arg(node, fact.group)
+        if fact.implicit_group and not given:
+            gkey, given = f"<{fact.implicit_group}>", True
         return self._emit_comm(node, fact, gkey, text, default_group=not given, torch_api=True)
 
     def _emit_comm(

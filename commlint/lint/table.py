@@ -47,6 +47,8 @@ class CallFact:
     handle: bool = False
     functional: bool = False
     when_kw: str | None = None
+    # the group a call finds by itself, not WORLD (`clip_grad_norm_`: the parameters' mesh)
+    implicit_group: str | None = None
     ranks: ArgSpec | None = None
     local_sync: ArgSpec | None = None
     outputs: tuple[int, ...] = ()
@@ -64,6 +66,7 @@ class CallFact:
             handle=bool(d.get("handle", False)),
             functional=bool(d.get("functional", False)),
             when_kw=d.get("when_kw"),
+            implicit_group=d.get("implicit_group"),
             ranks=_arg(d.get("ranks")),
             local_sync=_arg(d.get("local_sync")),
             outputs=tuple(d.get("outputs", ())),

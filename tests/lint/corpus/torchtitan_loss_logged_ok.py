@@ -1,8 +1,14 @@
 """A training loop on torchtitan's utilities: every rank averages the loss over the
-data-parallel mesh (an all-reduce) and clips; rank zero logs what all computed."""
+data-parallel mesh (an all-reduce) and clips; rank zero logs what all computed. The file
+makes a group: `clip_grad_norm_` reduces over the parameters' mesh, not WORLD (no CL105)."""
 
 import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
 from torchtitan.distributed import utils as dist_utils
+
+
+def dp_mesh_of(world_size: int) -> DeviceMesh:
+    return DeviceMesh.from_group(dist.new_group(list(range(world_size))), "cuda")
 
 
 def train(model, opt, batches, dp_mesh):
