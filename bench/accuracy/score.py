@@ -517,9 +517,10 @@ def _label_cost(labelled: list[dict], labels: dict) -> str:
         "group waits for that group's timeout). On the shared 2-core machine the 680 "
         "programs of the first eight families took about 80 minutes of wall time under "
         "`nice -n 10`, relabelling included, and the 40 accelerate programs another 40; the "
-        "60 Lightning, transformers and torchtitan programs were labelled two launches at a "
-        "time (`--jobs 2 --timeout 10 --group-timeout 45`: a longer collective timeout, since "
-        "two launches share the cores; the default group's timeout bounds a trainer's hang)."
+        "60 Lightning, transformers and torchtitan programs took about 25 minutes, two "
+        "launches at a time (`--jobs 2 --timeout 10 --group-timeout 45`: a longer collective "
+        "timeout, since two launches share the cores; the default group's timeout bounds a "
+        "trainer's hang)."
     )
 
 
