@@ -88,6 +88,12 @@ class Line:
 Item = Line | tuple  # tuple = (indent, Comm)
 
 
+def step_lines(backward: str, model: str = "model", then: str | None = None) -> list[str]:
+    """A training step whose collectives are hidden: loss, `backward`, (`then`), the update."""
+    lines = [f"loss = ({model}(x) - 1.0).pow(2).mean()", backward]
+    return [*lines, *([then] if then else []), "opt.step()", "opt.zero_grad()"]
+
+
 def render_comm(c: Comm, indent: int, *, t: str | None = None, splits: str = "") -> list[Line]:
     """The source lines of one communication call."""
     t = t or c.t
@@ -152,21 +158,11 @@ def render_comm(c: Comm, indent: int, *, t: str | None = None, splits: str = "")
             "opt.zero_grad()",
         ]
     elif c.op == "acc_step":
-        call = [
-            "loss = (model(x) - 1.0).pow(2).mean()",
-            "accelerator.backward(loss)",
-            "opt.step()",
-            "opt.zero_grad()",
-        ]
+        call = step_lines("accelerator.backward(loss)")
     elif c.op == "acc_gather":
         call = [f"{c.out} = accelerator.gather({t})"]
     elif c.op == "lit_step":
-        call = [
-            "loss = (model(x) - 1.0).pow(2).mean()",
-            "self.manual_backward(loss)",
-            "opt.step()",
-            "opt.zero_grad()",
-        ]
+        call = step_lines("self.manual_backward(loss)")
     elif c.op == "lit_gather":
         call = [f"{c.out} = self.all_gather({t})"]
     elif c.op == "lit_log":
@@ -176,24 +172,14 @@ def render_comm(c: Comm, indent: int, *, t: str | None = None, splits: str = "")
     elif c.op == "hf_gather":
         call = [f"{c.out} = self.accelerator.gather({t})"]
     elif c.op == "tt_step":
-        call = [
-            "loss = (net(x) - 1.0).pow(2).mean()",
-            "loss.backward()",
-            "grad_norm = tt.clip_grad_norm_(net.parameters(), max_norm=1.0)",
-            "opt.step()",
-            "opt.zero_grad()",
-        ]
+        clip = "grad_norm = tt.clip_grad_norm_(net.parameters(), max_norm=1.0)"
+        call = step_lines("loss.backward()", model="net", then=clip)
     elif c.op == "tt_mean":
         call = [f"{c.out} = tt.dist_mean({t}, mesh)"]
     elif c.op == "tt_max":
         call = [f"{c.out} = tt.dist_max({t}, mesh)"]
     elif c.op == "ddp_step":
-        call = [
-            "loss = (model(x) - 1.0).pow(2).mean()",
-            "loss.backward()",
-            "opt.step()",
-            "opt.zero_grad()",
-        ]
+        call = step_lines("loss.backward()")
     else:
         raise ValueError(f"unknown op {c.op}")
     return pre + [Line(indent, s) for s in call]
