@@ -110,7 +110,7 @@ def rerun(
             [str(HERE / p["path"]) for p in part],
             world,
             t,
-            log=lambda s: lines.append(s),
+            log=lines.append,
             group_timeout=group_timeout,
         )
         lines.append(f"  chunk wall {time.monotonic() - began:.0f}s")

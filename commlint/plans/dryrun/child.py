@@ -1549,11 +1549,10 @@ def _unconfirmed_tensor_makers(recorder: Recorder) -> dict[str, Any] | None:
 
     if not flow.UNCONFIRMED:
         return None
-    file, _, rest = next(iter(flow.UNCONFIRMED.values())).rpartition(":")
-    line, _, name = rest.partition(" ")
+    file, line, name = next(iter(flow.UNCONFIRMED.values()))
     site = f"{short_path(file)}:{line}"
     message = (
-        f"a number fake tensors did not compute went to {name.strip('()')} at {site}, taken "
+        f"a number fake tensors did not compute went to {name} at {site}, taken "
         "for a tensor's maker by its name, and no tensor was made of it there"
     )
     recorder.send(("fake-limit", message, site, True, live_fake_bytes()))

@@ -101,15 +101,15 @@ _SITES: list[tuple[types.CodeType, int]] = []
 # A call of an attribute named as one of torch's legacy tensor types, on an object the
 # analysis cannot name (`get_accelerator().FloatTensor([float(norm)])`: DeepSpeed's, the
 # accelerator a call returns), is taken for a tensor's maker by that name alone: the call
-# site with "file:line (name)". Such a site stays `UNCONFIRMED` until the call makes a
+# site with (file, line, name). Such a site stays `UNCONFIRMED` until the call makes a
 # tensor of the number (`unread.into_tensor`); one never confirmed ends the rank as a
 # fake-tensor limit (child.py), so a wrong guess is never a pass.
 TENSOR_TYPES = {
     "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "LongTensor", "IntTensor",
     "ShortTensor", "ByteTensor", "CharTensor", "BoolTensor",
 }  # fmt: skip
-_GUESSED: dict[tuple[types.CodeType, int], str] = {}
-UNCONFIRMED: dict[tuple[types.CodeType, int], str] = {}
+_GUESSED: dict[tuple[types.CodeType, int], tuple[str, int | None, str]] = {}
+UNCONFIRMED: dict[tuple[types.CodeType, int], tuple[str, int | None, str]] = {}
 
 
 class _Unknown(Exception):
@@ -541,26 +541,19 @@ def _call(scope: _Scope, k: int, popped: list, marks: list[bool], depth: int) ->
         if verb in _WRITES and not (verb in ("insert", "setdefault") and amarks[:1] == [True]):
             return verb == "setdefault"
         raise _Unknown("a method of the number")
+    guessed = None
     if fn is _MISSING:
-        named = _tensor_type_named(c, first if method is not None else popped[1])
-        if named is None:
+        guessed = _tensor_type_named(c, first if method is not None else popped[1])
+        if guessed is None:
             raise _Unknown(f"an unknown call at line {_line(c, k)}")
-        kw = _kw_names(c, k)
-        positional = len(args) - len(kw)
-        for index, marked in enumerate(amarks):
-            if marked and (kw[index - positional] != "data" if index >= positional else index):
-                raise _Unknown(f"a size or option of {named} at line {_line(c, k)}")
-        site = (c.code, c.ins[k].offset)
-        _GUESSED[site] = f"{c.code.co_filename}:{_line(c, k)} ({named})"
-        _SITES.append(site)
-        return False  # the tensor made (confirmed at the call) holds no value known
     if _sink(fn):
         return False
     if _carrier(fn):
         return True
     bound = receiver if receiver is not None else getattr(fn, "__self__", None)
-    name = getattr(fn, "__name__", "")
-    into = _into_tensor(fn, bound, name)
+    name = guessed or getattr(fn, "__name__", "")
+    # a guessed maker takes its data as `torch.tensor(data)` does
+    into = (0, "data") if guessed else _into_tensor(fn, bound, name)
     if into is not None:
         kw = _kw_names(c, k)
         positional = len(args) - len(kw)
@@ -568,7 +561,10 @@ def _call(scope: _Scope, k: int, popped: list, marks: list[bool], depth: int) ->
             taken = index == into[0] if index < positional else kw[index - positional] == into[1]
             if marked and not taken:
                 raise _Unknown(f"a size or option of {name} at line {_line(c, k)}")
-        _SITES.append((c.code, c.ins[k].offset))
+        site = (c.code, c.ins[k].offset)
+        if guessed is not None:  # confirmed when the call makes the tensor
+            _GUESSED[site] = (c.code.co_filename, _line(c, k), guessed)
+        _SITES.append(site)
         return False  # the tensor made holds no value the dry-run knows
     if _fake_tensor(bound) and not name.startswith(_TENSOR_SOURCES) and not scope.integer:
         return False  # an operation on a fake tensor: its result is as unread as the tensor
