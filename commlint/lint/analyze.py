@@ -94,6 +94,7 @@ class Program:
         self.files = [
             f for f in files if not f.skipped and f.syntax_error is None and not f.internal_error
         ]
+        self.all_files = files  # skipped ones too: the per-rank evaluator follows imports into them
         self.table = table
         self.options = options or {}
         self.functions: dict[str, Function] = {}

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 
 from commlint.lint.ir import CallSite, Comm, FileFacts, iter_nodes
+from commlint.lint.perrank_argparse import ArgParser
+from commlint.lint.perrank_units import uniform_conditions
 from commlint.lint.table import ApiTable
 
 DEFAULT_WORLD_SIZES = (2, 4, 8)
@@ -120,6 +122,15 @@ class Fn:
     qualname: str
     bound: object | None = None
     only_rank: int | None = None  # a rank-zero-only decorator
+    unit: object | None = None  # the followed file it is defined in (None: the evaluated one)
+
+
+@dataclass
+class ProjMod:
+    """A module of the project, followed: its top level as this rank executed it."""
+
+    name: str
+    globals: dict
 
 
 @dataclass
@@ -277,7 +288,7 @@ class Rank:
         self.actions: list[dict] = []
         self.steps = 0
         self.depth = 0
-        self.stack: list[tuple[str, int]] = []  # (function, call line), outermost first
+        self.stack: list[tuple[str, str, int]] = []  # (function, caller's file, call line)
         self.groups: list[Group] = []
         self.handle_count = 0
         self.batch_count = 0
@@ -285,6 +296,9 @@ class Rank:
         self.end: tuple[str, int, str] | None = None
         self.env: dict = {}  # the environment of the call being evaluated
         self.fn_nodes: list[ast.AST] = []  # the functions being evaluated, innermost last
+        self.cur = ev  # the file whose code runs now (the evaluated one, or a followed one)
+        self.g: dict = ev.globals  # that file's module globals
+        self.modules: dict[str, ProjMod | None] = {}  # followed modules, as this rank ran them
 
     # ------------------------------------------------------------------ helpers
     def tick(self, line: int) -> None:
@@ -296,6 +310,11 @@ class Rank:
     def truth(self, v: object, node: ast.AST) -> bool:
         line = getattr(node, "lineno", 0)
         if isinstance(v, Unknown | Tensor | Interval | Mod | Work):
+            if line in self.cur.uniform_lines:
+                # the same on every rank (neither rank nor data decides it): every rank takes
+                # the arm that communicates; what the other arm does is not proved absent
+                self.ev.approx = True
+                return True
             raise Abort("a condition whose value this rank cannot know", line)
         try:
             b = bool(v)
@@ -326,7 +345,7 @@ class Rank:
             self.assign(s.target, v, env)
         elif isinstance(s, ast.If):
             c = self.expr(s.test, env)
-            if isinstance(c, Unknown | Tensor | Interval) and not self.ev.communicates(s):
+            if isinstance(c, Unknown | Tensor | Interval) and not self.cur.communicates(s):
                 self.forget(s, env)
                 return
             self.run_block(s.body if self.truth(c, s.test) else s.orelse, env)
@@ -370,22 +389,74 @@ class Rank:
         elif isinstance(s, ast.Import):
             for a in s.names:
                 if a.asname:
-                    env[a.asname] = Mod(a.name)
+                    env[a.asname] = self.import_module(a.name, 0) or Mod(a.name)
                 else:
-                    env[a.name.split(".")[0]] = Mod(a.name.split(".")[0])
+                    top = a.name.split(".")[0]
+                    self.import_module(a.name, 0)  # runs its top level, as Python does
+                    env[top] = self.import_module(top, 0) or Mod(top)
         elif isinstance(s, ast.ImportFrom):
-            base = s.module or ""
-            for a in s.names:
-                if a.name != "*":
-                    env[a.asname or a.name] = Mod(f"{base}.{a.name}" if base else a.name)
+            self.import_from(s, env)
         elif isinstance(s, ast.Global | ast.Nonlocal):
             env.setdefault("__globals_names__", set()).update(s.names)
         elif isinstance(s, ast.Pass | ast.Delete):
             return
         else:
-            if self.ev.communicates(s):
+            if self.cur.communicates(s):
                 raise Abort(f"`{type(s).__name__}` statement", s.lineno)
             self.forget(s, env)
+
+    # ------------------------------------------------------------------ the project's modules
+    def _unit(self) -> object | None:
+        return None if self.cur is self.ev else self.cur
+
+    def import_module(self, name: str, level: int) -> ProjMod | None:
+        """The project module an import names, its top level run by this rank once; None
+        when it is not a file of this run (or it could not be followed): then it stays an
+        opaque `Mod`, as every library does."""
+        index = self.ev.modules_index
+        if index is None:
+            return None
+        cur_module = getattr(self.cur, "module", self.ev.facts.module)
+        target = index.find(self.cur.path, cur_module, name, level)
+        if target is None:
+            return None
+        if target in self.modules:
+            return self.modules[target]
+        unit = index.unit(target, lambda short: short == self.ev.short)
+        if unit is None or unit.path == self.ev.path:
+            self.modules[target] = None
+            return None
+        mod = ProjMod(target, {"__name__": target})
+        self.modules[target] = mod  # a circular import sees the part already run
+        outer = self.cur, self.g
+        self.cur, self.g = unit, mod.globals
+        try:
+            self.run_block(unit.tree.body, mod.globals)
+        except (Abort, Stop, _Return, _Break, _Continue):
+            self.modules[target] = None  # its top level cannot be followed: opaque
+            return None
+        finally:
+            self.cur, self.g = outer
+        return mod
+
+    def import_from(self, s: ast.ImportFrom, env: dict) -> None:
+        base = s.module or ""
+        mod = self.import_module(base, s.level) if (base or s.level) else None
+        for a in s.names:
+            if a.name == "*":
+                if mod is not None:
+                    env.update({k: v for k, v in mod.globals.items() if not k.startswith("_")})
+                continue
+            sub = self.import_module(f"{base}.{a.name}" if base else a.name, s.level)
+            if sub is not None:
+                v: object = sub
+            elif mod is not None:
+                v = mod.globals.get(a.name, UNK)
+            elif s.level:
+                v = UNK  # a relative import of a file this run does not have
+            else:
+                v = Mod(f"{base}.{a.name}" if base else a.name)
+            env[a.asname or a.name] = v
 
     def forget(self, s: ast.AST, env: dict) -> None:
         """A statement skipped because its path is unknown: what it assigns becomes unknown."""
@@ -397,7 +468,7 @@ class Rank:
                 if isinstance(base, Obj):
                     base.attrs[n.attr] = UNK
             elif isinstance(n, ast.Return | ast.Break | ast.Continue | ast.Raise):
-                if self.fn_nodes and not self.ev.communicates(self.fn_nodes[-1]):
+                if self.fn_nodes and not self.cur.communicates(self.fn_nodes[-1]):
                     raise _Return(UNK)  # whatever it returns, the function communicates nothing
                 raise Abort("an exit whose condition this rank cannot know", n.lineno)
 
@@ -435,7 +506,7 @@ class Rank:
         it = self.expr(s.iter, env)
         items = self.iterate(it, s)
         if items is None:
-            if not self.ev.communicates(s):
+            if not self.cur.communicates(s):
                 self.forget(s, env)
                 return
             # an iterable of unknown length (a data loader): every rank takes the body once,
@@ -466,7 +537,7 @@ class Rank:
         while True:
             c = self.expr(s.test, env)
             if isinstance(c, Unknown | Tensor | Interval):
-                if not self.ev.communicates(s):
+                if not self.cur.communicates(s):
                     self.forget(s, env)
                     return
                 raise Abort("a `while` loop whose bound this rank cannot know", s.lineno)
@@ -496,7 +567,7 @@ class Rank:
         if isinstance(target, ast.Name):
             names = env.get("__globals_names__")
             if names and target.id in names:
-                self.ev.globals[target.id] = v
+                self.g[target.id] = v
             else:
                 env[target.id] = v
         elif isinstance(target, ast.Tuple | ast.List):
@@ -614,7 +685,7 @@ class Rank:
         if isinstance(e, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
             return self.comprehension(e, env)
         if isinstance(e, ast.Lambda):
-            return Fn(e, self.ev.globals, self.defaults(e.args, env), "<lambda>")
+            return Fn(e, self.g, self.defaults(e.args, env), "<lambda>", unit=self._unit())
         if isinstance(e, ast.NamedExpr):
             v = self.expr(e.value, env)
             self.assign(e.target, v, env)
@@ -630,8 +701,8 @@ class Rank:
     def lookup(self, name: str, env: dict) -> object:
         if name in env:
             return env[name]
-        if name in self.ev.globals:
-            return self.ev.globals[name]
+        if name in self.g:
+            return self.g[name]
         return BUILTINS.get(name, UNK)
 
     def binop(self, op: ast.operator, a: object, b: object) -> object:
@@ -745,6 +816,13 @@ class Rank:
         return out
 
     def attribute(self, base: object, attr: str, node: ast.AST) -> object:
+        if isinstance(base, ArgParser):
+            return ParserMethod(base, attr)
+        if isinstance(base, ProjMod):
+            if attr in base.globals:
+                return base.globals[attr]
+            sub = self.import_module(f"{base.name}.{attr}", 0)
+            return sub if sub is not None else UNK
         if isinstance(base, Mod):
             q = f"{base.qname}.{attr}"
             if q == "os.environ":
@@ -757,7 +835,9 @@ class Rank:
                 return base.attrs[attr]
             found = _class_attr(base.cls, attr)
             if isinstance(found, Fn):
-                return Fn(found.node, found.globals, found.defaults, found.qualname, base)
+                return _bind(found, base)
+            if isinstance(found, Property):
+                return self.call_fn(_bind(found.fn, base), [], {}, node)
             if found is not None:
                 return found
             return self.rank_attribute(attr)
@@ -832,7 +912,8 @@ class Rank:
             else:
                 kwargs[kw.arg] = self.expr(kw.value, env)
         outer, self.env = self.env, env
-        self.ev.recorded_lines.add(e.lineno)
+        if self.cur is self.ev:
+            self.ev.recorded_lines.add(e.lineno)
         try:
             return self.call(func, args, kwargs, e)
         finally:
@@ -840,9 +921,9 @@ class Rank:
 
     def opaque(self, e: ast.Call) -> object:
         site = (e.lineno, e.col_offset + 1)
-        if site not in self.ev.comm_sites:
+        if site not in self.cur.comm_sites:
             return UNK
-        comm = self.ev.comm_at.get(site)
+        comm = self.cur.comm_at.get(site)
         if comm is not None and comm.kind == "collective" and comm.via:
             # a wrapped module's forward (DDP, FSDP): one collective on its group, every call
             group = self.wrapped_group(comm.group, e.lineno)
@@ -868,16 +949,12 @@ class Rank:
             obj = Obj(func)
             init = _class_attr(func, "__init__")
             if isinstance(init, Fn):
-                self.call_fn(
-                    Fn(init.node, init.globals, init.defaults, init.qualname, obj), args, kwargs, e
-                )
+                self.call_fn(_bind(init, obj), args, kwargs, e)
             return obj
         if isinstance(func, Obj):
             meth = _class_attr(func.cls, "__call__") or _class_attr(func.cls, "forward")
             if isinstance(meth, Fn):
-                return self.call_fn(
-                    Fn(meth.node, meth.globals, meth.defaults, meth.qualname, func), args, kwargs, e
-                )
+                return self.call_fn(_bind(meth, func), args, kwargs, e)
             return self.opaque(e)
         if isinstance(func, Mod):
             return self.call_api(func.qname, args, kwargs, e)
@@ -890,6 +967,8 @@ class Rank:
                 return UNK
         if isinstance(func, TensorMethod):
             return _tensor_method(func, args, kwargs)
+        if isinstance(func, ParserMethod):
+            return _parser_call(func, args, kwargs)
         if isinstance(func, GroupMethod):
             return self.group_method(func, args)
         if isinstance(func, WorkMethod):
@@ -912,7 +991,7 @@ class Rank:
                 return UNK
             return UNK
         if any(
-            isinstance(a, Fn) and self.ev.communicates(a.node) for a in (*args, *kwargs.values())
+            isinstance(a, Fn) and self.cur.communicates(a.node) for a in (*args, *kwargs.values())
         ):
             # `study.optimize(_objective)`: the callee runs it when and as often as it decides
             raise Abort(
@@ -931,7 +1010,7 @@ class Rank:
         return out
 
     def make_fn(self, s: ast.FunctionDef | ast.AsyncFunctionDef, env: dict, owner: str = "") -> Fn:
-        fn = Fn(s, self.ev.globals, self.defaults(s.args, env), f"{owner}{s.name}")
+        fn = Fn(s, self.g, self.defaults(s.args, env), f"{owner}{s.name}", unit=self._unit())
         for d in s.decorator_list:
             target = d.func if isinstance(d, ast.Call) else d
             name = target.id if isinstance(target, ast.Name) else getattr(target, "attr", "")
@@ -988,8 +1067,11 @@ class Rank:
         if isinstance(node, ast.Lambda):
             return self.expr(node.body, env)
         self.depth += 1
-        self.stack.append((fn.qualname, getattr(e, "lineno", 0)))
+        self.stack.append((fn.qualname, self.cur.short, getattr(e, "lineno", 0)))
         self.fn_nodes.append(node)
+        outer = self.cur, self.g
+        self.cur = fn.unit if fn.unit is not None else self.ev
+        self.g = fn.globals
         try:
             self.run_block(node.body, env)
         except _Return as r:
@@ -1000,6 +1082,7 @@ class Rank:
             self.depth -= 1
             self.stack.pop()
             self.fn_nodes.pop()
+            self.cur, self.g = outer
         return None
 
     def group_method(self, m: GroupMethod, args: list) -> object:
@@ -1071,6 +1154,8 @@ class Rank:
             return self.opaque(e)
         if name.startswith("torch.") and not name.startswith("torch.distributed"):
             return _torch_call(name, last, args, kwargs)
+        if name == "argparse.ArgumentParser":
+            return ArgParser(UNK)
         if name in ("os.getenv", "os.environ.get") and args:
             v = self.env_var(args[0])
             return v if v is not UNK else (args[1] if len(args) > 1 else UNK)
@@ -1114,7 +1199,7 @@ class Rank:
         return g
 
     def site(self, line: int) -> str:
-        return f"{self.ev.short}:{line}"
+        return f"{self.cur.short}:{line}"
 
     def group_of(self, g: object, line: int, text: str | None = None) -> Group:
         if g is None:
@@ -1135,9 +1220,10 @@ class Rank:
         if len(self.actions) >= MAX_ACTIONS:
             raise Abort("too many communication calls to evaluate", line)
         action["site"] = self.site(line)
-        action["stack"] = [f"{self.ev.short}:{ln} in {fn}" for fn, ln in reversed(self.stack)]
+        action["stack"] = [f"{short}:{ln} in {fn}" for fn, short, ln in reversed(self.stack)]
         self.actions.append(action)
-        self.ev.recorded_lines.add(line)
+        if self.cur is self.ev:
+            self.ev.recorded_lines.add(line)
 
     def communicate(self, fact, args: list, kwargs: dict, e: ast.Call) -> object:
         line = e.lineno
@@ -1300,6 +1386,26 @@ class RankFlag:
 
 
 @dataclass
+class ParserMethod:
+    parser: ArgParser
+    attr: str
+
+
+def _parser_call(m: ParserMethod, args: list, kwargs: dict) -> object:
+    kind = kwargs.get("type")
+    if isinstance(kind, Builtin):
+        pairs = (("int", int), ("float", float), ("str", str))
+        named = [v for k, v in pairs if BUILTINS[k] is kind]
+        kwargs = {**kwargs, "type": named[0] if named else kind}
+    got = m.parser.call(m.attr, args, kwargs)
+    if isinstance(got, dict):
+        return Obj(Cls("Namespace", {}, []), dict(got))
+    if isinstance(got, tuple) and got and isinstance(got[0], dict):
+        return (Obj(Cls("Namespace", {}, []), dict(got[0])), [])
+    return got
+
+
+@dataclass
 class Property:
     fn: Fn
 
@@ -1314,6 +1420,11 @@ class _Environ:
 
 
 ENVIRON = _Environ()
+
+
+def _bind(fn: Fn, obj: object) -> Fn:
+    """A method bound to its object (a copy: the class keeps the unbound one)."""
+    return Fn(fn.node, fn.globals, fn.defaults, fn.qualname, obj, fn.only_rank, fn.unit)
 
 
 def _class_attr(cls: Cls, attr: str) -> object | None:
@@ -1745,7 +1856,9 @@ class FileEval:
         sizes: tuple[int, ...],
         communicating=None,
         called_elsewhere=None,
+        modules_index=None,
     ):
+        self.modules_index = modules_index  # the run's other files, to follow imports into
         # whether the rest of the project calls a function of this name
         self.called_elsewhere = called_elsewhere or (lambda name: False)
         self.facts = facts
@@ -1757,6 +1870,7 @@ class FileEval:
         self.work = 0
         self.comm_sites = _comm_sites(facts, communicating)
         self.comm_lines = {line for line, _col in self.comm_sites}
+        self.uniform_lines = uniform_conditions(facts)
         self.comm_at = {
             (n.pos.line, n.pos.col): n
             for fn in facts.functions.values()
@@ -1917,7 +2031,7 @@ class FileEval:
                             cls = self.globals.get(owner)
                             fn = _class_attr(cls, entry.name) if isinstance(cls, Cls) else None
                             if isinstance(fn, Fn):
-                                fn = Fn(fn.node, fn.globals, fn.defaults, fn.qualname, Obj(cls))
+                                fn = _bind(fn, Obj(cls))
                             self.symbolic = True
                         else:
                             fn = self.globals.get(entry.name)
@@ -2026,23 +2140,34 @@ def _comm_sites(facts: FileFacts, communicating=None) -> set[tuple[int, int]]:
 
 
 P2P_CALLS = frozenset({"send", "recv", "isend", "irecv", "P2POp"})
+ROOTED = frozenset(
+    {"broadcast", "reduce", "gather", "scatter", "broadcast_object_list", "gather_object"}
+    | {"scatter_object_list"}
+)
+PEER_KEYWORDS = frozenset({"dst", "src", "peer", "dst_rank", "src_rank", "peer_rank"})
 
 
 def _literal_peers(nodes: list[ast.AST]) -> set[int]:
-    """Literal peer ranks of point-to-point calls (`dist.send(x, 1)`, `src=0`)."""
+    """Literal peer ranks of point-to-point calls (`dist.send(x, 1)`, `src=0`), and of the
+    project's helpers that take a peer (`send_state_dict(sd, dst=1)`, `run_stage(peer=0)`)
+    when they name two ranks or more (a fixed topology, not a root)."""
     out: set[int] = set()
+    helpers: set[int] = set()
     for n in nodes:
         if not isinstance(n, ast.Call):
             continue
         name = n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
-        if name not in P2P_CALLS:
+        if name in ROOTED:
             continue
+        p2p = name in P2P_CALLS
         pos = 2 if name == "P2POp" else 1
-        cands = [n.args[pos]] if len(n.args) > pos else []
-        cands += [k.value for k in n.keywords if k.arg in ("dst", "src", "peer")]
+        cands = [n.args[pos]] if p2p and len(n.args) > pos else []
+        cands += [k.value for k in n.keywords if k.arg in PEER_KEYWORDS]
         for c in cands:
             if isinstance(c, ast.Constant) and isinstance(c.value, int) and c.value < MAX_WORLD:
-                out.add(c.value)
+                (out if p2p else helpers).add(c.value)
+    if len(helpers) > 1:
+        out |= helpers
     return out
 
 
@@ -2066,6 +2191,7 @@ def evaluate_file(
     sizes: tuple[int, ...] = DEFAULT_WORLD_SIZES,
     communicating=None,
     called_elsewhere=None,
+    modules_index=None,
 ) -> tuple[FileEval, list[WorldRun]] | None:
     """Every entry point of one file at every world size; None when the file cannot be read
     or has nothing to evaluate."""
@@ -2074,7 +2200,7 @@ def evaluate_file(
     try:
         with open(facts.path, encoding="utf-8") as fh:
             source = fh.read()
-        fe = FileEval(facts, source, table, sizes, communicating, called_elsewhere)
+        fe = FileEval(facts, source, table, sizes, communicating, called_elsewhere, modules_index)
     except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError):
         return None
     return fe, fe.run()

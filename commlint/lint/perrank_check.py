@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from commlint.lint.analyze import Program, RawFinding
 from commlint.lint.ir import CallSite, Comm, Pos, iter_nodes
 from commlint.lint.perrank import DEFAULT_WORLD_SIZES, FileEval, WorldRun, evaluate_file, iter_sites
+from commlint.lint.perrank_units import ModuleIndex
 
 HANG = frozenset({"CL201", "CL202", "CL203", "CL207", "CL209", "CL210"})
 MISMATCH = frozenset({"CL204", "CL205", "CL208"})
@@ -69,13 +70,16 @@ def verdicts(program: Program) -> dict[str, FileVerdict]:
         and any(isinstance(n, Comm) for fn in ff.functions.values() for n in iter_nodes(fn.body))
     ]
     jobs = int(program.options.get("jobs") or 1)
+    all_files = getattr(program, "all_files", program.files)
     if jobs > 1 and len(todo) >= PARALLEL_FROM and "fork" in mp.get_all_start_methods():
-        results = _evaluate_parallel(program, todo, sizes, called, jobs)
+        results = _evaluate_parallel(program, todo, sizes, called, jobs, all_files)
     else:
-        results = [
-            _evaluate(ff, program.table, sizes, lambda site: _communicates(program, site), called)
-            for ff in todo
-        ]
+
+        def communicating(site) -> bool:
+            return _communicates(program, site)
+
+        index = ModuleIndex(all_files, communicating)
+        results = [_evaluate(ff, program.table, sizes, communicating, called, index) for ff in todo]
     for ff, got in zip(todo, results, strict=True):
         if got is not None:
             out[ff.path] = got
@@ -88,11 +92,11 @@ PARALLEL_FROM = 8  # files to evaluate before a pool pays for itself
 _FORKED: tuple | None = None
 
 
-def _evaluate(ff, table, sizes, communicating, called) -> FileVerdict | None:
+def _evaluate(ff, table, sizes, communicating, called, index=None) -> FileVerdict | None:
     def elsewhere(name: str, here: str = ff.path) -> bool:
         return bool(called.get(name, set()) - {here})
 
-    got = evaluate_file(ff, table, sizes, communicating, elsewhere)
+    got = evaluate_file(ff, table, sizes, communicating, elsewhere, index)
     if got is None:
         return None
     fe, runs = got
@@ -112,29 +116,33 @@ class _Evaluated:
 
 def _evaluate_child(i: int) -> FileVerdict | None:
     assert _FORKED is not None
-    files, table, sizes, answers, called = _FORKED
-    v = _evaluate(files[i], table, sizes, lambda site: answers.get(id(site), False), called)
+    files, table, sizes, answers, called, index = _FORKED
+    v = _evaluate(files[i], table, sizes, lambda site: answers.get(id(site), False), called, index)
     if v is not None:  # the evaluator (its syntax tree) stays here
         v.fe = _Evaluated(v.fe.path, v.fe.short, v.fe.function_spans)  # type: ignore[assignment]
     return v
 
 
-def _evaluate_parallel(program, todo, sizes, called, jobs: int) -> list[FileVerdict | None]:
+def _evaluate_parallel(
+    program, todo, sizes, called, jobs: int, all_files
+) -> list[FileVerdict | None]:
     """Files evaluated in forked workers: what the project says of each call site (whether it
     communicates) is decided here first, and the workers inherit it with the facts (a fork
     shares the objects, so a site is known by its id)."""
     global _FORKED
     answers = {
         id(n): _communicates(program, n)
-        for ff in todo
+        for ff in program.files  # the followed files' sites too
         for fn in ff.functions.values()
         for n in iter_nodes(fn.body)
         if isinstance(n, CallSite)
     }
-    _FORKED = (todo, program.table, sizes, answers, called)
 
     def communicating(site) -> bool:
         return answers.get(id(site), False)
+
+    index = ModuleIndex(all_files, communicating)
+    _FORKED = (todo, program.table, sizes, answers, called, index)
 
     try:
         ctx = mp.get_context("fork")
@@ -144,7 +152,7 @@ def _evaluate_parallel(program, todo, sizes, called, jobs: int) -> list[FileVerd
             futures = {i: pool.submit(_evaluate_child, i) for i in order}
             return [futures[i].result() for i in range(len(todo))]
     except (BrokenProcessPool, OSError, pickle.PicklingError):
-        return [_evaluate(ff, program.table, sizes, communicating, called) for ff in todo]
+        return [_evaluate(ff, program.table, sizes, communicating, called, index) for ff in todo]
     finally:
         _FORKED = None
 
@@ -263,7 +271,8 @@ def _judge(fe: FileEval, runs: list[WorldRun]) -> list[RawFinding]:
                 code = "CL116"
             else:
                 continue
-            lines = [ln for name, ln in iter_sites(f) if name == fe.short]
+            local = _local_sites(run, fe.short, f)
+            lines = [ln for ln, _via in local]
             if not lines or code in codes_here or (code, run.entry) in reported:
                 continue  # one root cause per kind and entry: the smallest world size shows it
             codes_here.add(code)
@@ -277,17 +286,46 @@ def _judge(fe: FileEval, runs: list[WorldRun]) -> list[RawFinding]:
                 for ln in dict.fromkeys(lines[1:])
                 if ln != line
             ][:3]
+            via = local[0][1]
             out.append(
                 RawFinding(
                     code,
                     f"with {run.world} ranks (evaluated rank by rank from `{run.entry}`): "
-                    f"{f.message}",
+                    f"{f.message}{via}",
                     fe.path,
                     _pos(fe, line),
                     f.fix or "Make every rank issue the same communication in the same order.",
                     related,
                 )
             )
+    return out
+
+
+def _local_sites(run: WorldRun, short: str, finding) -> list[tuple[int, str]]:
+    """The lines of the evaluated file that a checker finding's actions come from, in order,
+    each with the call chain that led into another file (empty when the action is here): an
+    action in a followed helper is reported at the call this file makes, where the condition
+    that decides it is."""
+    stacks: dict[str, list[str]] = {}
+    for actions in run.trace.ranks.values():
+        for a in actions:
+            if a.site and a.site not in stacks:
+                stacks[a.site] = list(a.stack or [])
+    out: list[tuple[int, str]] = []
+    for name, ln in iter_sites(finding):
+        if name == short:
+            out.append((ln, ""))
+            continue
+        frames = stacks.get(f"{name}:{ln}", [])  # innermost first: "file:line in callee"
+        chain: list[str] = []
+        for frame in frames:
+            where, _, callee = frame.partition(" in ")
+            chain.append(callee)
+            fname, _, fline = where.rpartition(":")
+            if fname == short and fline.isdigit():
+                path = " → ".join(f"`{c}`" for c in reversed(chain))
+                out.append((int(fline), f" (reached from {short}:{fline} through {path})"))
+                break
     return out
 
 
