@@ -1621,7 +1621,8 @@ class Extractor:
                     kw = _kwarg(node, fact.when_kw, None)
                     if kw is None or (isinstance(kw, cst.Name) and kw.value == "False"):
                         return CLEAN
-                v = self._emit_comm(node, fact, "WORLD", text, via=f"{recv_text}.{meth}")
+                gkey = f"<{fact.implicit_group}>" if fact.implicit_group else "WORLD"
+                v = self._emit_comm(node, fact, gkey, text, via=f"{recv_text}.{meth}")
                 return v
         if meth in self.table.executor_methods and node.args:
             low = recv_text.lower()

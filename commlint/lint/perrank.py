@@ -378,10 +378,7 @@ class Rank:
                 if (getattr(f, "attr", None) or getattr(f, "id", None)) in ("join", "Join"):
                     # DDP's join shadows the collectives of ranks that ran out of inputs
                     raise Abort("uneven inputs under a join context", s.lineno)
-                v = self.expr(item.context_expr, env)
-                if item.optional_vars is not None:
-                    self.assign(item.optional_vars, UNK if not isinstance(v, Obj) else v, env)
-            self.run_block(s.body, env)
+            self.with_items(s, list(s.items), env)
         elif isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef):
             env[s.name] = self.make_fn(s, env)
         elif isinstance(s, ast.ClassDef):
@@ -404,6 +401,32 @@ class Rank:
             if self.cur.communicates(s):
                 raise Abort(f"`{type(s).__name__}` statement", s.lineno)
             self.forget(s, env)
+
+    def with_items(self, s: ast.With | ast.AsyncWith, items: list, env: dict) -> None:
+        """`with A() as a, B():` — a context manager of the project's classes runs its
+        `__enter__` and `__exit__` (a collective in `__exit__` runs on the ranks that entered)."""
+        if not items:
+            self.run_block(s.body, env)
+            return
+        item, rest = items[0], items[1:]
+        v = self.expr(item.context_expr, env)
+        enter = _class_attr(v.cls, "__enter__") if isinstance(v, Obj) else None
+        leave = _class_attr(v.cls, "__exit__") if isinstance(v, Obj) else None
+        got = self.call_fn(_bind(enter, v), [], {}, item.context_expr) if isinstance(enter, Fn) else v
+        if item.optional_vars is not None:
+            self.assign(item.optional_vars, got if isinstance(got, Obj) else UNK, env)
+        if not isinstance(leave, Fn):
+            self.with_items(s, rest, env)
+            return
+        try:
+            self.with_items(s, rest, env)
+        except Stop as stop:
+            if stop.kind != "exception":
+                raise
+            if self.call_fn(_bind(leave, v), [UNK, UNK, UNK], {}, item.context_expr) is not True:
+                raise
+            return
+        self.call_fn(_bind(leave, v), [None, None, None], {}, item.context_expr)
 
     # ------------------------------------------------------------------ the project's modules
     def _unit(self) -> object | None:
@@ -1308,7 +1331,9 @@ class Rank:
         if isinstance(t, Tensor):
             if t.dtype:
                 action["dtype"] = t.dtype
-            if t.shape is not None and op not in ("gather", "scatter", "reduce_scatter"):
+            # reduce_scatter's first argument is this rank's chunk of the result, as the
+            # trace's shape is for the rooted gather/scatter (whose roots hold lists)
+            if t.shape is not None and op not in ("gather", "scatter"):
                 action["shape"] = list(t.shape)
             op_arg = kwargs.get("op")
             if isinstance(op_arg, Mod):
@@ -1995,7 +2020,7 @@ class FileEval:
                 out.append(run)
                 if self.work > MAX_WORK:
                     return out
-                if not run.complete:
+                if not run.complete and run.reason != "every rank stops":
                     break  # what stops one world size (data, an opaque call) stops the others
         return out
 

@@ -1,0 +1,55 @@
+"""The library facts the linter relies on, proved by real gloo runs: each corpus program below
+that `# expect:`s a finding really hangs or fails, and its correct twin really finishes.
+
+They cover what `api_table.yaml` and the per-rank evaluator say of torch (a rank-0-only
+`dcp.save` is a collective that hangs; `gather_object`'s `dst` is a global rank, so a
+subgroup without rank 0 raises; `reduce_scatter_tensor` needs one chunk size everywhere; a
+collective in a context manager's `__exit__` runs on the ranks that entered it). One fork
+server launches them all (torch imported once); ranks time out after a few seconds.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dryrun"))
+from realrun import run_real  # noqa: E402
+
+CORPUS = Path(__file__).with_name("corpus")
+PROGRAMS = [
+    "ctx_exit_collective_on_rank0.py",
+    "ctx_exit_collective_ok.py",
+    "dcp_save_on_rank0.py",
+    "dcp_save_ok.py",
+    "object_gather_dst_outside_group.py",
+    "object_gather_group_dst_ok.py",
+    "reduce_scatter_uneven_shards.py",
+    "reduce_scatter_even_shards_ok.py",
+]
+NPROC = re.compile(r"--nproc-per-node\s+(\d+)")
+
+
+def _nproc(text: str) -> int:
+    m = NPROC.search(text)
+    return int(m.group(1)) if m else 2
+
+
+@pytest.fixture(scope="module")
+def runs():
+    cases = [(str(CORPUS / n), _nproc((CORPUS / n).read_text(encoding="utf-8"))) for n in PROGRAMS]
+    got = run_real(cases, timeout=4.0)
+    return {Path(k).name: v for k, v in got.items()}
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_real_run_agrees_with_the_corpus_label(runs, name):
+    text = (CORPUS / name).read_text(encoding="utf-8")
+    run = runs[name]
+    if "# expect:" in text:
+        assert not run.ok, f"{name} is marked as a bug but every rank finished: {run.ranks}"
+    else:
+        assert run.ok, f"{name} is correct code but a rank did not finish: {run.ranks}"
