@@ -89,7 +89,8 @@ def test_add_noqa_baselines_then_adds_nothing(tmp_path, capsys):
     assert (tmp_path / "a.py").read_text().splitlines()[5] == (
         "        dist.barrier()  # noqa: CL101, E501"
     )
-    assert (tmp_path / "b.py").read_text().splitlines()[5] == "        dist.barrier()  # noqa: CL101"
+    b_line = (tmp_path / "b.py").read_text().splitlines()[5]
+    assert b_line == "        dist.barrier()  # noqa: CL101"
     assert (tmp_path / "c.py").read_bytes() == before_c  # nothing to add: not touched
     code, _, err = run(capsys, "--add-noqa", str(tmp_path))
     assert (code, err.strip()) == (0, "Added 0 noqa directives.")
@@ -100,6 +101,7 @@ def test_add_noqa_never_writes_inside_a_string_or_after_a_backslash(tmp_path, ca
     f = tmp_path / "awkward.py"
     f.write_text(AWKWARD, encoding="utf-8")
     code, out, _ = run(capsys, "--format", "json", str(f))
+    assert code == 1
     assert found(out) == [("awkward.py", 6, "CL101"), ("awkward.py", 9, "CL101")]
     assert run(capsys, "--add-noqa", str(f))[0] == 0
     text = f.read_text()
@@ -172,8 +174,8 @@ def test_per_file_ignores_negation_and_unused_noqa(tmp_path, capsys):
         BAD.replace("dist.barrier()", "dist.barrier()  # noqa: CL101"), encoding="utf-8"
     )
     code, out, _ = run(capsys, "--format", "json", str(root))
-    # CL101 is off outside src/: its `# noqa` there is not "unused"
-    assert found(out) == [("app.py", 6, "CL101")]
+    # CL101 is off outside src/: its noqa comment there is not "unused"
+    assert (code, found(out)) == (1, [("app.py", 6, "CL101")])
 
 
 @pytest.mark.parametrize(
@@ -222,7 +224,8 @@ def test_stdin_filename_names_it_and_resolves_config(tmp_path):
 
 
 def test_stdin_syntax_error_and_misuse(tmp_path):
-    proc = cli(tmp_path, "--stdin-filename", "x.py", "-", stdin=b"import torch.distributed\ndef (:\n")
+    broken = b"import torch.distributed\ndef (:\n"
+    proc = cli(tmp_path, "--stdin-filename", "x.py", "-", stdin=broken)
     assert proc.returncode == 1 and proc.stdout.decode().startswith("x.py:2:")
     assert b"CL100" in proc.stdout
     proc = cli(tmp_path, "-", "other.py", stdin=b"")
@@ -296,7 +299,8 @@ def test_all_unused_codes_of_a_directive_are_one_finding(tmp_path, capsys):
     (tmp_path / "a.py").write_text(src, encoding="utf-8")
     code, out, _ = run(capsys, "--format", "json", str(tmp_path))
     (f,) = json.loads(out)["findings"]
-    assert f["code"] == "CL113" and "CL101, CL999" in f["message"] and "E501" not in f["message"]
+    assert code == 1 and f["code"] == "CL113"
+    assert "CL101, CL999" in f["message"] and "E501" not in f["message"]
 
 
 # ------------------------------------------------------------------ linear noqa
@@ -340,6 +344,7 @@ def test_bom_file_is_analysed_like_the_same_file_without(tmp_path, capsys):
     (tmp_path / "bom.py").write_bytes(b"\xef\xbb\xbf" + BAD.encode())
     (tmp_path / "bom_utf8.py").write_bytes(b"\xef\xbb\xbf# coding: utf-8\n" + BAD.encode())
     code, out, _ = run(capsys, "--format", "json", str(tmp_path))
+    assert code == 1
     data = json.loads(out)["findings"]
     assert sorted((Path(f["path"]).name, f["code"], f["line"], f["col"]) for f in data) == [
         ("bom.py", "CL101", 6, 9),
