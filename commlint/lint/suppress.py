@@ -37,7 +37,7 @@ def _unused_message(line: int, unknown: list[str], idle: list[str]) -> tuple[str
     listed = ", ".join(codes)
     return (
         f"`# noqa: {listed}` on line {line} suppresses nothing ({why})",
-        f"Remove `{listed}` from the `# noqa` comment.",
+        f"Remove `{listed}` from the `# noqa` comment (`commlint check --fix` does it).",
     )
 
 
