@@ -868,7 +868,9 @@ class _Project:
     def text(self, key: str) -> str:
         if key not in self.texts:
             try:
-                self.texts[key] = self.by_path[key].read_text(encoding="utf-8", errors="replace")
+                self.texts[key] = self.by_path[key].read_text(
+                    encoding="utf-8-sig", errors="replace"
+                )
             except OSError:
                 self.texts[key] = ""
         return self.texts[key]

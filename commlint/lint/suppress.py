@@ -94,9 +94,11 @@ class Sources:
         lines = self._lines[path]
         return lines[line - 1].rstrip("\r\n") if 1 <= line <= len(lines) else ""
 
-    def host(self, path: str, line: int) -> int:
+    def host(self, path: str, line: int, last: int | None = None) -> int:
+        """The line whose comment speaks for `line` (the tokenizer stops after `last`, the
+        file's last noqa comment: a later line has none to read)."""
         if path not in self._comments:
-            self._comments[path] = CommentLines(self.text(path))
+            self._comments[path] = CommentLines(self.text(path), last)
         return self._comments[path].host(line)
 
 
@@ -147,7 +149,7 @@ def apply_suppressions(
             lines = [r.pos.line, r.pos.stmt_line]
             if last_noqa[ff.path] > r.pos.line and r.pos.line not in ff.noqa:
                 # a line inside a multi-line string or continued: its comment comes later
-                lines.append(sources.host(ff.path, r.pos.line))
+                lines.append(sources.host(ff.path, r.pos.line, last_noqa[ff.path]))
             for line in dict.fromkeys(lines):
                 if line not in ff.noqa:
                     continue
