@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 # blanks.
 NOQA_RE = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.I)
 CODE_RE = re.compile(r"[A-Z]+[0-9]+", re.I)
+SEPARATOR = re.compile(r"([\s,]+)")
 LINE_END = re.compile(r"\r\n|\n|\r")
 
 
@@ -110,17 +111,16 @@ def add_noqa(source: str, wanted: Mapping[int, Iterable[str]]) -> tuple[str, int
 
 def _without(codes_text: str, drop: set[str]) -> str:
     """The codes of a directive without those in `drop`; what stays is untouched, with the
-    separator that followed it (the one before, for the last code)."""
-    items = list(CODE_RE.finditer(codes_text))
-    keep = [k for k, m in enumerate(items) if m.group().upper() not in drop]
-    parts: list[str] = []
+    separator that followed it in the comment (none after the last one kept)."""
+    parts = SEPARATOR.split(codes_text)  # code, separator, code, ..., code
+    codes, separators = parts[0::2], parts[1::2]
+    keep = [k for k, code in enumerate(codes) if code.upper() not in drop]
+    out: list[str] = []
     for n, k in enumerate(keep):
-        m = items[k]
-        parts.append(m.group())
+        out.append(codes[k])
         if n + 1 < len(keep):
-            # the separator after this code, as written
-            parts.append(codes_text[m.end() : items[k + 1].start()])
-    return "".join(parts)
+            out.append(separators[k])
+    return "".join(out)
 
 
 def remove_noqa_codes(
