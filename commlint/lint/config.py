@@ -14,6 +14,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from commlint.findings import CommlintInputError
+from commlint.lint.per_file import PerFileIgnore, PerFileIgnores
 
 LIST_KEYS = (
     "select",
@@ -27,8 +28,9 @@ LIST_KEYS = (
     "rank-zero-decorators",
 )
 TABLE_KEYS = ("calls", "group-getters", "rank-sources")
+PER_FILE_KEYS = ("per-file-ignores", "extend-per-file-ignores")
 OTHER_KEYS = ("explicit-group-required", "world-sizes")
-KNOWN_KEYS = (*LIST_KEYS, *TABLE_KEYS, *OTHER_KEYS)
+KNOWN_KEYS = (*LIST_KEYS, *TABLE_KEYS, *PER_FILE_KEYS, *OTHER_KEYS)
 SELECTOR_KEYS = ("select", "ignore", "extend-select")
 
 
@@ -43,6 +45,7 @@ class LintConfig:
     explicit_group_required: bool = False
     world_sizes: list[int] | None = None  # per-rank evaluation (CL115-CL118); None: default
     table_extra: dict[str, Any] = field(default_factory=dict)
+    per_file_ignores: PerFileIgnores = field(default_factory=PerFileIgnores)
     warnings: list[str] = field(default_factory=list)  # one located line each (unknown keys)
 
 
@@ -191,4 +194,36 @@ def load_config(paths: list[str], explicit: str | None = None) -> LintConfig:
     except (ValueError, TypeError, KeyError) as exc:
         raise CommlintInputError(f"[tool.commlint]: {exc}", str(pyproject)) from None
     cfg.table_extra = extra
+    cfg.per_file_ignores = _per_file_ignores(section, cfg.root, pyproject, text)
     return cfg
+
+
+def _per_file_ignores(
+    section: dict[str, Any], root: Path, pyproject: Path, text: str
+) -> PerFileIgnores:
+    """`per-file-ignores` then `extend-per-file-ignores`: pattern -> selectors, patterns
+    relative to the folder of `pyproject` (as ruff)."""
+    rules: list[PerFileIgnore] = []
+    for key in PER_FILE_KEYS:
+        table = section.get(key)
+        if table is None:
+            continue
+        line = key_line(text, key)
+        if not isinstance(table, dict):
+            raise CommlintInputError(
+                f"[tool.commlint] {key} must be a table of pattern = [codes]", str(pyproject), line
+            )
+        for pattern, codes in table.items():
+            what = f"[tool.commlint] {key} '{pattern}'"
+            if isinstance(codes, str) or not (
+                isinstance(codes, list) and all(isinstance(c, str) for c in codes)
+            ):
+                raise CommlintInputError(f"{what} must be a list of codes", str(pyproject), line)
+            check_selectors(codes, what, str(pyproject), line)
+            try:
+                rules.append(PerFileIgnore.build(pattern, codes, root))
+            except re.error as exc:
+                raise CommlintInputError(
+                    f"{what}: invalid pattern ({exc})", str(pyproject), line
+                ) from None
+    return PerFileIgnores(tuple(rules))

@@ -15,23 +15,23 @@ import subprocess
 import sys
 import threading
 import time
-import tokenize
 import warnings
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 from functools import cache
-from io import BytesIO
 from pathlib import Path
 from typing import Any, TypeVar
 
 from commlint._version import __version__
-from commlint.findings import Finding, InputError, Location, Report
+from commlint.findings import InputError, Report
 from commlint.lint.analyze import Program, RawFinding, module_name
 from commlint.lint.config import LintConfig
 from commlint.lint.ir import FileFacts, Pos
 from commlint.lint.names import Names
+from commlint.lint.source import Unreadable, decode_source
+from commlint.lint.suppress import Sources, apply_suppressions
 from commlint.lint.table import ApiTable, build_table, table_fingerprint
 
 SKIP_DIRS = frozenset(
@@ -55,7 +55,6 @@ SKIP_DIRS = frozenset(
         ".eggs",
     }
 )
-ENGINE_CODES = ("CL100", "CL113", "CL114")
 
 
 @dataclass
@@ -73,6 +72,8 @@ class LintOptions:
     # Files given one by one (pre-commit passes the changed files): also analyse the rest of
     # their project, for what the files call and what calls them (see `project_context`).
     context: bool = True
+    # `commlint check -`: the name standard input goes by (`--stdin-filename`) and its bytes
+    stdin: tuple[str, bytes] | None = None
 
 
 # ------------------------------------------------------------------ selection
@@ -211,27 +212,6 @@ def _table(extra_key: str) -> ApiTable:
     return build_table(json.loads(extra_key))
 
 
-def decode(data: bytes) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        try:
-            encoding, _ = tokenize.detect_encoding(BytesIO(data).readline)
-            if encoding.lower().replace("_", "-") not in ("utf-8", "utf-8-sig"):
-                return data.decode(encoding)
-        except (SyntaxError, LookupError, UnicodeDecodeError):
-            pass
-        line = data[: exc.start].count(b"\n") + 1
-        raise _Unreadable(line, f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
-
-
-class _Unreadable(Exception):
-    def __init__(self, line: int, message: str) -> None:
-        super().__init__(message)
-        self.line = line
-        self.message = message
-
-
 # ------------------------------------------------------------------ limits
 # Measured by bench/lint_limits.py (LibCST 1.x, CPython 3.11, 8 MB main-thread stack):
 # LibCST's native parser and our visitors handle a syntax tree MAX_DEPTH deep; CPython itself
@@ -342,8 +322,8 @@ def precheck(
     if len(data) > limits.max_bytes:
         return _too_large(path, module, len(data), limits)
     try:
-        source = decode(data)
-    except _Unreadable as exc:
+        source = decode_source(data).text
+    except Unreadable as exc:
         return facts(syntax_error=(exc.line, 1, exc.message))
     if not _table(extra_key).prefilter.search(source):
         return facts(skipped=True)
@@ -620,13 +600,23 @@ def lint_paths(paths: list[str], config: LintConfig, opts: LintOptions) -> Repor
     from commlint.rules import all_rules
 
     report = Report()
-    files, errors, excluded = discover(paths, config)
-    report.errors.extend(errors)
+    stdin_name, stdin_data = opts.stdin or (None, b"")
+    if stdin_name is not None:
+        files, excluded = [Path(stdin_name)], set()
+    else:
+        files, errors, excluded = discover(paths, config)
+        report.errors.extend(errors)
     given = {str(f.resolve()) for f in files if str(f) not in excluded}
     context: set[str] = set()
     callers: set[str] = set()
-    if opts.context and paths and all(os.path.isfile(p) for p in paths):
-        files, context, callers = project_context(files, config)
+    named_files = (
+        stdin_name != "-" if stdin_name else bool(paths) and all(map(os.path.isfile, paths))
+    )
+    if opts.context and named_files:
+        texts = {}
+        if stdin_name:
+            texts[str(Path(stdin_name).resolve())] = stdin_data.decode("utf-8", "replace")
+        files, context, callers = project_context(files, config, texts)
         excluded |= context
     extra_key = json.dumps(config.table_extra, sort_keys=True, default=str)
     table = _table(extra_key)
@@ -645,6 +635,9 @@ def lint_paths(paths: list[str], config: LintConfig, opts: LintOptions) -> Repor
     for f in files:
         path = str(f)
         module = module_name(_relative(f, config.root))
+        if path == stdin_name and f is files[0]:
+            todo.append((path, module, stdin_data, extra_key, limits))  # never cached
+            continue
         try:
             size = os.path.getsize(path)
             if size > limits.max_bytes:  # not read at all
@@ -769,9 +762,15 @@ def lint_paths(paths: list[str], config: LintConfig, opts: LintOptions) -> Repor
                 (os.path.relpath(path) if path in context else path, pos, msg)
                 for path, pos, msg in r.related
             ]
-    # a context file's `# noqa` still suppresses what is located there, but is not itself
+    # a context file's noqa comment still suppresses what is located there, but is not itself
     # judged (CL113): the file was not given
-    findings = _apply_noqa(raw, facts, enabled, excluded)
+    sources = Sources()
+    if stdin_name is not None:
+        try:
+            sources.texts[stdin_name] = decode_source(stdin_data).text
+        except Unreadable:
+            sources.texts[stdin_name] = ""
+    findings = apply_suppressions(raw, facts, enabled, excluded, config.per_file_ignores, sources)
     if opts.diff_ref:
         changed, err = changed_lines(opts.diff_ref, [str(f) for f in files])
         if err:
@@ -869,7 +868,9 @@ class _Project:
     def text(self, key: str) -> str:
         if key not in self.texts:
             try:
-                self.texts[key] = self.by_path[key].read_text(encoding="utf-8", errors="replace")
+                self.texts[key] = self.by_path[key].read_text(
+                    encoding="utf-8-sig", errors="replace"
+                )
             except OSError:
                 self.texts[key] = ""
         return self.texts[key]
@@ -937,14 +938,18 @@ def _git_ignored(root: Path, found: list[Path]) -> set[str]:
     return {x for x in proc.stdout.split("\0") if x}
 
 
-def project_context(files: list[Path], config: LintConfig) -> tuple[list[Path], set[str], set[str]]:
+def project_context(
+    files: list[Path], config: LintConfig, texts: dict[str, str] | None = None
+) -> tuple[list[Path], set[str], set[str]]:
     """`files` plus the files of their projects they are connected to by imports: what they
     import (and what that imports, a few levels deep) and what imports them (two levels up).
     pre-commit passes only the changed files, but a hang can be located in one file and caused
     in another: a rank-0-only call of an unchanged helper that all-reduces, or a changed
     helper that now all-reduces under an unchanged caller's rank test. The added files are
     analysed (and cached) but reported only through the given ones. Returns the files, the
-    added ones, and the added ones that import a given file (where a finding can be caused)."""
+    added ones, and the added ones that import a given file (where a finding can be caused).
+    `texts`: the source of a given file by resolved path when it is not the file on disk
+    (standard input: an editor's unsaved buffer)."""
     here = Path.cwd().resolve()
     roots = {
         r
@@ -966,6 +971,7 @@ def project_context(files: list[Path], config: LintConfig) -> tuple[list[Path], 
             found = [f for f in found if str(f) not in ignored or str(f.resolve()) in have]
         skip = {str(f.resolve()) for f in found if str(f) in excluded} - have
         project = _Project(root, found, skip)
+        project.texts.update(texts or {})
         given = [k for k in (str(f.resolve()) for f in files) if k in project.by_path]
         keep, importers = project.connected(given)
         for key in sorted(keep - have):
@@ -1006,103 +1012,6 @@ def _relative(f: Path, root: Path) -> str:
         return str(f.resolve().relative_to(root))
     except ValueError:
         return str(f)
-
-
-def to_finding(r: RawFinding) -> Finding:
-    from commlint.rules import all_rules
-
-    rule = all_rules()[r.code]
-    return Finding(
-        code=r.code,
-        name=rule.name,
-        severity=rule.severity,
-        message=r.message,
-        path=r.path,
-        line=r.pos.line,
-        col=r.pos.col,
-        end_line=r.pos.end_line,
-        end_col=r.pos.end_col,
-        related=[
-            Location(
-                path=p,
-                line=pos.line,
-                col=pos.col,
-                end_line=pos.end_line,
-                end_col=pos.end_col,
-                message=m,
-            )
-            for p, pos, m in r.related
-        ],
-        fix=r.fix,
-    )
-
-
-def _apply_noqa(
-    raw: list[RawFinding], facts: list[FileFacts], enabled: set[str], excluded: set[str]
-) -> list[Finding]:
-    by_path = {f.path: f for f in facts}
-    used: set[tuple[str, int, str]] = set()
-    out: list[Finding] = []
-    seen: set[tuple] = set()
-    for r in raw:
-        ident = (r.code, r.path, r.pos.line, r.pos.col, r.message)
-        if ident in seen:
-            continue
-        seen.add(ident)
-        # (a context file's finding is named by its relative path by now)
-        ff = by_path.get(r.path) or by_path.get(os.path.abspath(r.path))
-        suppressed = False
-        if ff is not None and r.code not in ENGINE_CODES:
-            for line in dict.fromkeys((r.pos.line, r.pos.stmt_line)):
-                codes = ff.noqa.get(line, frozenset())
-                if codes is None:
-                    suppressed = True
-                    break
-                hit = next((c for c in codes if r.code.startswith(c)), None)
-                if hit:
-                    used.add((ff.path, line, hit))
-                    suppressed = True
-                    break
-        if not suppressed:
-            out.append(to_finding(r))
-    if "CL113" in enabled:
-        from commlint.rules import all_rules
-
-        known = set(all_rules())
-        for ff in facts:
-            if ff.path in excluded:
-                continue
-            for line, codes in sorted(ff.noqa.items()):
-                if not codes:
-                    continue
-                for code in sorted(codes):
-                    if not code.startswith("CL") or (ff.path, line, code) in used:
-                        continue
-                    if code in known and code not in enabled:
-                        continue
-                    why = "unknown code" if code not in known else "nothing to suppress"
-                    text = _line_text(ff.path, line)
-                    col = text.find("#") + 1 if "#" in text else 1
-                    r = RawFinding(
-                        "CL113",
-                        f"`# noqa: {code}` on line {line} suppresses nothing ({why})",
-                        ff.path,
-                        Pos(line, col, line, len(text) + 1, line),
-                        f"Remove `{code}` from the `# noqa` comment.",
-                    )
-                    out.append(to_finding(r))
-    return out
-
-
-def _line_text(path: str, line: int) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            for k, text in enumerate(fh, 1):
-                if k == line:
-                    return text.rstrip("\n")
-    except OSError:
-        pass
-    return ""
 
 
 HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")

@@ -12,11 +12,17 @@ will silently hide the next real problem on that line. Only commlint codes (`CL.
 checked; codes of other tools are left alone, and so is a blanket `# noqa`. Only comments
 count: `# noqa: CL101` inside a string literal (a test's source text) suppresses nothing and is
 not reported. With project context (pre-commit), a context file's `# noqa` still suppresses
-what is located on its line, but is not judged: only the given files are.
+what is located on its line, but is not judged: only the given files are. A code that
+`per-file-ignores` leaves out in the file is not enabled there, so it is not judged either.
+
+One finding per comment names all its unused codes (`# noqa: CL101, CL999` on line 4
+suppresses nothing ...), as ruff's RUF100. `commlint check --fix` takes exactly those codes
+out of the comment (the whole comment when none is left) and leaves every other byte.
 """,
     severity="warning",
     kind="source",
-    fix="Remove the code from the `# noqa` comment (or the whole comment).",
+    fix="Remove the code from the `# noqa` comment (or the whole comment): "
+    "`commlint check --fix` does it.",
     invalid=(
         """
 import torch.distributed as dist
