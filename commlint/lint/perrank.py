@@ -412,7 +412,9 @@ class Rank:
         v = self.expr(item.context_expr, env)
         enter = _class_attr(v.cls, "__enter__") if isinstance(v, Obj) else None
         leave = _class_attr(v.cls, "__exit__") if isinstance(v, Obj) else None
-        got = self.call_fn(_bind(enter, v), [], {}, item.context_expr) if isinstance(enter, Fn) else v
+        got = (
+            self.call_fn(_bind(enter, v), [], {}, item.context_expr) if isinstance(enter, Fn) else v
+        )
         if item.optional_vars is not None:
             self.assign(item.optional_vars, got if isinstance(got, Obj) else UNK, env)
         if not isinstance(leave, Fn):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dryrun"))
-from realrun import run_real  # noqa: E402
+from realrun import run_real
 
 CORPUS = Path(__file__).with_name("corpus")
 PROGRAMS = [
