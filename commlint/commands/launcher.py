@@ -84,12 +84,16 @@ class RunParser(argparse.ArgumentParser):
     building the whole command line (`commlint check ...`) never imports torch."""
 
     _launcher_added = False
-    _without_torch = False
+    _without_torch: str | None = None  # why torchrun's options could not be added
 
     def _add_launcher(self) -> None:
         if not self._launcher_added:
             self._launcher_added = True
-            self._without_torch = not add_torchrun_options(self)
+            try:
+                if not add_torchrun_options(self):
+                    self._without_torch = NEEDS_TORCH
+            except ImportError as exc:  # a torch built without torch.distributed
+                self._without_torch = f"`commlint run` needs torch.distributed: {exc}"
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         self._add_launcher()
@@ -111,7 +115,7 @@ class RunParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         if self._without_torch:  # a torchrun flag is unknown only because torch is missing
-            self.exit(2, f"commlint: error: {NEEDS_TORCH}\n")
+            self.exit(2, f"commlint: error: {self._without_torch}\n")
         self.exit(2, f"commlint run: error: {message}\n")  # one line: the usage is pages long
 
 
@@ -208,8 +212,6 @@ def resolve_launch(args: argparse.Namespace) -> Launch:
     nproc = _ranks_per_node(str(args.nproc_per_node), assumed)
     module = args.program if given.get("module") else None
     program = _module_file(module) if module else args.program
-    if program is None:
-        raise LaunchError(f"-m {module}: no module named {module!r} (as `python -m` looks)")
     env = {var: str(given[dest]) for dest, var in _WORKER_VARIABLES.items() if dest in given}
     ignored = [_spelling(dest) for dest in given if dest not in _MEANINGFUL]
     return Launch(nproc, high, program, module, env, assumed, ignored)
@@ -245,26 +247,29 @@ def _spelling(dest: str) -> str:
     return "--" + dest.replace("_", "-")
 
 
-def _module_file(name: str) -> str | None:
+def _module_file(name: str) -> str:
     """The file `python -m NAME` runs from this folder, found without running any of the
     module's packages (their `__init__` runs in each rank, as in a real launch). Relative to
     the working folder when under it, as a script path would be given."""
+    missing = LaunchError(f"-m {name}: no module named {name!r} (as `python -m` looks)")
     spec = None
     path: list[str] | None = [os.getcwd(), *sys.path]  # `python -m` looks here first
     parts = name.split(".")
     for i in range(len(parts)):
         if path is None:
-            return None  # what came before is a module, not a package
+            raise missing  # what came before is a module, not a package
         spec = _find_spec(".".join(parts[: i + 1]), path)
         if spec is None:
-            return None
+            raise missing
         path = spec.submodule_search_locations
         path = list(path) if path is not None else None
-    if spec is not None and spec.submodule_search_locations is not None:
-        spec = _find_spec(f"{name}.__main__", list(spec.submodule_search_locations))
+    if path is not None:  # a package runs its __main__
+        spec = _find_spec(f"{name}.__main__", path)
+        if spec is None:
+            raise LaunchError(f"-m {name}: {name!r} is a package with no __main__ to run")
     origin = spec.origin if spec else None
-    if not origin or not os.path.isfile(origin) or not origin.endswith(".py"):
-        return None
+    if not origin or not origin.endswith(".py") or not os.path.isfile(origin):
+        raise LaunchError(f"-m {name}: {origin or name!r} is not Python source to dry-run")
     rel = os.path.relpath(origin)
     return origin if rel.startswith("..") else rel
 

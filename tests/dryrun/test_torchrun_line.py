@@ -86,8 +86,19 @@ def test_pasted_torchrun_spellings_simulate_what_the_plain_form_does(project: Pa
         "pkg",
     )
     assert not (project / "imported.txt").exists()
+    # what follows the module is the program's, its own -m/--module included
+    assert simulated("-m", "pkg.mod", "--module", "llama3")[3:] == (
+        "pkg.mod",
+        ["--module", "llama3"],
+    )
     with pytest.raises(LaunchError, match=r"-m pkg\.nope: no module named 'pkg\.nope'"):
         launch("--nproc-per-node", "2", "-m", "pkg.nope")
+    with pytest.raises(LaunchError, match=r"-m pkg\.mod\.x: no module named"):
+        launch("-m", "pkg.mod.x")
+    (project / "data").mkdir()
+    (project / "data" / "__init__.py").write_text("")
+    with pytest.raises(LaunchError, match="-m data: 'data' is a package with no __main__"):
+        launch("-m", "data")
 
 
 def test_what_a_single_machine_ignores_or_assumes_is_one_line(project: Path):
