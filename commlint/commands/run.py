@@ -14,6 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from commlint.commands.common import add_output_options, emit
+from commlint.commands.launcher import (
+    ASSUMED_GPUS_PER_NODE,
+    NEEDS_TORCH,
+    LaunchError,
+    RunParser,
+    nnodes_spec,
+    nproc_spec,
+    resolve_launch,
+)
 from commlint.findings import InputError, Report
 
 
@@ -75,17 +84,28 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="dry-run a training script for N simulated ranks on CPU and check its communication",
         description="Run the real script once per simulated rank on this CPU (computation on "
         "fake tensors, no GPU), record every communication call, and check the trace for "
-        "deadlocks, hangs and mismatches. Takes torchrun's flags.",
+        "deadlocks, hangs and mismatches. Takes torchrun's command line: every option of the "
+        "installed torch's torchrun (listed last), `-m module` included.",
     )
+    # torchrun's options join when this parser is used (`launcher.RunParser`): only the run
+    # command imports torch.
+    p.__class__ = RunParser
     p.add_argument(
         "--nproc-per-node",
         "--nproc_per_node",
-        type=_positive,
+        type=nproc_spec,
         default=1,
         metavar="N",
-        help="ranks per node (as torchrun)",
+        help="ranks per node, as torchrun: a number, or auto|gpu (this machine's GPUs; "
+        f"{ASSUMED_GPUS_PER_NODE} assumed when it has none) or cpu (its CPUs)",
     )
-    p.add_argument("--nnodes", type=_positive, default=1, metavar="M", help="number of nodes")
+    p.add_argument(
+        "--nnodes",
+        type=nnodes_spec,
+        default=1,
+        metavar="M",
+        help="number of nodes; torchrun's MIN:MAX simulates MAX",
+    )
     p.add_argument(
         "--node-rank",
         "--node_rank",
@@ -161,15 +181,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "rank there (default: 1G)",
     )
     p.add_argument(
+        "-t",
         "--tee",
         default="0",
         metavar="SPEC",
         help="ranks whose own output (stdout and stderr of the script) is shown on stderr, "
         "each line prefixed `[rank N]:` as torchrun's --tee: a rank spec like 0,2-3, `all` "
-        "or `none` (default: 0)",
+        "or `none` (default: 0); torchrun's LOCAL_RANK:STREAM form (0:3,1:1) shows those "
+        "local ranks of every node, a bare number is a rank",
     )
     add_output_options(p)
-    p.add_argument("program", metavar="train.py", help="the training script")
+    p.add_argument("program", metavar="train.py", help="the training script (with -m: the module)")
     p.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="its arguments")
     p.set_defaults(func=run)
 
@@ -178,23 +200,28 @@ def run(args: argparse.Namespace) -> int:
     from commlint.plans.dryrun.merge import fold_follow_ons, locate_at_site, rank_spec, split_site
 
     report = Report()
-    program = args.program
-    if not Path(program).is_file():
+    if importlib.util.find_spec("torch") is None:
+        print(f"commlint: error: {NEEDS_TORCH}", file=sys.stderr)
+        return 2
+    try:
+        launch = resolve_launch(args)
+    except LaunchError as exc:
+        print(f"commlint: error: {exc}", file=sys.stderr)
+        return 2
+    program = launch.program
+    if not launch.module and not Path(program).is_file():
         report.errors.append(InputError(path=program, message="no such file"))
         return emit(report, args)
-    if importlib.util.find_spec("torch") is None:
-        print("commlint: error: `commlint run` needs torch: pip install 'commlint[torch]'",
-              file=sys.stderr)  # fmt: skip
-        return 2
-    world = args.nproc_per_node * args.nnodes
+    nproc, nnodes = launch.nproc_per_node, launch.nnodes
+    world = nproc * nnodes
     try:
         if args.ranks:
             ranks = parse_ranks(args.ranks, world)
         elif args.node_rank is not None:
-            if not 0 <= args.node_rank < args.nnodes:
-                raise ValueError(f"--node-rank {args.node_rank} is outside 0-{args.nnodes - 1}")
-            first = args.node_rank * args.nproc_per_node
-            ranks = list(range(first, first + args.nproc_per_node))
+            if not 0 <= args.node_rank < nnodes:
+                raise ValueError(f"--node-rank {args.node_rank} is outside 0-{nnodes - 1}")
+            first = args.node_rank * nproc
+            ranks = list(range(first, first + nproc))
         else:
             ranks = list(range(world))
     except ValueError as exc:
@@ -202,10 +229,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
     try:
-        tee = _tee_ranks(args.tee, world)
+        tee = _tee_ranks(args.tee, world, nproc)
     except ValueError as exc:
         print(f"commlint: error: --tee: {exc}", file=sys.stderr)
         return 2
+    note = launch.note()
+    if note:
+        print(f"commlint: note: {note}", file=sys.stderr)
 
     from commlint.plans.dryrun.driver import DryRunOptions, default_jobs
 
@@ -213,13 +243,15 @@ def run(args: argparse.Namespace) -> int:
         program=program,
         args=args.args[1:] if args.args[:1] == ["--"] else list(args.args),
         world_size=world,
-        nproc_per_node=args.nproc_per_node,
+        nproc_per_node=nproc,
         ranks=ranks,
         timeout=args.timeout,
         steps=args.steps,
         jobs=args.jobs or default_jobs(),
         mode=args.tensors,
         model=args.model,
+        module=launch.module,
+        env=launch.env,
         **({"max_passes": args.max_passes} if "max_passes" in args else {}),
         **({"real_budget": args.real_budget} if "real_budget" in args else {}),
     )
@@ -315,12 +347,33 @@ def _clean_exit(end: dict) -> bool:
     )
 
 
-def _tee_ranks(spec: str, world: int) -> set[int]:
+def _tee_ranks(spec: str, world: int, nproc_per_node: int) -> set[int]:
     if spec == "none":
         return set()
     if spec == "all":
         return set(range(world))
-    return set(parse_ranks(spec, world))
+    if ":" in spec:
+        # torchrun's LOCAL_RANK:STREAM,... (stream 0: none, 1: stdout, 2: stderr, 3: both):
+        # the local ranks with a stream, on every node
+        local = set()
+        for part in spec.split(","):
+            lr, _, stream = part.partition(":")
+            if not (lr.strip().isdigit() and stream.strip() in ("0", "1", "2", "3")):
+                raise ValueError(f"{part!r} is not a rank range or torchrun's LOCAL_RANK:0-3")
+            if int(lr) >= nproc_per_node:
+                raise ValueError(f"local rank {lr} is outside 0-{nproc_per_node - 1}")
+            if stream.strip() != "0":
+                local.add(int(lr))
+        return {r for r in range(world) if r % nproc_per_node in local}
+    try:
+        return set(parse_ranks(spec, world))
+    except ValueError as exc:
+        if spec.strip() in ("1", "2", "3"):  # torchrun's stream number, pasted
+            raise ValueError(
+                f"{exc.args[0].removeprefix('--ranks: ')} (commlint's --tee takes ranks, not "
+                "torchrun's stream number: `all` shows every rank)"
+            ) from None
+        raise
 
 
 def _show_output(result: Any, tee: set[int]) -> None:

@@ -105,6 +105,7 @@ class RankSpec:
     rank: int
     world_size: int
     nproc_per_node: int
+    module: str | None = None  # run as `python -m module` (program: its file)
     mode: str = "fake"
     timeout: float = 60.0
     steps: int | None = None
@@ -1560,8 +1561,11 @@ def _unconfirmed_tensor_makers(recorder: Recorder) -> dict[str, Any] | None:
 
 
 def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
-    sys.argv = [spec.program, *spec.args]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(spec.program)))
+    sys.argv = [os.path.abspath(spec.program) if spec.module else spec.program, *spec.args]
+    # `python -m` puts the working folder first on the path, `python train.py` its folder
+    sys.path.insert(
+        0, os.getcwd() if spec.module else os.path.dirname(os.path.abspath(spec.program))
+    )
 
     def on_alarm(signum: int, frame: Any) -> None:
         raise StopRank("timeout", f"still running after {spec.timeout:g} s (--timeout)")
@@ -1586,7 +1590,10 @@ def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
             )
         stack.enter_context(_CUDA_ON_CPU)
         with stack:
-            runpy.run_path(spec.program, run_name="__main__")
+            if spec.module:
+                runpy.run_module(spec.module, run_name="__main__", alter_sys=True)
+            else:
+                runpy.run_path(spec.program, run_name="__main__")
         return _unconfirmed_tensor_makers(recorder)
     except StopRank as exc:
         if exc.kind == "steps":

@@ -89,6 +89,10 @@ class DryRunOptions:
     # queue model of the verdict (None: the backend the program asks for), also used to
     # tell whether a rank fake tensors stopped had already hung (`_behind_hang`)
     model: str | None = None
+    # `-m module`: run as `python -m module` (`program` is then its file, for the report)
+    module: str | None = None
+    # variables every rank sees over the ones torchrun sets (`--master-addr`, `--role` ...)
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -263,6 +267,8 @@ def _run_pass(
                 reply_recv, replies[rank] = ctx.Pipe(duplex=False)
                 spec = RankSpec(
                     program=options.program,
+                    module=options.module,
+                    env=options.env,
                     args=options.args,
                     rank=rank,
                     world_size=options.world_size,
