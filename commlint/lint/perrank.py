@@ -218,6 +218,7 @@ OP_NAMES = {
     "scatter_object_list": "scatter",
     "send_object_list": "send",
     "recv_object_list": "recv",
+    "all_gather_object (checkpoint planning)": "all_gather",
 }
 TRACE_OPS = _words(
     "send recv isend irecv all_reduce all_gather reduce_scatter broadcast reduce gather scatter "

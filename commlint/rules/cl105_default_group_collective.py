@@ -4,7 +4,9 @@ from commlint.lint.analyze import RawFinding, short
 from commlint.lint.ir import Comm, iter_nodes
 from commlint.rules import Rule
 
-EXEMPT = frozenset({"barrier"})
+# a barrier, and a distributed checkpoint (every rank of the job writes its part), are
+# meant for the whole job
+EXEMPT = frozenset({"barrier", "all_gather_object (checkpoint planning)"})
 
 
 def check(program):
