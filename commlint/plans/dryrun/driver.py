@@ -13,7 +13,6 @@ import gc
 import multiprocessing as mp
 import os
 import re
-import shutil
 import signal
 import tempfile
 import time
@@ -438,24 +437,7 @@ def dry_run(
     USER_PROGRAMS.update({options.program, os.path.abspath(options.program)})
     warm_up(mode)
     with _frozen_heap(), tempfile.TemporaryDirectory(prefix="commlint-dryrun-") as scratch:
-        try:
-            return _dry_run(options, mode, start, on_start_pass, on_done, scratch)
-        finally:
-            _remove_folders_made(scratch)
-
-
-def _remove_folders_made(scratch: str) -> None:
-    """The folders the ranks made in the working folder (`child._track_writes`: on disk, for
-    C writers) go when the run ends, with what C code wrote into them: each did not exist
-    before (a folder already there is never listed), so nothing in it is yours."""
-    try:
-        with open(os.path.join(scratch, "folders-made")) as fh:
-            made = {line for line in fh.read().split("\n") if line}
-    except OSError:
-        return
-    for path in sorted(made, key=len):
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
+        return _dry_run(options, mode, start, on_start_pass, on_done, scratch)
 
 
 @contextlib.contextmanager
