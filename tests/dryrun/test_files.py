@@ -24,7 +24,7 @@ ROOT = str(HERE.parent.parent)
 # mismatch, so a wrong view can never pass). Then rank 0 changes two files before a barrier,
 # and what rank 1 finds after it decides the size of its all-reduce.
 PROGRAM = """\
-import os, pathlib, shutil, sys
+import glob, os, pathlib, shutil, sys
 import numpy as np
 import pytest
 import torch
@@ -82,6 +82,10 @@ os.makedirs(os.path.join(root, "made", "deep"))
 np.save(os.path.join(root, "made", "deep", "arr.npy"), np.arange(3))
 check("makedirs", os.path.isdir(os.path.join(root, "made", "deep")))
 check("numpy.save", np.load(os.path.join(root, "made", "deep", "arr.npy")).tolist() == [0, 1, 2])
+made = glob.glob(os.path.join(root, "made", "*", "*.npy"))
+check("glob", made == [os.path.join(root, "made", "deep", "arr.npy")])
+check("glob real", glob.glob(os.path.join(root, "*.lock")) == [os.path.join(root, "stale.lock")])
+check("glob gone", glob.glob(os.path.join(root, "data.*")) == [])
 check("walk", [f for _, _, fs in os.walk(os.path.join(root, "made")) for f in fs] == ["arr.npy"])
 p = pathlib.Path(root, "touched")
 p.touch()
@@ -143,7 +147,9 @@ def _snapshot(base: Path) -> dict[str, tuple]:
     return seen
 
 
-def test_a_dry_run_leaves_every_file_of_yours_as_it_was(tmp_path: Path):
+@pytest.mark.parametrize("layers", ["python", "python+os"])
+def test_a_dry_run_leaves_every_file_of_yours_as_it_was(tmp_path: Path, layers: str):
+    """With the Python layer alone (no right to mount), and with the OS layer under it."""
     _user_tree(tmp_path)
     work = tmp_path / "work"
     work.mkdir()
@@ -151,7 +157,7 @@ def test_a_dry_run_leaves_every_file_of_yours_as_it_was(tmp_path: Path):
     before = _snapshot(tmp_path)
     cmd = [sys.executable, "-m", "commlint", "run", "--nproc-per-node", "2", "--tee", "all"]
     args = ["train.py", "--root", str(tmp_path / "out"), "--side", "../side"]
-    env = {**os.environ, "PYTHONPATH": ROOT}
+    env = {**os.environ, "PYTHONPATH": ROOT, "COMMLINT_OVERLAY": "1" if "os" in layers else "0"}
     out = subprocess.run(
         [*cmd, *args], capture_output=True, text=True, timeout=600, cwd=work, env=env
     )

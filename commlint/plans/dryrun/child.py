@@ -1350,10 +1350,11 @@ def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
         if os.environ.get("COMMLINT_DEBUG"):  # where in the program (or torch) it came from
             import traceback
 
-            # a raw descriptor: the dry-run's own file patches give an append to a regular
-            # file a private copy, which would hide this
+            # into the run's scratch (the rank's own view hides the working folder's files
+            # from you); the parent appends it to the file in the working folder
+            name = f"commlint-debug-rank{spec.rank}-{spec.mode}.txt"
             fd = os.open(
-                f"commlint-debug-rank{spec.rank}-{spec.mode}.txt",
+                os.path.join(os.path.dirname(spec.output or ""), name),
                 os.O_WRONLY | os.O_CREAT | os.O_APPEND,
             )
             try:

@@ -246,6 +246,7 @@ def _run_pass(
         run.leftover = _kill_session(proc.pid)
         run.seconds = time.monotonic() - start
         run.output = _read(os.path.join(scratch, f"rank-{rank}.out"))
+        _keep_debug_notes(scratch, rank)
         if not run.ended:
             site, why = _lost(proc.exitcode, _read(os.path.join(scratch, f"rank-{rank}.fault")))
             run.end = {"kind": "exit", "message": why, "site": site or _last_site(run)}
@@ -438,6 +439,19 @@ def dry_run(
     warm_up(mode)
     with _frozen_heap(), tempfile.TemporaryDirectory(prefix="commlint-dryrun-") as scratch:
         return _dry_run(options, mode, start, on_start_pass, on_done, scratch)
+
+
+def _keep_debug_notes(scratch: str, rank: int) -> None:
+    """`COMMLINT_DEBUG=1`: a rank's exception tracebacks, written into the scratch (its view of
+    the working folder is its own), appended to its file in the working folder."""
+    for mode in ("fake", "real"):
+        name = f"commlint-debug-rank{rank}-{mode}.txt"
+        with contextlib.suppress(OSError):
+            with open(os.path.join(scratch, name), "rb") as src:
+                text = src.read()
+            os.remove(os.path.join(scratch, name))
+            with open(name, "ab") as out:
+                out.write(text)
 
 
 @contextlib.contextmanager

@@ -24,6 +24,7 @@ import io
 import os
 import shutil
 import stat as stat_module
+import sys
 import tempfile
 from collections.abc import Callable
 from typing import Any
@@ -526,6 +527,7 @@ class FileView:
 
     def install(self) -> None:
         """Route Python's file functions through this view (in the rank's process only)."""
+        sys.dont_write_bytecode = True  # what the rank imports leaves no __pycache__ behind
         builtins.open = io.open = self.open  # type: ignore[assignment]
         os.open = self.os_open  # type: ignore[assignment]
         os.rename = lambda src, dst, **k: self.move(src, dst, self.real["rename"], **k)
