@@ -115,7 +115,7 @@ class FileView:
             for name in ("rename", "replace", "remove", "rmdir", "truncate", "chmod", "utime")
         }
         self.real["link"], self.real["symlink"] = os.link, os.symlink
-        self.real_rmtree = shutil.rmtree
+        self.real_rmtree, self.real_access = shutil.rmtree, os.access
 
     # -- where things are -------------------------------------------------------------------
 
@@ -523,6 +523,38 @@ class FileView:
         folder = os.fspath(path)
         return _Listing([_Entry(self, folder, n) for n in self.listdir(full)])
 
+    def access(self, path: Any, mode: int, **k: Any) -> bool:
+        """What the rank may do at `path`: a file or folder of its view it may read and
+        write as the real one (its own: as the folder it is in)."""
+        full = self.full(path)
+        if full is None or k.get("dir_fd") is not None or self.passes(full):
+            return self.real_access(path, mode, **k)
+        if not self.exists(full):
+            return False
+        real = self.backing(full)
+        while real is not None and self._real_mode(real) is None:
+            real = os.path.dirname(real) if real != os.sep else None
+        return real is None or self.real_access(real, mode)
+
+    def xattr(self, real: Callable[..., Any], writes: bool) -> Callable[..., Any]:
+        """Extended attributes: read where the rank's file is; written on its own copy only
+        (shutil.copystat copies them onto the file it just wrote)."""
+
+        def attr(path: Any, *a: Any, **k: Any) -> Any:
+            full = self.full(path)
+            if full is None or self.passes(full):
+                return real(path, *a, **k)
+            if writes:
+                if full in self.rec.private:
+                    return real(self.rec.private[full], *a, **k)
+                return None
+            if not self.exists(full):
+                raise _error(errno.ENOENT, path)
+            where = self.own(full) or self.backing(full)
+            return real(where if self._real_mode(where) is not None else self.scratch, *a, **k)
+
+        return attr
+
     # -- installing -------------------------------------------------------------------------
 
     def install(self) -> None:
@@ -543,6 +575,12 @@ class FileView:
         os.path.exists, os.path.isfile, os.path.isdir = self.exists, self.isfile, self.isdir
         os.path.lexists = self.exists
         shutil.rmtree = self.rmtree  # type: ignore[assignment]
+        os.access = self.access  # type: ignore[assignment]
+        for name, writes in (("listxattr", False), ("getxattr", False), ("setxattr", True)):
+            if hasattr(os, name):
+                setattr(os, name, self.xattr(getattr(os, name), writes))
+        if hasattr(os, "removexattr"):
+            os.removexattr = self.xattr(os.removexattr, True)
         save = torch.save
 
         def save_through_open(obj: Any, f: Any, *a: Any, **k: Any) -> None:
