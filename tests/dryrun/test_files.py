@@ -21,12 +21,11 @@ ROOT = str(HERE.parent.parent)
 # rank writes, appends, truncates, removes, renames and makes folders there, then checks that
 # it reads back what it did. Every check that holds keeps the ranks' communication alike; one
 # that fails on a rank makes it broadcast from itself where the others all-reduce (a
-# mismatch, so a wrong view can never pass). Then rank 0 changes two files before a barrier,
-# and what rank 1 finds after it decides the size of its all-reduce.
+# mismatch, so a wrong view can never pass). Then rank 0 writes a file, removes one and
+# makes a folder before a barrier, and what rank 1 finds after it decides its communication.
 PROGRAM = """\
 import glob, os, pathlib, shutil, sys
 import numpy as np
-import pytest
 import torch
 import torch.distributed as dist
 
@@ -107,10 +106,13 @@ if rank == 0:  # main process first: rank 0 writes the size, removes the lock
     with open(os.path.join(root, "size.txt"), "w") as fh:
         fh.write("8")
     os.remove(os.path.join(root, "stale.lock"))
+    os.mkdir(os.path.join(root, "ready"))
 dist.barrier()
 size = int(read(os.path.join(root, "size.txt")))
 dist.all_reduce(torch.ones(size))
 if os.path.exists(os.path.join(root, "stale.lock")):
+    dist.barrier()
+if not os.path.isdir(os.path.join(root, "ready")):
     dist.barrier()
 """
 
