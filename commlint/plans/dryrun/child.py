@@ -6,10 +6,8 @@ actions to the parent as it goes, so a rank that is killed still leaves its trac
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import dis
-import errno
 import faulthandler
 import functools
 import io
@@ -18,7 +16,6 @@ import re
 import resource
 import runpy
 import signal
-import stat as stat_module
 import sys
 import tempfile
 import threading
@@ -37,6 +34,8 @@ from torch.overrides import TorchFunctionMode
 
 from commlint.plans.dryrun import devices, fingerprint, gpu_paths, unread
 from commlint.plans.dryrun import recorder as rec_mod
+from commlint.plans.dryrun.files import FileView
+from commlint.plans.dryrun.overlay import enter_private_root
 from commlint.plans.dryrun.recorder import (
     BACKEND,
     SMALL_REAL,
@@ -404,7 +403,7 @@ def _entropy_per_rank(rank: int) -> None:
         numpy.random.seed(stream.getrandbits(32))
 
 
-def _install(spec: RankSpec, recorder: Recorder) -> None:
+def _install(spec: RankSpec, recorder: Recorder, private_root: bool = False) -> None:
     import torch.distributed.distributed_c10d as c10d
 
     _entropy_per_rank(spec.rank)
@@ -566,276 +565,8 @@ def _install(spec: RankSpec, recorder: Recorder) -> None:
     # pinning needs a GPU; DataLoader's pin-memory thread pins outside CudaOnCpu's reach
     torch.Tensor.pin_memory = lambda self, device=None: self  # type: ignore[method-assign]
     torch.Tensor.is_pinned = lambda self, device=None: False  # type: ignore[method-assign]
-    _track_writes(recorder, os.path.dirname(spec.output) if spec.output else tempfile.gettempdir())
-
-
-_WRITE_MODES = frozenset("wax+")
-
-
-def _track_writes(recorder: Recorder, scratch: str) -> None:
-    """Every file the program writes in the working folder (opens for writing, `torch.save`s,
-    renames into place), and every file it appends to, goes to the rank's own copy in the
-    run's scratch folder, never to your tree, and the rank sees it there (`virtual`); folders
-    it makes there are on disk but hidden from the other ranks (`others_made`); a barrier
-    hands what a rank wrote before it to the ranks waiting in it (see
-    `RecordingProcessGroup._side_effects`). So a rank never sees what another rank wrote
-    there without a barrier between them, however the ranks are scheduled on this machine (a
-    checkpoint rank 0 writes at its end is not there when rank 2 starts and looks for one to
-    resume from), and no pass sees an earlier pass's files."""
-    real_open, real_rename, real_replace = builtins.open, os.rename, os.replace
-    real_remove, real_stat = os.remove, os.stat
-
-    # os.path's tests call os.stat, which is replaced below: these call the real one (a
-    # scratch folder inside the working folder, e.g. run from /tmp, recursed without end)
-    def real_mode(path: Any) -> int | None:
-        try:
-            return real_stat(path).st_mode
-        except (OSError, ValueError):
-            return None
-
-    def real_exists(path: Any) -> bool:
-        return real_mode(path) is not None
-
-    def real_isfile(path: Any) -> bool:
-        mode = real_mode(path)
-        return mode is not None and stat_module.S_ISREG(mode)
-
-    def real_isdir(path: Any) -> bool:
-        mode = real_mode(path)
-        return mode is not None and stat_module.S_ISDIR(mode)
-
-    private, gone = recorder.private, recorder.gone
-    # the working folder: what a rank writes there is its own (caches elsewhere, such as
-    # ~/.cache/huggingface, are shared by the ranks as in a real run)
-    tree = os.getcwd().rstrip(os.sep) + os.sep
-    copies: dict[str, tuple[bytes, str]] = {}  # handed-over content and its scratch copy
-
-    def full_path(path: Any) -> str | None:
-        if not isinstance(path, (str, bytes, os.PathLike)):
-            return None  # a file descriptor
-        with contextlib.suppress(Exception):
-            return os.path.abspath(os.fsdecode(path))
-        return None
-
-    def note(path: Any) -> None:
-        full = full_path(path)
-        if full is not None:
-            recorder.written.add(full)
-
-    def own_copy(path: str, keep: bool) -> str:
-        """This rank's own copy of a file it writes: with `keep` (appending, updating) it
-        starts as the file this rank sees (the handed-over content, else the file on disk),
-        so ranks that run side by side on this machine never interleave their lines in an
-        order a real run cannot give (accelerate's `main_process_first` check)."""
-        if path not in private:
-            fd, private[path] = tempfile.mkstemp(dir=scratch)
-            with real_open(fd, "wb") as fh:
-                content = recorder.delivered.get(path) if keep and path not in gone else None
-                if content is None and keep and path not in gone and real_isfile(path):
-                    with contextlib.suppress(OSError), real_open(path, "rb") as src:
-                        content = src.read()
-                fh.write(content or b"")
-        gone.discard(path)
-        return private[path]
-
-    def seen_here(path: Any) -> bool:
-        """Does this rank see a file at `path` that is not (only) the one on disk?"""
-        full = full_path(path) if private or recorder.delivered else None
-        return full is not None and (full in private or full in recorder.delivered)
-
-    def removed(path: Any) -> bool:
-        return bool(gone) and full_path(path) in gone
-
-    def missing(path: Any) -> FileNotFoundError:
-        return FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), os.fsdecode(path))
-
-    def virtual(path: Any) -> str | None:
-        """Where the file this rank sees at `path` is, when it is not (only) the one on
-        disk: its own copy, or a copy of what another rank wrote before a barrier this rank
-        passed (that rank runs alone and may have changed or removed it since)."""
-        full = full_path(path)
-        if full is None or not seen_here(full):
-            return None
-        if full in private:
-            return private[full]
-        content = recorder.delivered[full]
-        cached = copies.get(full)
-        if cached is None or cached[0] is not content:  # a later barrier handed over more
-            fd, copy = tempfile.mkstemp(dir=scratch)
-            with real_open(fd, "wb") as fh:
-                fh.write(content)
-            copies[full] = cached = (content, copy)
-        return cached[1]
-
-    def tracked_open(file: Any, mode: str = "r", *a: Any, **k: Any) -> Any:
-        full = full_path(file)
-        if isinstance(mode, str) and _WRITE_MODES.intersection(mode):
-            note(file)
-            if (
-                full is not None
-                and (not real_exists(full) or real_isfile(full))  # not /dev/stderr, a FIFO
-                and (full.startswith(tree) or "a" in mode or full in private or seen_here(full))
-            ):
-                if "x" in mode:
-                    if exists(full):
-                        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), full)
-                    mode = mode.replace("x", "w")
-                if "r" in mode and not exists(full):
-                    raise missing(file)
-                file = own_copy(full, keep="a" in mode or "+" in mode)
-        elif full is not None and full in gone:
-            raise missing(file)
-        else:
-            file = virtual(file) or file
-        return real_open(file, mode, *a, **k)
-
-    def moved(src: Any, dst: Any, real: Callable[..., None], *a: Any, **k: Any) -> None:
-        s, d = full_path(src), full_path(dst)
-        if s is not None and d is not None and (s in private or s in recorder.delivered):
-            if d in private:
-                real_remove(private.pop(d))
-            content = recorder.delivered.pop(s, None)
-            private[d] = private.pop(s) if s in private else virtual_copy(content)
-            gone.add(s)
-            gone.discard(d)
-        else:
-            real(src, dst, *a, **k)  # on disk: a file written from C code, a folder
-            if s is not None and d is not None:  # what only this rank sees in a moved folder
-                for path in [p for p in private if p.startswith(s + os.sep)]:
-                    private[d + path[len(s) :]] = private.pop(path)
-        note(dst)
-
-    def virtual_copy(content: bytes | None) -> str:
-        fd, copy = tempfile.mkstemp(dir=scratch)
-        with real_open(fd, "wb") as fh:
-            fh.write(content or b"")
-        return copy
-
-    def exists(path: Any) -> bool:
-        # "main process first": the others test for the file rank 0 wrote before the barrier
-        if removed(path) or seen_here(path):
-            return not removed(path)
-        full = full_path(path)
-        if full is not None and others_made(full):
-            return made_here(full)
-        return real_exists(path) or (full is not None and made_here(full))
-
-    def isfile(path: Any) -> bool:
-        if removed(path) or seen_here(path):
-            return not removed(path)
-        full = full_path(path)
-        return real_isfile(path) and not (full is not None and others_made(full))
-
-    def remove(path: Any, *a: Any, **k: Any) -> None:
-        full = full_path(path)
-        if full is None or a or k:
-            return real_remove(path, *a, **k)
-        if not exists(full):
-            raise missing(path)
-        private.pop(full, None)
-        recorder.delivered.pop(full, None)
-        gone.add(full)  # for this rank: the file on disk stays
-
-    def stat(path: Any, *a: Any, **k: Any) -> os.stat_result:
-        if removed(path):
-            raise missing(path)
-        where = virtual(path) if not a and not k.get("dir_fd") else None
-        full = full_path(path) if where is None and not a and not k else None
-        if full is not None and others_made(full) and not made_here(full):
-            raise missing(path)
-        try:
-            return real_stat(where or path, *a, **k)
-        except FileNotFoundError:
-            if full is None or full in gone or not made_here(full):
-                raise
-            return real_stat(scratch)  # a folder holding files only this rank sees
-
-    real_mkdir, real_listdir = os.mkdir, os.listdir
-    dirs: set[str] = set()  # folders this rank made in the working folder
-    made = os.path.join(scratch, "folders-made")  # by every rank of the run, one per line
-
-    def seen_files() -> set[str]:
-        return (set(private) | set(recorder.delivered)) - gone
-
-    def others_made(full: str) -> bool:
-        """A folder (or what is in it) another rank made in the working folder during this
-        run: on disk (C code writes into it), but not there for this rank."""
-        if not full.startswith(tree) or not real_exists(made):
-            return False
-        with real_open(made) as fh:
-            theirs = set(fh.read().split("\n")) - dirs
-        return any(full == d or full.startswith(d + os.sep) for d in theirs if d)
-
-    def made_here(full: str) -> bool:
-        """A folder holding files only this rank sees."""
-        prefix = full.rstrip(os.sep) + os.sep
-        return any(f.startswith(prefix) for f in seen_files())
-
-    def isdir(path: Any) -> bool:
-        full = full_path(path)
-        if full is None:
-            return real_isdir(path)
-        if full in gone:
-            return False
-        if made_here(full):
-            return True
-        return real_isdir(full) and not others_made(full)
-
-    def mkdir(path: Any, mode: int = 0o777, *a: Any, **k: Any) -> None:
-        full = full_path(path)
-        if full is None or a or k or not full.startswith(tree):
-            return real_mkdir(path, mode, *a, **k)
-        if isdir(full) or (exists(full) and not others_made(full)):
-            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), full)
-        dirs.add(full)
-        gone.discard(full)
-        try:
-            real_mkdir(full, mode)
-        except FileExistsError:  # another rank made it first: it is this rank's too now
-            if not real_isdir(full):
-                raise
-            return
-        fd = os.open(made, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-        try:
-            os.write(fd, (full + "\n").encode())
-        finally:
-            os.close(fd)
-
-    def listdir(path: Any = ".") -> list[str]:
-        full = full_path(path)
-        if full is None:
-            return real_listdir(path)
-        if not isdir(full):
-            raise missing(path)
-        names = {
-            n
-            for n in (real_listdir(full) if real_isdir(full) else ())
-            if not others_made(os.path.join(full, n))
-        }
-        prefix = full.rstrip(os.sep) + os.sep
-        for f in seen_files():
-            if f.startswith(prefix):
-                names.add(f[len(prefix) :].split(os.sep, 1)[0])
-        names -= {os.path.basename(g) for g in gone if os.path.dirname(g) == full}
-        return sorted(names) if not isinstance(path, bytes) else [os.fsencode(n) for n in names]
-
-    save = torch.save
-
-    def save_through_open(obj: Any, f: Any, *a: Any, **k: Any) -> None:
-        # torch.save opens a path in C++: through Python's open, it is a write like others
-        if isinstance(f, (str, os.PathLike)):
-            with tracked_open(f, "wb") as fh:
-                return save(obj, fh, *a, **k)
-        return save(obj, f, *a, **k)
-
-    builtins.open = io.open = tracked_open
-    os.rename = lambda src, dst, *a, **k: moved(src, dst, real_rename, *a, **k)
-    os.replace = lambda src, dst, *a, **k: moved(src, dst, real_replace, *a, **k)
-    os.path.exists, os.path.isfile = exists, isfile
-    os.remove = os.unlink = remove
-    os.stat = stat
-    os.mkdir, os.path.isdir, os.listdir = mkdir, isdir, listdir
-    torch.save = save_through_open
+    scratch = os.path.dirname(spec.output) if spec.output else tempfile.mkdtemp()
+    FileView(recorder, scratch, real_folders=private_root).install()
 
 
 def _deep_copies_keep_constants() -> None:
@@ -1483,6 +1214,8 @@ def run_rank(spec: RankSpec, table: ValueTable, conn: Any, replies: Any = None) 
         # found by the marker it inherits in its environment.
         os.setsid()
         os.environ[SESSION_MARKER] = str(os.getpid())
+        # first, while the process has one thread: C code's writes go to a private overlay
+        private_root = bool(spec.output) and enter_private_root(os.path.dirname(spec.output))
         out = os.open(spec.output or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(out, 1)
         os.dup2(out, 2)
@@ -1507,7 +1240,7 @@ def run_rank(spec: RankSpec, table: ValueTable, conn: Any, replies: Any = None) 
         if replies is not None:
             recorder.live = _Live(send, replies, spec.timeout)
         _RECORDER = recorder
-        _install(spec, recorder)
+        _install(spec, recorder, private_root)
         end = _run_program(spec, recorder)
         recorder.flush()
         usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -1624,10 +1357,11 @@ def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
         if os.environ.get("COMMLINT_DEBUG"):  # where in the program (or torch) it came from
             import traceback
 
-            # a raw descriptor: the dry-run's own file patches give an append to a regular
-            # file a private copy, which would hide this
+            # into the run's scratch (the rank's own view hides the working folder's files
+            # from you); the parent appends it to the file in the working folder
+            name = f"commlint-debug-rank{spec.rank}-{spec.mode}.txt"
             fd = os.open(
-                f"commlint-debug-rank{spec.rank}-{spec.mode}.txt",
+                os.path.join(os.path.dirname(spec.output or ""), name),
                 os.O_WRONLY | os.O_CREAT | os.O_APPEND,
             )
             try:

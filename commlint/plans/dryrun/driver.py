@@ -13,7 +13,6 @@ import gc
 import multiprocessing as mp
 import os
 import re
-import shutil
 import signal
 import tempfile
 import time
@@ -251,6 +250,7 @@ def _run_pass(
         run.leftover = _kill_session(proc.pid)
         run.seconds = time.monotonic() - start
         run.output = _read(os.path.join(scratch, f"rank-{rank}.out"))
+        _keep_debug_notes(scratch, rank)
         if not run.ended:
             site, why = _lost(proc.exitcode, _read(os.path.join(scratch, f"rank-{rank}.fault")))
             run.end = {"kind": "exit", "message": why, "site": site or _last_site(run)}
@@ -444,24 +444,20 @@ def dry_run(
     USER_PROGRAMS.update({options.program, os.path.abspath(options.program)})
     warm_up(mode)
     with _frozen_heap(), tempfile.TemporaryDirectory(prefix="commlint-dryrun-") as scratch:
-        try:
-            return _dry_run(options, mode, start, on_start_pass, on_done, scratch)
-        finally:
-            _remove_folders_made(scratch)
+        return _dry_run(options, mode, start, on_start_pass, on_done, scratch)
 
 
-def _remove_folders_made(scratch: str) -> None:
-    """The folders the ranks made in the working folder (`child._track_writes`: on disk, for
-    C writers) go when the run ends, with what C code wrote into them: each did not exist
-    before (a folder already there is never listed), so nothing in it is yours."""
-    try:
-        with open(os.path.join(scratch, "folders-made")) as fh:
-            made = {line for line in fh.read().split("\n") if line}
-    except OSError:
-        return
-    for path in sorted(made, key=len):
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
+def _keep_debug_notes(scratch: str, rank: int) -> None:
+    """`COMMLINT_DEBUG=1`: a rank's exception tracebacks, written into the scratch (its view of
+    the working folder is its own), appended to its file in the working folder."""
+    for mode in ("fake", "real"):
+        name = f"commlint-debug-rank{rank}-{mode}.txt"
+        with contextlib.suppress(OSError):
+            with open(os.path.join(scratch, name), "rb") as src:
+                text = src.read()
+            os.remove(os.path.join(scratch, name))
+            with open(name, "ab") as out:
+                out.write(text)
 
 
 @contextlib.contextmanager

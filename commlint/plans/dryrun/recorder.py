@@ -39,7 +39,7 @@ from commlint.plans.dryrun.values import (
 from commlint.trace import TORCH_ISSUED
 
 BACKEND = "commlint"
-_open = open  # the real one: a rank's `open` is wrapped (see child._track_writes)
+_open, _stat = open, os.stat  # the real ones: a rank's `open` is wrapped (see files.FileView)
 _TORCH_DIR = str(Path(torch.__file__).parent) + os.sep
 _COMMLINT_DIR = str(Path(__file__).parents[2]) + os.sep
 _STDLIB_DIRS = tuple(
@@ -691,28 +691,38 @@ class Recorder(_Shared):
         self.stream: str | None = None
         self.functional_handles: dict[int, str] = {}
         self.functional_waited: set[str] = set()
+        # the rank's view of the filesystem (`files.FileView`), handed over at barriers
         self.written: set[str] = set()  # files this rank wrote since its last barrier
+        self.removed: set[str] = set()  # files and folders it removed since then
+        self.made: set[str] = set()  # folders it made since then
+        self.dirs: set[str] = set()  # folders that exist for this rank only
         self.delivered: dict[str, bytes] = {}  # files other ranks wrote before a barrier
         # a file this rank appended to, or wrote to after a barrier handed it over: its own
         # copy (a scratch path), which the next barrier's merged version replaces
         self.private: dict[str, str] = {}
-        self.gone: set[str] = set()  # files this rank removed (the dry-run removes nothing)
+        self.gone: set[str] = set()  # files and folders removed for this rank (not on disk)
 
     def take_written(self) -> WrittenFiles | None:
-        """The files written since the last barrier, as they are now; starts a new epoch."""
-        if not self.written:
+        """The files written, removed and folders made since the last barrier, as they are
+        now; starts a new epoch."""
+        if not self.written and not self.removed and not self.made:
             return None
         files = []
         for path in sorted(self.written):
-            where = self.private.get(path, path)
+            if path not in self.private:  # a handed-over file it renamed
+                if path in self.delivered:
+                    files.append((path, self.delivered[path]))
+                continue
             try:
-                size = os.path.getsize(where)
+                where = self.private[path]
+                size = _stat(where).st_size
                 with _open(where, "rb") as fh:
                     files.append((path, fh.read() if size <= MAX_FILE_BYTES else None))
             except OSError:
-                continue  # written, then removed again before the barrier
-        self.written = set()
-        return WrittenFiles(tuple(files)) if files else None
+                continue
+        removed, made = tuple(sorted(self.removed)), tuple(sorted(self.made))
+        self.written, self.removed, self.made = set(), set(), set()
+        return WrittenFiles(tuple(files), removed, made) if files or removed or made else None
 
     # -- messages --------------------------------------------------------------------------
 
@@ -1250,12 +1260,23 @@ class RecordingProcessGroup(_Shared, dist.ProcessGroup):
             for path, content in getattr(contribution, "files", ()):
                 if content is not None:
                     by_path.setdefault(path, {})[r] = content
+        rec = self._rec
+        for contribution in received.values():
+            for path in getattr(contribution, "removed", ()):
+                if path not in by_path:  # removed by one member, written by none
+                    rec.private.pop(path, None)
+                    rec.delivered.pop(path, None)
+                    rec.dirs.discard(path)
+                    rec.gone.add(path)
+            for path in getattr(contribution, "made", ()):
+                rec.dirs.add(path)
+                rec.gone.discard(path)
         for path, versions in by_path.items():
             if set(versions) == {self._me}:
                 continue  # only this rank wrote it: its own copy is what it sees
-            self._rec.delivered[path] = merge_writes([versions[r] for r in sorted(versions)])
-            self._rec.private.pop(path, None)  # the next write starts from what all wrote
-            self._rec.gone.discard(path)
+            rec.delivered[path] = merge_writes([versions[r] for r in sorted(versions)])
+            rec.private.pop(path, None)  # the next write starts from what all wrote
+            rec.gone.discard(path)
 
     def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> None:
         """gloo's monitored barrier: every member meets the group's first rank (send to it,

@@ -77,13 +77,14 @@ class ValueTable:
             self.values.setdefault(key, {})[rank] = value
 
 
-# Files larger than this are handed on by name only (a reader sees whatever is on disk).
+# Files larger than this are handed on by name only (a reader sees the file on disk, if any).
 MAX_FILE_BYTES = 1 << 22
 
 
 @dataclass(frozen=True)
 class WrittenFiles:
-    """The files a rank wrote before a barrier: path and content (None when too large).
+    """The files a rank wrote before a barrier: path and content (None when too large), and
+    the paths it removed and the folders it made (`files.FileView`).
 
     Its repr — what decides whether a reader runs again — names the paths and a digest of
     each content with its numbers left out: a rank that appended its line after another's
@@ -91,9 +92,12 @@ class WrittenFiles:
     with a new timestamp or address on every run does not make the passes churn."""
 
     files: tuple[tuple[str, bytes | None], ...]
+    removed: tuple[str, ...] = ()
+    made: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
-        return f"WrittenFiles({[(p, _shape_digest(c)) for p, c in self.files]})"
+        files = [(p, _shape_digest(c)) for p, c in self.files]
+        return f"WrittenFiles({files}, removed={list(self.removed)}, made={list(self.made)})"
 
 
 _NUMBERS = re.compile(rb"0x[0-9a-fA-F]+|\d+")
