@@ -81,6 +81,9 @@ def parse_size(text: str) -> int | None:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "run",
+        # the program's own options come after it: `train.py --out X` must not be taken for
+        # an abbreviation of `--output-format` (torchrun's parser does the same)
+        allow_abbrev=False,
         help="dry-run a training script for N simulated ranks on CPU and check its communication",
         description="Run the real script once per simulated rank on this CPU (computation on "
         "fake tensors, no GPU), record every communication call, and check the trace for "

@@ -262,3 +262,12 @@ def test_a_pasted_torchrun_line_gets_the_plain_forms_verdict(project: Path):
             "launch's rendezvous, restarts, logging or placement): --standalone, "
             "--rdzv-backend, --rdzv-endpoint\n"
         ) in err
+
+
+def test_the_programs_own_options_are_the_programs():
+    # an abbreviation of a commlint option (`--out` of --output-format/--output-file) or an
+    # exact one (`--timeout`) after the program belongs to the program, as under torchrun
+    ns = parse("--nproc-per-node", "2", "train.py", "--out", "X", "--save", "--timeout", "5")
+    assert ns.program == "train.py"
+    assert ns.args == ["--out", "X", "--save", "--timeout", "5"]
+    assert ns.timeout == parse("--nproc-per-node", "2", "train.py").timeout
