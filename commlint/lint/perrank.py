@@ -27,6 +27,14 @@ from pathlib import PurePath
 
 from commlint.lint.ir import CallSite, Comm, FileFacts, iter_nodes
 from commlint.lint.perrank_argparse import ArgParser
+from commlint.lint.perrank_pipelining import (
+    MULTI,
+    SINGLE,
+    Schedule,
+    ScheduleMethod,
+    Stage,
+    step_actions,
+)
 from commlint.lint.perrank_units import uniform_conditions
 from commlint.lint.table import ApiTable
 
@@ -844,6 +852,8 @@ class Rank:
     def attribute(self, base: object, attr: str, node: ast.AST) -> object:
         if isinstance(base, ArgParser):
             return ParserMethod(base, attr)
+        if isinstance(base, Schedule):
+            return ScheduleMethod(base, attr)
         if isinstance(base, ProjMod):
             if attr in base.globals:
                 return base.globals[attr]
@@ -995,6 +1005,8 @@ class Rank:
             return _tensor_method(func, args, kwargs)
         if isinstance(func, ParserMethod):
             return _parser_call(func, args, kwargs)
+        if isinstance(func, ScheduleMethod):
+            return self.schedule_call(func, e)
         if isinstance(func, GroupMethod):
             return self.group_method(func, args)
         if isinstance(func, WorkMethod):
@@ -1124,6 +1136,8 @@ class Rank:
         table = self.ev.table
         name = table.canonical(qname)
         last = name.rsplit(".", 1)[-1]
+        if name.startswith("torch.distributed.pipelining"):
+            return self.pipelining(last, args, kwargs, e)
         if name.startswith("torch.distributed.") or name.startswith("deepspeed.comm"):
             if last == "get_rank":
                 self.ev.rank_read = True
@@ -1223,6 +1237,42 @@ class Rank:
         if local is not True:
             self.ev.note_creation(self, k, members, e.lineno)
         return g
+
+    def pipelining(self, last: str, args: list, kwargs: dict, e: ast.Call) -> object:
+        """A pipeline stage or schedule (see `perrank_pipelining`)."""
+        if last == "PipelineStage":
+            index = _arg(args, kwargs, 1, "stage_index")
+            num = _arg(args, kwargs, 2, "num_stages")
+            if not isinstance(index, int) or not isinstance(num, int):
+                raise Abort("a pipeline stage whose index this rank cannot know", e.lineno)
+            group = self.group_of(_arg(args, kwargs, 8, "group"), e.lineno)
+            if not 0 <= index < num:
+                raise Stop("exception", e.lineno, "ValueError")  # torch refuses it
+            if num != len(group.members):
+                raise Abort("a pipeline of several stages per rank", e.lineno)
+            shapes = _arg(args, kwargs, 4, "input_args") not in (None, UNK)
+            return Stage(index, num, group.members, group.name, shapes)
+        if last in SINGLE:
+            stage = _arg(args, kwargs, 0, "stage")
+            n = _arg(args, kwargs, 1, "n_microbatches")
+            if not isinstance(stage, Stage) or not isinstance(n, int) or n < 1:
+                raise Abort("a pipeline schedule this rank cannot know", e.lineno)
+            return Schedule(last, stage, n)
+        if last in MULTI:
+            raise Abort("a pipeline schedule of several stages per rank", e.lineno)
+        return self.opaque(e)
+
+    def schedule_call(self, m: ScheduleMethod, e: ast.Call) -> object:
+        if m.attr not in ("step", "eval"):
+            return UNK
+
+        def new_handle() -> str:
+            self.handle_count += 1
+            return f"h{self.handle_count - 1}"
+
+        for action in step_actions(m.schedule, new_handle):
+            self.record(action, e.lineno)
+        return UNK
 
     def site(self, line: int) -> str:
         return f"{self.cur.short}:{line}"

@@ -4,7 +4,8 @@ that `# expect:`s a finding really hangs or fails, and its correct twin really f
 They cover what `api_table.yaml` and the per-rank evaluator say of torch (a rank-0-only
 `dcp.save` is a collective that hangs; `gather_object`'s `dst` is a global rank, so a
 subgroup without rank 0 raises; `reduce_scatter_tensor` needs one chunk size everywhere; a
-collective in a context manager's `__exit__` runs on the ranks that entered it). One fork
+collective in a context manager's `__exit__` runs on the ranks that entered it; a pipeline
+schedule's `step()` exchanges activations and gradients with the neighbouring stages). One fork
 server launches them all (torch imported once); ranks time out after a few seconds.
 """
 
@@ -29,6 +30,9 @@ PROGRAMS = [
     "object_gather_group_dst_ok.py",
     "reduce_scatter_uneven_shards.py",
     "reduce_scatter_even_shards_ok.py",
+    "pipelining_microbatches_differ.py",
+    "pipelining_gpipe_ok.py",
+    "pipelining_1f1b_step_skipped.py",
 ]
 NPROC = re.compile(r"--nproc-per-node\s+(\d+)")
 
