@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
+from commlint.lint import perrank_values as values
 from commlint.lint.ir import CallSite, Comm, FileFacts, iter_nodes
 from commlint.lint.table import ApiTable
 
@@ -774,6 +775,8 @@ class Rank:
             return TensorMethod(base, attr)
         if isinstance(base, Group):
             return GroupMethod(base, attr)
+        if isinstance(base, values.ArgParser):
+            return values.ParserMethod(base, attr)
         if isinstance(base, Work):
             return WorkMethod(base, attr)
         if isinstance(base, P2P) or base is ENVIRON:
@@ -892,6 +895,8 @@ class Rank:
             return _tensor_method(func, args, kwargs)
         if isinstance(func, GroupMethod):
             return self.group_method(func, args)
+        if isinstance(func, values.ParserMethod):
+            return values.call_parser(self, func, args, kwargs)
         if isinstance(func, WorkMethod):
             if func.attr == "wait":
                 self.wait(func.work, e)
@@ -1084,6 +1089,8 @@ class Rank:
             return self.rank
         if name in ("time.time", "time.perf_counter", "time.monotonic"):
             return UNK
+        if name == "argparse.ArgumentParser":
+            return values.ArgParser()
         if name.startswith(("math.",)):
             import math
 
