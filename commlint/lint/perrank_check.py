@@ -189,6 +189,11 @@ def _judge(fe: FileEval, runs: list[WorldRun]) -> list[RawFinding]:
         )
         seen.add(("CL118", line))
     for run in runs:
+        if run.steering is not None and not run.refute_only:
+            found = _steering_finding(fe, run)
+            if (found.code, found.pos.line) not in seen:
+                seen.add((found.code, found.pos.line))
+                out.append(found)
         if not run.complete:
             continue
         if run.creation_mismatch is not None and run.refute_only:
@@ -289,6 +294,49 @@ def _judge(fe: FileEval, runs: list[WorldRun]) -> list[RawFinding]:
                 )
             )
     return out
+
+
+EXITS = {
+    "break": "leaves the loop (`break` at line {exit})",
+    "continue": "skips the rest of the iteration (`continue` at line {exit})",
+    "return": "returns early (`return` at line {exit})",
+    "if": "takes one arm of the `if`, whose arms communicate differently",
+    "while": "goes round the `while` loop, which communicates, once more or not",
+}
+
+
+def _steering_finding(fe: FileEval, run: WorldRun) -> RawFinding:
+    """A test of a rank-local value that decides what the ranks communicate (CL102, or CL103
+    when it decides an early exit)."""
+    st = run.steering
+    assert st is not None
+    a, b = st.pair
+    if st.origin is not None and st.origin[1]:
+        line, va, vb = st.origin
+        why = f"at line {line} the value is {va} on rank {a} and {vb} on rank {b}"
+    elif st.origin is not None:
+        why = f"they part at line {st.origin[0]}"
+    else:
+        why = "the rank flows into it"
+    groups = len(set(st.ranks.values()))
+    code = "CL103" if st.kind in ("break", "continue", "return") else "CL102"
+    return RawFinding(
+        code,
+        f"with {run.world} ranks (evaluated rank by rank from `{run.entry}`): `{st.text}` at "
+        f"line {st.cond_line} tests a rank-local value — computed from each rank's own data, "
+        f"whose ingredients differ between ranks ({why}; {groups} different values over "
+        f"{len(st.ranks)} ranks) and that no collective over every rank agrees on first — and "
+        f"decides whether the rank {EXITS[st.kind].format(exit=st.exit_line)}: the first time "
+        "the ranks' values fall on different sides of the test, some ranks wait in a "
+        "collective the others never call (a hang, or a mismatch)",
+        fe.path,
+        _pos(fe, st.cond_line),
+        "Agree on the decision first: all-reduce the value (or a stop flag, op=MAX) over every "
+        "rank, or broadcast it from one rank, and test the agreed value.",
+        [(fe.path, _pos(fe, st.exit_line), "the exit it decides")]
+        if st.exit_line != st.cond_line
+        else [],
+    )
 
 
 def _ranks(rs: tuple[int, ...]) -> str:

@@ -10,7 +10,7 @@ unknown.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 RANK_DESTS = frozenset({"rank", "local_rank", "global_rank", "node_rank"})
 
@@ -89,3 +89,255 @@ def call_parser(ev, m: ParserMethod, args: list, kwargs: dict) -> object:
         ns = Obj(Cls("Namespace", {}, []), dict(p.defaults))
         return (ns, []) if m.attr == "parse_known_args" else ns
     return UNK
+
+
+# ---------------------------------------------------------------------------- value origins
+# An unknown value (a loss, a batch, a tensor drawn from a generator) still has an origin: the
+# calls and the known values it was computed from. Each rank's evaluation gives every such
+# value a fingerprint, a hash over its ingredients; the ranks are evaluated one after another
+# in one process, so a value computed alike on every rank gets the same fingerprint on each.
+# When a value that decides communication differs between ranks (a generator seeded with the
+# rank, a shard chosen by the rank, a file named after it flow into it) it is rank-local: the
+# ranks may decide differently. A value out of a collective over every rank (all_reduce,
+# broadcast, all_gather) gets a fingerprint of its own, the same on every rank: uniform.
+# Ingredients whose origin is not known count alike on every rank, so the evaluation only ever
+# claims a difference it has seen, never that two ranks agree.
+
+RANDOM = frozenset(
+    {"rand", "randn", "randint", "randperm", "normal", "bernoulli", "multinomial", "rand_like"}
+    | {"randn_like", "randint_like", "poisson", "random", "uniform", "choice", "shuffle"}
+    | {"sample", "gauss"}
+)
+SEEDS = frozenset(
+    {"torch.manual_seed", "random.seed", "numpy.random.seed", "torch.random.manual_seed"}
+)
+# collectives whose result is the same on every member (the in-place buffer or output list)
+UNIFORM_RESULT = {
+    "all_reduce": 0,
+    "broadcast": 0,
+    "all_gather": 0,
+    "all_gather_into_tensor": 0,
+    "all_gather_object": 0,
+    "broadcast_object_list": 0,
+}
+
+
+class Fingerprints:
+    """The ingredients of every fingerprint one file's evaluation made, to say afterwards
+    where two ranks' values first differ."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[int, tuple[int, object, tuple]] = {}
+
+    def node(self, line: int, label: object, children: tuple) -> int:
+        h = hash((label, line, children))
+        if len(self.nodes) < 200_000:
+            self.nodes.setdefault(h, (line, label, children))
+        return h
+
+    def first_difference(self, a: int, b: int) -> tuple[int, str, str] | None:
+        """(line, a's value, b's value) of the deepest known value where a and b differ."""
+        found: tuple[int, str, str] | None = None
+        for _ in range(200):
+            na, nb = self.nodes.get(a), self.nodes.get(b)
+            if na is None or nb is None:
+                return found
+            if isinstance(na[1], tuple) and na[1][:1] == ("v",) and nb[1][:1] == ("v",):
+                line = na[0] or (found[0] if found else 0)
+                return (line, na[1][1], nb[1][1])
+            if na[1] != nb[1] or len(na[2]) != len(nb[2]):
+                return found
+            pairs = [(x, y) for x, y in zip(na[2], nb[2], strict=True) if x != y]
+            if not pairs or pairs[0][0] is None or pairs[0][1] is None:
+                return found
+            if na[0]:
+                found = (na[0], "", "")
+            a, b = pairs[0]
+        return found
+
+
+def fp_of(ev, v: object, line: int = 0, depth: int = 0) -> int | None:
+    """The fingerprint of a value on rank `ev` (None: its origin is not known)."""
+    from commlint.lint.perrank import Derived, Tensor, _is_known
+
+    if isinstance(v, Derived):
+        return v.fp
+    if isinstance(v, Tensor):
+        return v.fp
+    fps = ev.ev.fps
+    if isinstance(v, list | tuple) and depth < 3:
+        kids = tuple(fp_of(ev, x, line, depth + 1) for x in v[:32])
+        if all(k is None for k in kids):
+            return None
+        return fps.node(line, "seq", kids)
+    if isinstance(v, dict) and depth < 3 and len(v) <= 32:
+        kids = tuple(fp_of(ev, x, line, depth + 1) for x in v.values())
+        if all(k is None for k in kids):
+            return None
+        return fps.node(line, "map", kids)
+    if _is_known(v) and isinstance(v, int | float | str | bool | type(None)):
+        text = repr(v)
+        return fps.node(line, ("v", text if len(text) <= 60 else text[:57] + "..."), ())
+    return None
+
+
+def derived(ev, label: object, parts: tuple, line: int = 0) -> object:
+    """An unknown computed from `parts`: a Derived when any part has an origin, else UNK."""
+    from commlint.lint.perrank import UNK, Derived
+
+    line = line or ev.line
+    kids = tuple(fp_of(ev, p, line) for p in parts)
+    if all(k is None for k in kids):
+        return UNK
+    return Derived(ev.ev.fps.node(line, label, kids))
+
+
+def with_origin(ev, result: object, label: object, parts: tuple, line: int = 0) -> object:
+    """`result` (an unknown, or a tensor whose origin is not recorded) with its ingredients."""
+    from commlint.lint.perrank import UNK, Tensor
+
+    if result is UNK:
+        return derived(ev, label, parts, line)
+    if isinstance(result, Tensor) and result.fp is None:
+        d = derived(ev, label, parts, line)
+        if d is not UNK:
+            return replace(result, fp=d.fp)
+    return result
+
+
+def call_origin(ev, result: object, func: object, args: list, kwargs: dict, e) -> object:
+    """A call's unknown result takes its ingredients: the receiver, the arguments, and the
+    random state of the rank for a draw from the default generator."""
+    from commlint.lint.perrank import UNK, Derived, Mod, Tensor, TensorMethod
+
+    if not (result is UNK or (isinstance(result, Tensor) and result.fp is None)):
+        return result
+    recv: object = None
+    if isinstance(func, TensorMethod):
+        recv = func.tensor
+    elif isinstance(func, Derived):
+        recv = func
+    parts = [recv, *args, *(kwargs[k] for k in sorted(kwargs))]
+    random = isinstance(func, Mod) and func.qname.rsplit(".", 1)[-1] in RANDOM
+    if random and "generator" not in kwargs:
+        parts.append(ev.rng)
+    return with_origin(ev, result, ("call", e.col_offset), tuple(parts), e.lineno)
+
+
+def seed(ev, qname: str, args: list, kwargs: dict) -> bool:
+    """`torch.manual_seed(s)`, `random.seed(s)`: the rank's default generator now draws from
+    `s` (a rank-dependent seed makes every later draw rank-local)."""
+    if qname not in SEEDS:
+        return False
+    ev.rng = args[0] if args else kwargs.get("seed")
+    return True
+
+
+def attribute_of(ev, base: object, attr: str) -> object:
+    """An attribute of an unknown whose origin is known."""
+    return derived(ev, ("attr", attr), (base,))
+
+
+def element(ev, v: object, k: int) -> object:
+    """The k-th element of an unknown sequence (`a, b = t.tolist()`)."""
+    return derived(ev, ("elt", k), (v,))
+
+
+def under(ev, cond: object, line: int) -> object:
+    """What a statement skipped under an unknown condition assigns: it depends on it."""
+    return derived(ev, "under", (cond,), line)
+
+
+def after_collective(ev, op: str, args: list, kwargs: dict, line: int) -> None:
+    """A collective over every member leaves the same value on each: its buffers (or its
+    output list) get one fingerprint, the same on every rank."""
+    from commlint.lint.perrank import Derived, Tensor
+
+    pos = UNIFORM_RESULT.get(op)
+    if pos is None:
+        return
+    buf = args[pos] if pos < len(args) else None
+    for key in ("tensor", "tensor_list", "object_list", "output_tensor", "output"):
+        if buf is None:
+            buf = kwargs.get(key)
+    mark = ev.ev.fps.node(line, ("collective", op), ())
+    if isinstance(buf, Tensor):
+        buf.fp = mark
+    elif isinstance(buf, list):
+        for k, x in enumerate(buf):
+            item = ev.ev.fps.node(line, ("collective", op, k), ())
+            if isinstance(x, Tensor):
+                x.fp = item
+            else:
+                buf[k] = Derived(item)
+
+
+# ---------------------------------------------------------------------------- steering
+@dataclass
+class Steering:
+    """Every rank stopped at one test of an unknown value that decides its communication, and
+    the ranks' values have different origins: the ranks can decide differently."""
+
+    cond_line: int  # the test
+    exit_line: int  # the `break`/`return`/`continue` it decides (= cond_line for an if/while)
+    kind: str  # "break", "continue", "return", "if", "while"
+    text: str  # the test's source
+    ranks: dict[int, int]  # rank -> its value's fingerprint
+    origin: tuple[int, str, str] | None  # (line, one rank's value, another's) where they differ
+    pair: tuple[int, int]  # the two ranks `origin` compares
+
+
+def steering(fe, world: int, stops: dict) -> Steering | None:
+    """`stops`: rank -> (Abort, fingerprint). A finding when every rank stopped at the same
+    test, the test decides what the rank communicates, and two ranks' values differ."""
+    if len(stops) != world:
+        return None
+    sites = {(ab.cond, ab.line) for ab, _fp in stops.values()}
+    if len(sites) != 1:
+        return None
+    cond_line, exit_line = sites.pop()
+    fps = {r: fp for r, (_ab, fp) in stops.items()}
+    if len(set(fps.values())) < 2:
+        return None  # the same on every rank: unknown, but every rank decides alike
+    kind, text = _decision(fe, cond_line, exit_line)
+    if kind is None:
+        return None
+    first = min(fps)
+    other = next(r for r in sorted(fps) if fps[r] != fps[first])
+    origin = fe.fps.first_difference(fps[first], fps[other])
+    return Steering(cond_line, exit_line, kind, text, fps, origin, (first, other))
+
+
+def _decision(fe, cond_line: int, exit_line: int) -> tuple[str | None, str]:
+    import ast
+
+    test = None
+    for n in fe.nodes:
+        if isinstance(n, ast.If | ast.While) and n.test.lineno == cond_line:
+            test = n
+            break
+    if test is None:
+        return None, ""
+    text = ast.unparse(test.test)
+    if exit_line != cond_line:
+        for n in ast.walk(test):
+            if isinstance(n, ast.Break | ast.Continue | ast.Return) and n.lineno == exit_line:
+                return type(n).__name__.lower(), text
+        return None, text
+    if isinstance(test, ast.While):
+        return "while", text
+    if _arm_comms(fe, test.body) == _arm_comms(fe, test.orelse):
+        return None, text  # both arms communicate alike: the test decides nothing
+    return "if", text
+
+
+def _arm_comms(fe, stmts: list) -> list[str]:
+    """The communicating calls of one arm of an `if`, by name, in order."""
+    import ast
+
+    out = []
+    for s in stmts:
+        for n in ast.walk(s):
+            if isinstance(n, ast.Call) and (n.lineno, n.col_offset + 1) in fe.comm_sites:
+                out.append(ast.unparse(n.func))
+    return out
