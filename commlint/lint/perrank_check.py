@@ -435,6 +435,31 @@ def proved_false(program: Program, f: RawFinding) -> bool:
     return False
 
 
+def called_outside_subgroups(program: Program, path: str, line: int) -> bool:
+    """A rank that belongs to none of the subgroups the program creates calls the collective
+    at `path:line` on WORLD, in a run every rank finished: the call cannot have been meant for a
+    subgroup (that rank has none; with `group=` it would fail there)."""
+    v = verdicts(program).get(path)
+    if v is None:
+        return False
+    site = f"{v.fe.short}:{line}"
+    for run in v.runs:
+        trace = run.trace
+        if not run.complete or trace is None:
+            continue
+        subgroups = [
+            set(m) for name, m in trace.groups.items() if name != "WORLD" and len(m) < run.world
+        ]
+        if not subgroups:
+            continue
+        for rank, actions in trace.ranks.items():
+            if any(rank in g for g in subgroups):
+                continue
+            if any(a.site == site and (a.group or "WORLD") == "WORLD" for a in actions):
+                return True
+    return False
+
+
 def _payload_never_meets(v, line: int) -> bool:
     """Every evaluated run is complete and exact, the line ran, and each of its calls is on a
     group whose other members all call at that same line too."""
