@@ -59,8 +59,8 @@ reduction mixes ranks that hold different shards, and because every rank now has
 collective on WORLD than its subgroup peers expect, later collectives pair up with the wrong
 calls. `barrier()` is exempt, and so is a collective that the per-rank evaluation sees called
 by a rank that belongs to none of the subgroups (only some ranks evaluate on their own group,
-every rank all-reduces gradients): it is meant for every rank. Set `explicit-group-required = true` in `[tool.commlint]` to
-require an explicit group everywhere.
+every rank all-reduces gradients): it is meant for every rank. Set
+`explicit-group-required = true` in `[tool.commlint]` to require an explicit group everywhere.
 """,
     severity="warning",
     kind="source",
