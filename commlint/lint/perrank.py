@@ -1109,6 +1109,9 @@ class Rank:
             return self.opaque(e)
         if values.seed(self, name, args, kwargs):
             return UNK
+        data = values.data_call(self, name, args, kwargs, e.lineno)
+        if data is not NotImplemented:
+            return data
         if name.startswith("torch.") and not name.startswith("torch.distributed"):
             return _torch_call(name, last, args, kwargs)
         if name in ("os.getenv", "os.environ.get") and args:
@@ -1674,12 +1677,8 @@ def _b_range(ev: Rank, args: list, kwargs: dict, e: ast.Call) -> object:
 
 
 def _b_len(ev: Rank, args: list, kwargs: dict, e: ast.Call) -> object:
-    v = args[0] if args else UNK
-    if isinstance(v, list | tuple | range | str | dict | set | frozenset):
-        return len(v)
-    if isinstance(v, Tensor) and v.shape:
-        return v.shape[0]
-    return UNK
+    n = values.length(ev, args[0]) if args else None
+    return n if n is not None else UNK
 
 
 def _conv(kind):

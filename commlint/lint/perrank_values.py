@@ -341,3 +341,112 @@ def _arm_comms(fe, stmts: list) -> list[str]:
             if isinstance(n, ast.Call) and (n.lineno, n.col_offset + 1) in fe.comm_sites:
                 out.append(ast.unparse(n.func))
     return out
+
+
+# ---------------------------------------------------------------------------- data pipelines
+# A loader's batch count decides how often a training loop's collectives run. When the
+# dataset's length is known (a list, a tensor, a class whose `__len__` the evaluator can run)
+# and the sharding is the program's own (`Subset` of per-rank indices) or a
+# `DistributedSampler` (equal counts on every rank), the count is computed per rank: one rank
+# with a batch more than another is a hang the graph checker finds.
+MAX_BATCHES = 512  # longer loaders stay one symbolic iteration (today's approximation)
+
+
+@dataclass
+class Sized:
+    """A dataset or sampler of known length (`Subset`, `DistributedSampler`, `TensorDataset`)."""
+
+    n: int
+    fp: int | None = None
+
+
+def length(ev, v: object) -> int | None:
+    """`len(v)` when the evaluator can know it."""
+    from commlint.lint.perrank import Fn, Obj, Tensor, _class_attr
+
+    if isinstance(v, list | tuple | range | str | dict | set | frozenset):
+        return len(v)
+    if isinstance(v, Tensor):
+        return v.shape[0] if v.shape else None
+    if isinstance(v, Sized):
+        return v.n
+    if isinstance(v, Obj):
+        meth = _class_attr(v.cls, "__len__")
+        if isinstance(meth, Fn):
+            n = ev.call_fn(Fn(meth.node, meth.globals, meth.defaults, meth.qualname, v), [], {}, 0)
+            return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
+    return None
+
+
+def data_call(ev, name: str, args: list, kwargs: dict, line: int) -> object:
+    """`Subset`, `TensorDataset`, `DistributedSampler`, `DataLoader` of known length; else
+    NotImplemented (the evaluator's other rules decide)."""
+    last = name.rsplit(".", 1)[-1]
+    if not name.startswith("torch.utils.data") or last not in DATA_CALLS:
+        return NotImplemented
+    return DATA_CALLS[last](ev, args, kwargs, line)
+
+
+def _subset(ev, args: list, kwargs: dict, line: int) -> object:
+    from commlint.lint.perrank import UNK
+
+    indices = args[1] if len(args) > 1 else kwargs.get("indices")
+    n = length(ev, indices)
+    if n is None:
+        return UNK
+    ds = args[0] if args else kwargs.get("dataset")
+    return Sized(n, fp_of(ev, (ds, indices), line))
+
+
+def _tensor_dataset(ev, args: list, kwargs: dict, line: int) -> object:
+    from commlint.lint.perrank import UNK
+
+    n = length(ev, args[0]) if args else None
+    return Sized(n, fp_of(ev, tuple(args), line)) if n is not None else UNK
+
+
+def _distributed_sampler(ev, args: list, kwargs: dict, line: int) -> object:
+    from commlint.lint.perrank import UNK
+
+    ds = args[0] if args else kwargs.get("dataset")
+    n = length(ev, ds)
+    replicas = args[1] if len(args) > 1 else kwargs.get("num_replicas", ev.world)
+    rank = args[2] if len(args) > 2 else kwargs.get("rank", ev.rank)
+    drop = kwargs.get("drop_last", False)
+    if n is None or not isinstance(replicas, int) or replicas <= 0 or not isinstance(drop, bool):
+        return UNK
+    # padded to equal counts (or cut, with drop_last): the same on every replica
+    count = n // replicas if drop else -(-n // replicas)
+    return Sized(count, fp_of(ev, (ds, rank), line))
+
+
+def _data_loader(ev, args: list, kwargs: dict, line: int) -> object:
+    from commlint.lint.perrank import UNK, Derived
+
+    ds = args[0] if args else kwargs.get("dataset")
+    bs = args[1] if len(args) > 1 else kwargs.get("batch_size", 1)
+    drop = kwargs.get("drop_last", False)
+    if kwargs.get("batch_sampler") is not None or not isinstance(drop, bool):
+        return UNK
+    sampler = kwargs.get("sampler")
+    n = length(ev, sampler if sampler is not None else ds)
+    if n is None or not isinstance(bs, int) or isinstance(bs, bool) or bs <= 0:
+        return UNK
+    batches = n // bs if drop else -(-n // bs)
+    if batches > MAX_BATCHES:
+        return UNK
+    source = fp_of(ev, (ds, sampler), line)
+    kids = (source,)
+    # each batch: an unknown of this loader's data (rank-local when its shard is)
+    return [
+        Derived(ev.ev.fps.node(line, ("batch", k), kids)) if source is not None else UNK
+        for k in range(batches)
+    ]
+
+
+DATA_CALLS = {
+    "Subset": _subset,
+    "TensorDataset": _tensor_dataset,
+    "DistributedSampler": _distributed_sampler,
+    "DataLoader": _data_loader,
+}
