@@ -128,6 +128,7 @@ class Fingerprints:
 
     def __init__(self) -> None:
         self.nodes: dict[int, tuple[int, object, tuple]] = {}
+        self.data: set[int] = set()  # the fingerprints of tensors and batches: data
 
     def node(self, line: int, label: object, children: tuple) -> int:
         h = hash((label, line, children))
@@ -137,23 +138,40 @@ class Fingerprints:
 
     def first_difference(self, a: int, b: int) -> tuple[int, str, str] | None:
         """(line, a's value, b's value) of the deepest known value where a and b differ."""
+        return self.difference(a, b)[0]
+
+    def through_data(self, a: int, b: int) -> bool:
+        """The values part through data (a tensor, a batch): not only through the rank handed
+        to a call the evaluator cannot follow (`evaluator.participates(rank)`)."""
+        return self.difference(a, b)[1]
+
+    def difference(self, a: int, b: int) -> tuple[tuple[int, str, str] | None, bool]:
         found: tuple[int, str, str] | None = None
+        data = False
         for _ in range(200):
-            na, nb = self.nodes.get(a), self.nodes.get(b)
-            if na is None or nb is None:
-                return found
-            if isinstance(na[1], tuple) and na[1][:1] == ("v",) and nb[1][:1] == ("v",):
-                line = na[0] or (found[0] if found else 0)
-                return (line, na[1][1], nb[1][1])
-            if na[1] != nb[1] or len(na[2]) != len(nb[2]):
-                return found
-            pairs = [(x, y) for x, y in zip(na[2], nb[2], strict=True) if x != y]
-            if not pairs or pairs[0][0] is None or pairs[0][1] is None:
-                return found
-            if na[0]:
-                found = (na[0], "", "")
-            a, b = pairs[0]
-        return found
+            data = data or a in self.data or b in self.data
+            found, done = self._step(a, b, found)
+            if done is None:
+                return found, data
+            a, b = done
+        return found, data
+
+    def _step(self, a: int, b: int, found) -> tuple:
+        """One step down the first differing ingredient: (found, the next pair or None)."""
+        na, nb = self.nodes.get(a), self.nodes.get(b)
+        if na is None or nb is None:
+            return found, None
+        if isinstance(na[1], tuple) and na[1][:1] == ("v",) and nb[1][:1] == ("v",):
+            line = na[0] or (found[0] if found else 0)
+            return (line, na[1][1], nb[1][1]), None
+        if na[1] != nb[1] or len(na[2]) != len(nb[2]):
+            return found, None
+        pairs = [(x, y) for x, y in zip(na[2], nb[2], strict=True) if x != y]
+        if not pairs or pairs[0][0] is None or pairs[0][1] is None:
+            return found, None
+        if na[0]:
+            found = (na[0], "", "")
+        return found, pairs[0]
 
 
 def fp_of(ev, v: object, line: int = 0, depth: int = 0) -> int | None:
@@ -201,6 +219,7 @@ def with_origin(ev, result: object, label: object, parts: tuple, line: int = 0) 
     if isinstance(result, Tensor) and result.fp is None:
         d = derived(ev, label, parts, line)
         if d is not UNK:
+            ev.ev.fps.data.add(d.fp)
             return replace(result, fp=d.fp)
     return result
 
@@ -304,6 +323,8 @@ def steering(fe, world: int, stops: dict) -> Steering | None:
         return None
     first = min(fps)
     other = next(r for r in sorted(fps) if fps[r] != fps[first])
+    if not fe.fps.through_data(fps[first], fps[other]):
+        return None  # only the rank itself, through a call not followed: the rank rules judge
     origin = fe.fps.first_difference(fps[first], fps[other])
     return Steering(cond_line, exit_line, kind, text, fps, origin, (first, other))
 
@@ -438,10 +459,15 @@ def _data_loader(ev, args: list, kwargs: dict, line: int) -> object:
     source = fp_of(ev, (ds, sampler), line)
     kids = (source,)
     # each batch: an unknown of this loader's data (rank-local when its shard is)
-    return [
-        Derived(ev.ev.fps.node(line, ("batch", k), kids)) if source is not None else UNK
-        for k in range(batches)
-    ]
+    out: list = []
+    for k in range(batches):
+        if source is None:
+            out.append(UNK)
+            continue
+        fp = ev.ev.fps.node(line, ("batch", k), kids)
+        ev.ev.fps.data.add(fp)
+        out.append(Derived(fp))
+    return out
 
 
 DATA_CALLS = {
