@@ -1994,6 +1994,8 @@ class FileEval:
             ab = next(iter(stops.values()))[0]
             run = WorldRun(name, world, False, ab.reason, ab.line)
             run.steering = values.steering(self, world, stops)
+            if len(stops) == world and len({fp for _ab, fp in stops.values()}) == 1:
+                run.reason = f"{ab.reason} (a uniform value: the same on every rank)"
             return run
         if not isinstance(entry, list) and not self.rank_read:
             # a helper that never asks for the rank: its callers decide which ranks run it

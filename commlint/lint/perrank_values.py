@@ -12,6 +12,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+_PERRANK: dict[str, object] = {}
+
+
+def _perrank(*names: str) -> tuple:
+    """Names of `perrank` (which imports this module), looked up once: the origin functions
+    run on every call the evaluator makes."""
+    if not _PERRANK:
+        from commlint.lint import perrank
+
+        _PERRANK.update(vars(perrank))
+    return tuple(_PERRANK[n] for n in names)
+
+
 RANK_DESTS = frozenset({"rank", "local_rank", "global_rank", "node_rank"})
 
 
@@ -176,7 +189,7 @@ class Fingerprints:
 
 def fp_of(ev, v: object, line: int = 0, depth: int = 0) -> int | None:
     """The fingerprint of a value on rank `ev` (None: its origin is not known)."""
-    from commlint.lint.perrank import Derived, Tensor, _is_known
+    Derived, Tensor, _is_known = _perrank("Derived", "Tensor", "_is_known")
 
     if isinstance(v, Derived):
         return v.fp
@@ -201,7 +214,7 @@ def fp_of(ev, v: object, line: int = 0, depth: int = 0) -> int | None:
 
 def derived(ev, label: object, parts: tuple, line: int = 0) -> object:
     """An unknown computed from `parts`: a Derived when any part has an origin, else UNK."""
-    from commlint.lint.perrank import UNK, Derived
+    UNK, Derived = _perrank("UNK", "Derived")
 
     line = line or ev.line
     kids = tuple(fp_of(ev, p, line) for p in parts)
@@ -212,7 +225,7 @@ def derived(ev, label: object, parts: tuple, line: int = 0) -> object:
 
 def with_origin(ev, result: object, label: object, parts: tuple, line: int = 0) -> object:
     """`result` (an unknown, or a tensor whose origin is not recorded) with its ingredients."""
-    from commlint.lint.perrank import UNK, Tensor
+    UNK, Tensor = _perrank("UNK", "Tensor")
 
     if result is UNK:
         return derived(ev, label, parts, line)
@@ -227,7 +240,9 @@ def with_origin(ev, result: object, label: object, parts: tuple, line: int = 0) 
 def call_origin(ev, result: object, func: object, args: list, kwargs: dict, e) -> object:
     """A call's unknown result takes its ingredients: the receiver, the arguments, and the
     random state of the rank for a draw from the default generator."""
-    from commlint.lint.perrank import UNK, Derived, Mod, Tensor, TensorMethod
+    UNK, Derived, Mod, Tensor, TensorMethod = _perrank(
+        "UNK", "Derived", "Mod", "Tensor", "TensorMethod"
+    )
 
     if not (result is UNK or (isinstance(result, Tensor) and result.fp is None)):
         return result
