@@ -513,7 +513,8 @@ class Rank:
                 return sorted(it, key=repr)
             return list(it)
         if isinstance(it, Tensor) and it.shape:
-            return [Tensor(it.shape[1:], it.dtype) for _ in range(it.shape[0])]
+            rows = [Tensor(it.shape[1:], it.dtype) for _ in range(it.shape[0])]
+            return [values.with_origin(self, t, ("row", k), (it,)) for k, t in enumerate(rows)]
         return None
 
     def assign(self, target: ast.expr, v: object, env: dict) -> None:

@@ -358,13 +358,44 @@ def _decision(fe, cond_line: int, exit_line: int) -> tuple[str | None, str]:
     if exit_line != cond_line:
         for n in ast.walk(test):
             if isinstance(n, ast.Break | ast.Continue | ast.Return) and n.lineno == exit_line:
-                return type(n).__name__.lower(), text
+                return (
+                    type(n).__name__.lower() if _skips_communication(fe, test, n) else None
+                ), text
         return None, text
     if isinstance(test, ast.While):
         return "while", text
     if _arm_comms(fe, test.body) == _arm_comms(fe, test.orelse):
         return None, text  # both arms communicate alike: the test decides nothing
     return "if", text
+
+
+def _skips_communication(fe, test, exit_node) -> bool:
+    """The exit skips communication: the loop it leaves (`break`, `continue`) communicates,
+    or (`return`) so does the rest of its function or a loop around it there."""
+    import ast
+
+    loops = [
+        n
+        for n in fe.nodes
+        if isinstance(n, ast.For | ast.While | ast.AsyncFor)
+        and n.lineno <= exit_node.lineno <= (n.end_lineno or n.lineno)
+    ]
+    if not isinstance(exit_node, ast.Return):
+        return bool(loops) and fe.communicates(max(loops, key=lambda n: n.lineno))
+    fns = [
+        n
+        for n in fe.nodes
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+        and n.lineno <= exit_node.lineno <= (n.end_lineno or n.lineno)
+    ]
+    if not fns:
+        return False
+    fn = max(fns, key=lambda n: n.lineno)
+    end = test.end_lineno or test.lineno
+    if any(end < line <= (fn.end_lineno or line) for line in fe.comm_lines):
+        return True
+    inner = [n for n in loops if n.lineno > fn.lineno]
+    return any(fe.communicates(n) for n in inner)
 
 
 def _arm_comms(fe, stmts: list) -> list[str]:
