@@ -2087,17 +2087,20 @@ P2P_CALLS = frozenset({"send", "recv", "isend", "irecv", "P2POp"})
 
 
 def _literal_peers(nodes: list[ast.AST]) -> set[int]:
-    """Literal peer ranks of point-to-point calls (`dist.send(x, 1)`, `src=0`)."""
+    """Literal peer ranks of point-to-point calls (`dist.send(x, 1)`, `src=0`), and of the
+    program's own p2p helpers (`run_first_stage(stage, batches, peer=1)`)."""
     out: set[int] = set()
     for n in nodes:
         if not isinstance(n, ast.Call):
             continue
         name = n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
         if name not in P2P_CALLS:
-            continue
-        pos = 2 if name == "P2POp" else 1
-        cands = [n.args[pos]] if len(n.args) > pos else []
-        cands += [k.value for k in n.keywords if k.arg in ("dst", "src", "peer")]
+            # `peer=` names a point-to-point partner (`src=`/`dst=` may be a collective's root)
+            cands = [k.value for k in n.keywords if k.arg == "peer"]
+        else:
+            pos = 2 if name == "P2POp" else 1
+            cands = [n.args[pos]] if len(n.args) > pos else []
+            cands += [k.value for k in n.keywords if k.arg in ("dst", "src", "peer")]
         for c in cands:
             if isinstance(c, ast.Constant) and isinstance(c.value, int) and c.value < MAX_WORLD:
                 out.add(c.value)
