@@ -25,8 +25,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
+from commlint.lint import perrank_values as values
 from commlint.lint.ir import CallSite, Comm, FileFacts, iter_nodes
-from commlint.lint.perrank_argparse import ArgParser
 from commlint.lint.perrank_pipelining import (
     MULTI,
     SINGLE,
@@ -64,13 +64,29 @@ class Unknown:
 UNK = Unknown()
 
 
+class Derived(Unknown):
+    """An unknown whose origin is known: `fp` fingerprints what it was computed from
+    (`perrank_values`), so that two ranks' values can be told apart."""
+
+    def __new__(cls, fp: int) -> Derived:
+        inst = object.__new__(cls)
+        inst.fp = fp
+        return inst
+
+    def __repr__(self) -> str:
+        return f"?{self.fp & 0xFFFF:04x}"
+
+
 class Abort(Exception):
     """This rank's path cannot be decided: the world size is not evaluated."""
 
-    def __init__(self, reason: str, line: int = 0) -> None:
+    def __init__(self, reason: str, line: int = 0, steer: object = None, cond: int = 0) -> None:
         super().__init__(reason)
         self.reason = reason
         self.line = line
+        self.steer = steer  # the unknown value that decides, when its origin is known
+        self.cond = cond or line  # the line of the condition that tests it
+        self.unit: object | None = None  # the followed file it stopped in (None: the evaluated)
 
 
 class Stop(Exception):
@@ -102,6 +118,7 @@ class Tensor:
     dtype: str | None = "float32"
     lo: float | None = None  # every element's value lies in [lo, hi] (torch.rand: [0, 1))
     hi: float | None = None
+    fp: int | None = None  # its origin (`perrank_values.fp_of`), when known
 
 
 @dataclass(frozen=True)
@@ -308,11 +325,14 @@ class Rank:
         self.cur = ev  # the file whose code runs now (the evaluated one, or a followed one)
         self.g: dict = ev.globals  # that file's module globals
         self.modules: dict[str, ProjMod | None] = {}  # followed modules, as this rank ran them
+        self.line = 0  # the statement being evaluated
+        self.rng: object = None  # the seed of the default random generators
 
     # ------------------------------------------------------------------ helpers
     def tick(self, line: int) -> None:
         self.steps += 1
         self.ev.work += 1
+        self.line = line
         if self.steps > MAX_STEPS or self.ev.work > MAX_WORK:
             raise Abort("evaluation budget exhausted", line)
 
@@ -324,7 +344,7 @@ class Rank:
                 # the arm that communicates; what the other arm does is not proved absent
                 self.ev.approx = True
                 return True
-            raise Abort("a condition whose value this rank cannot know", line)
+            raise Abort("a condition whose value this rank cannot know", line, v)
         try:
             b = bool(v)
         except Exception:
@@ -355,7 +375,7 @@ class Rank:
         elif isinstance(s, ast.If):
             c = self.expr(s.test, env)
             if isinstance(c, Unknown | Tensor | Interval) and not self.cur.communicates(s):
-                self.forget(s, env)
+                self.forget(s, env, c, s.test.lineno)
                 return
             self.run_block(s.body if self.truth(c, s.test) else s.orelse, env)
         elif isinstance(s, ast.For | ast.AsyncFor):
@@ -492,19 +512,23 @@ class Rank:
                 v = Mod(f"{base}.{a.name}" if base else a.name)
             env[a.asname or a.name] = v
 
-    def forget(self, s: ast.AST, env: dict) -> None:
-        """A statement skipped because its path is unknown: what it assigns becomes unknown."""
+    def forget(self, s: ast.AST, env: dict, cond: object = UNK, cond_line: int = 0) -> None:
+        """A statement skipped because its path is unknown: what it assigns becomes unknown
+        (computed from the condition, when the condition's origin is known)."""
+        value = values.under(self, cond, cond_line) if cond is not UNK else UNK
         for n in ast.walk(s):
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-                env[n.id] = UNK
+                env[n.id] = value
             elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store):
                 base = env.get(n.value.id) if isinstance(n.value, ast.Name) else None
                 if isinstance(base, Obj):
-                    base.attrs[n.attr] = UNK
+                    base.attrs[n.attr] = value
             elif isinstance(n, ast.Return | ast.Break | ast.Continue | ast.Raise):
                 if self.fn_nodes and not self.cur.communicates(self.fn_nodes[-1]):
                     raise _Return(UNK)  # whatever it returns, the function communicates nothing
-                raise Abort("an exit whose condition this rank cannot know", n.lineno)
+                raise Abort(
+                    "an exit whose condition this rank cannot know", n.lineno, cond, cond_line
+                )
 
     def try_stmt(self, s: ast.Try, env: dict) -> None:
         try:
@@ -545,7 +569,7 @@ class Rank:
                 return
             # an iterable of unknown length (a data loader): every rank takes the body once,
             # the taint rules judge whether the count can differ between ranks
-            items = [UNK]
+            items = [values.element(self, it, 0)]
             self.ev.approx = True
         elif isinstance(it, set | frozenset) and any(isinstance(x, str) for x in it):
             before = len(self.actions)
@@ -572,9 +596,9 @@ class Rank:
             c = self.expr(s.test, env)
             if isinstance(c, Unknown | Tensor | Interval):
                 if not self.cur.communicates(s):
-                    self.forget(s, env)
+                    self.forget(s, env, c, s.lineno)
                     return
-                raise Abort("a `while` loop whose bound this rank cannot know", s.lineno)
+                raise Abort("a `while` loop whose bound this rank cannot know", s.lineno, c)
             if not self.truth(c, s.test):
                 break
             self.tick(s.lineno)
@@ -594,7 +618,8 @@ class Rank:
                 return sorted(it, key=repr)
             return list(it)
         if isinstance(it, Tensor) and it.shape:
-            return [Tensor(it.shape[1:], it.dtype) for _ in range(it.shape[0])]
+            rows = [Tensor(it.shape[1:], it.dtype) for _ in range(it.shape[0])]
+            return [values.with_origin(self, t, ("row", k), (it,)) for k, t in enumerate(rows)]
         return None
 
     def assign(self, target: ast.expr, v: object, env: dict) -> None:
@@ -615,7 +640,7 @@ class Rank:
                 if isinstance(e, ast.Starred):
                     self.assign(e.value, UNK, env)
                 else:
-                    self.assign(e, vals[k] if vals is not None else UNK, env)
+                    self.assign(e, vals[k] if vals is not None else values.element(self, v, k), env)
         elif isinstance(target, ast.Attribute):
             base = self.expr(target.value, env)
             if isinstance(base, Obj | Cls):
@@ -642,7 +667,7 @@ class Rank:
         if isinstance(e, ast.UnaryOp):
             v = self.expr(e.operand, env)
             if isinstance(e.op, ast.Not):
-                return (not v) if _is_known(v) else UNK
+                return (not v) if _is_known(v) else values.derived(self, "not", (v,))
             if isinstance(v, Tensor):
                 return v
             if isinstance(v, int | float) and not isinstance(e.op, ast.Invert):
@@ -654,13 +679,13 @@ class Rank:
             for part in e.values:
                 v = self.expr(part, env)
                 if not _is_known(v):
-                    result = UNK
+                    result = values.derived(self, "boolop", (v, result))
                     continue
                 if is_and and not v:
                     return v
                 if not is_and and v:
                     return v
-                if result is not UNK:
+                if not isinstance(result, Unknown):
                     result = v
             return result
         if isinstance(e, ast.Compare):
@@ -668,7 +693,7 @@ class Rank:
             for op, right_node in zip(e.ops, e.comparators, strict=True):
                 right = self.expr(right_node, env)
                 r = self.compare(op, left, right)
-                if r is UNK or not r:
+                if isinstance(r, Unknown) or not r:
                     return r
                 left = right
             return True
@@ -676,7 +701,7 @@ class Rank:
             c = self.expr(e.test, env)
             if isinstance(c, Unknown | Tensor | Interval):
                 a, b = self.expr(e.body, env), self.expr(e.orelse, env)
-                return a if _same(a, b) else UNK
+                return a if _same(a, b) else values.derived(self, "ifexp", (c, a, b))
             return self.expr(e.body if self.truth(c, e.test) else e.orelse, env)
         if isinstance(e, ast.Call):
             return self.call_expr(e, env)
@@ -741,9 +766,9 @@ class Rank:
 
     def binop(self, op: ast.operator, a: object, b: object) -> object:
         if isinstance(a, Tensor) or isinstance(b, Tensor):
-            return _tensor_binop(op, a, b)
+            return values.with_origin(self, _tensor_binop(op, a, b), type(op).__name__, (a, b))
         if not _is_known(a, b):
-            return UNK
+            return values.derived(self, type(op).__name__, (a, b))
         fn = BIN_OPS.get(type(op))
         if fn is None:
             return UNK
@@ -758,8 +783,8 @@ class Rank:
 
     def compare(self, op: ast.cmpop, a: object, b: object) -> object:
         if isinstance(op, ast.Is | ast.IsNot):
-            if a is UNK or b is UNK:
-                return UNK
+            if isinstance(a, Unknown) or isinstance(b, Unknown):
+                return values.derived(self, type(op).__name__, (a, b))
             if b is None or a is None:
                 same = (a is None) == (b is None)
                 return same if isinstance(op, ast.Is) else not same
@@ -770,12 +795,12 @@ class Rank:
             flipped = {ast.Lt: ast.Gt(), ast.LtE: ast.GtE(), ast.Gt: ast.Lt(), ast.GtE: ast.LtE()}
             return _interval_cmp(flipped.get(type(op), op), b, a)
         if isinstance(a, Tensor) or isinstance(b, Tensor):
-            return UNK
+            return values.derived(self, type(op).__name__, (a, b))
         if isinstance(op, ast.In | ast.NotIn) and isinstance(b, list | tuple | range | set | dict):
-            if not _is_known(a) or any(x is UNK for x in b):
-                return UNK
+            if not _is_known(a) or any(isinstance(x, Unknown) for x in b):
+                return values.derived(self, type(op).__name__, (a, b))
         elif not _is_known(a, b):
-            return UNK
+            return values.derived(self, type(op).__name__, (a, b))
         try:
             return CMP_OPS[type(op)](a, b)
         except Exception:
@@ -785,7 +810,8 @@ class Rank:
         if isinstance(sl, ast.Slice):
             lo, hi, st = (self.expr(x, env) for x in (sl.lower, sl.upper, sl.step))
             if isinstance(base, Tensor):
-                return _tensor_slice(base, lo, hi, st)
+                sliced = _tensor_slice(base, lo, hi, st)
+                return values.with_origin(self, sliced, "slice", (base, lo, hi, st))
             if isinstance(base, list | tuple | range | str) and _is_known(lo, hi, st):
                 try:
                     return base[slice(lo, hi, st)]
@@ -794,7 +820,9 @@ class Rank:
             return UNK
         key = self.expr(sl, env)
         if isinstance(base, Tensor):
-            return Tensor(None, base.dtype, base.lo, base.hi)
+            return values.with_origin(
+                self, Tensor(None, base.dtype, base.lo, base.hi), "index", (base, key)
+            )
         if base is ENVIRON:
             return self.env_var(key)
         if isinstance(base, list | tuple | range | str | dict) and _is_known(key):
@@ -802,7 +830,7 @@ class Rank:
                 return base[key]
             except Exception:
                 return UNK
-        return UNK
+        return values.derived(self, "index", (base, key))
 
     def comprehension(self, e, env: dict) -> object:
         local = dict(env)
@@ -850,8 +878,6 @@ class Rank:
         return out
 
     def attribute(self, base: object, attr: str, node: ast.AST) -> object:
-        if isinstance(base, ArgParser):
-            return ParserMethod(base, attr)
         if isinstance(base, Schedule):
             return ScheduleMethod(base, attr)
         if isinstance(base, ProjMod):
@@ -890,6 +916,8 @@ class Rank:
             return TensorMethod(base, attr)
         if isinstance(base, Group):
             return GroupMethod(base, attr)
+        if isinstance(base, values.ArgParser):
+            return values.ParserMethod(base, attr)
         if isinstance(base, Work):
             return WorkMethod(base, attr)
         if isinstance(base, P2P) or base is ENVIRON:
@@ -901,6 +929,9 @@ class Rank:
             return UNK
         if base is UNK:
             return self.rank_attribute(attr)
+        if isinstance(base, Derived):
+            found = self.rank_attribute(attr)
+            return found if found is not UNK else values.attribute_of(self, base, attr)
         return UNK
 
     def rank_attribute(self, attr: str) -> object:
@@ -951,7 +982,7 @@ class Rank:
         if self.cur is self.ev:
             self.ev.recorded_lines.add(e.lineno)
         try:
-            return self.call(func, args, kwargs, e)
+            return values.call_origin(self, self.call(func, args, kwargs, e), func, args, kwargs, e)
         finally:
             self.env = outer
 
@@ -1003,12 +1034,12 @@ class Rank:
                 return UNK
         if isinstance(func, TensorMethod):
             return _tensor_method(func, args, kwargs)
-        if isinstance(func, ParserMethod):
-            return _parser_call(func, args, kwargs)
         if isinstance(func, ScheduleMethod):
             return self.schedule_call(func, e)
         if isinstance(func, GroupMethod):
             return self.group_method(func, args)
+        if isinstance(func, values.ParserMethod):
+            return values.call_parser(self, func, args, kwargs)
         if isinstance(func, WorkMethod):
             if func.attr == "wait":
                 self.wait(func.work, e)
@@ -1116,6 +1147,10 @@ class Rank:
             return r.value
         except (_Break, _Continue):
             return None
+        except Abort as ab:
+            if ab.unit is None and self.cur is not self.ev:
+                ab.unit = self.cur  # its lines are that file's
+            raise
         finally:
             self.depth -= 1
             self.stack.pop()
@@ -1144,12 +1179,16 @@ class Rank:
                 g = _arg(args, kwargs, 0, "group")
                 if isinstance(g, Group):
                     return g.members.index(self.rank) if self.rank in g.members else -1
-                return self.rank if g is None or (g is UNK and self.ev.symbolic) else UNK
+                if g is None or (isinstance(g, Unknown) and self.ev.symbolic):
+                    return self.rank
+                return UNK
             if last == "get_world_size":
                 g = _arg(args, kwargs, 0, "group")
                 if isinstance(g, Group):
                     return len(g.members)
-                return self.world if g is None or (g is UNK and self.ev.symbolic) else UNK
+                if g is None or (isinstance(g, Unknown) and self.ev.symbolic):
+                    return self.world
+                return UNK
             if last in ("is_initialized", "is_available", "is_torchelastic_launched"):
                 return True
             if last in ("init_process_group", "destroy_process_group"):
@@ -1162,7 +1201,7 @@ class Rank:
                 g, r = _arg(args, kwargs, 0, "group"), _arg(args, kwargs, 1, "group_rank")
                 if isinstance(g, Group) and isinstance(r, int) and 0 <= r < len(g.members):
                     return g.members[r]
-                if g is UNK and self.ev.symbolic and isinstance(r, int):
+                if isinstance(g, Unknown) and self.ev.symbolic and isinstance(r, int):
                     return r
                 return UNK
             if last == "P2POp":
@@ -1192,10 +1231,13 @@ class Rank:
             return self.communicate(fact, args, kwargs, e)
         if fact is not None:
             return self.opaque(e)
+        if values.seed(self, name, args, kwargs):
+            return UNK
+        data = values.data_call(self, name, args, kwargs, e.lineno)
+        if data is not NotImplemented:
+            return data
         if name.startswith("torch.") and not name.startswith("torch.distributed"):
             return _torch_call(name, last, args, kwargs)
-        if name == "argparse.ArgumentParser":
-            return ArgParser(UNK)
         if name in ("os.getenv", "os.environ.get") and args:
             v = self.env_var(args[0])
             return v if v is not UNK else (args[1] if len(args) > 1 else UNK)
@@ -1209,6 +1251,9 @@ class Rank:
             return self.rank
         if name in ("time.time", "time.perf_counter", "time.monotonic"):
             return UNK
+        if name == "argparse.ArgumentParser":
+            return values.ArgParser()
+
         if name.startswith(("math.",)):
             import math
 
@@ -1282,7 +1327,7 @@ class Rank:
             return Group("WORLD", tuple(range(self.world)))
         if isinstance(g, Group):
             return g
-        if g is UNK and text and self.ev.symbolic:
+        if isinstance(g, Unknown) and text and self.ev.symbolic:
             # a method's own group (`self.process_group`), seen from inside: its ranks are
             # 0 … world-1 and `get_rank(group)` is this rank; one such group per method
             name = f"<{text}>"
@@ -1341,7 +1386,7 @@ class Rank:
         asyn = _argspec(args, kwargs, fact.async_) if fact.async_ else False
         if fact.op in ("isend", "irecv"):
             asyn = True
-        if asyn is UNK:
+        if isinstance(asyn, Unknown):
             raise Abort("async_op this rank cannot know", line)
         self._payload(op, fact.name.rsplit(".", 1)[-1], args, kwargs, action)
         handle = None
@@ -1352,6 +1397,7 @@ class Rank:
             if fact.op not in ("isend", "irecv"):
                 action["async"] = True
         self.record(action, line)
+        values.after_collective(self, fact.name.rsplit(".", 1)[-1], args, kwargs, line)
         if handle is not None:
             return Work([handle])
         return None
@@ -1461,26 +1507,6 @@ class RankFlag:
 
     def __bool__(self) -> bool:
         return self.value
-
-
-@dataclass
-class ParserMethod:
-    parser: ArgParser
-    attr: str
-
-
-def _parser_call(m: ParserMethod, args: list, kwargs: dict) -> object:
-    kind = kwargs.get("type")
-    if isinstance(kind, Builtin):
-        pairs = (("int", int), ("float", float), ("str", str))
-        named = [v for k, v in pairs if BUILTINS[k] is kind]
-        kwargs = {**kwargs, "type": named[0] if named else kind}
-    got = m.parser.call(m.attr, args, kwargs)
-    if isinstance(got, dict):
-        return Obj(Cls("Namespace", {}, []), dict(got))
-    if isinstance(got, tuple) and got and isinstance(got[0], dict):
-        return (Obj(Cls("Namespace", {}, []), dict(got[0])), [])
-    return got
 
 
 @dataclass
@@ -1819,12 +1845,8 @@ def _b_range(ev: Rank, args: list, kwargs: dict, e: ast.Call) -> object:
 
 
 def _b_len(ev: Rank, args: list, kwargs: dict, e: ast.Call) -> object:
-    v = args[0] if args else UNK
-    if isinstance(v, list | tuple | range | str | dict | set | frozenset):
-        return len(v)
-    if isinstance(v, Tensor) and v.shape:
-        return v.shape[0]
-    return UNK
+    n = values.length(ev, args[0]) if args else None
+    return n if n is not None else UNK
 
 
 def _conv(kind):
@@ -1921,6 +1943,7 @@ class WorldRun:
     issues: int = 0  # checker findings on its trace (set by the judge)
     exact: bool = True  # no loop of unknown length was approximated
     refute_only: bool = False  # called only from other files: it may refute, never report
+    steering: values.Steering | None = None  # ranks stopped at a rank-local decision
 
 
 class FileEval:
@@ -1979,6 +2002,7 @@ class FileEval:
         self.symbolic = False  # a method entry: its own unknown group stands for the world
         self.symbolic_name: str | None = None
         self.approx = False  # a loop of unknown length was taken once: proves no absence
+        self.fps = values.Fingerprints()  # the origins of the values every rank computed
         self._creations: dict[int, list[tuple[int, int, tuple[int, ...]]]] = {}
 
     # what the extractor saw communicate, to refuse what the interpreter cannot follow
@@ -2087,6 +2111,7 @@ class FileEval:
         self.approx = False
         decided: dict[int, set[bool]] = {}
         executed: set[int] = set()
+        stops: dict[int, tuple[Abort, int]] = {}  # ranks stopped at a value of known origin
         for r in range(world):
             self.globals = {"__name__": "__main__"}
             self.recorded_lines = set()
@@ -2126,12 +2151,23 @@ class FileEval:
             except Stop as stop:
                 rk.end = (stop.kind, stop.line, stop.exc)
             except Abort as ab:
-                return WorldRun(name, world, False, ab.reason, ab.line)
+                fp = values.fp_of(rk, ab.steer) if ab.steer is not None else None
+                if fp is None:
+                    return WorldRun(name, world, False, ab.reason, ab.line)
+                stops[r] = (ab, fp)  # the other ranks tell whether their values differ
+                continue
             except RecursionError:
                 return WorldRun(name, world, False, "too deeply nested")
             for line, vals in rk.decided.items():
                 decided.setdefault(line, set()).update(vals)
             executed |= self.recorded_lines
+        if stops:
+            ab = next(iter(stops.values()))[0]
+            run = WorldRun(name, world, False, ab.reason, ab.line)
+            run.steering = values.steering(self, world, stops)
+            if len(stops) == world and len({fp for _ab, fp in stops.values()}) == 1:
+                run.reason = f"{ab.reason} (a uniform value: the same on every rank)"
+            return run
         if not isinstance(entry, list) and not self.rank_read:
             # a helper that never asks for the rank: its callers decide which ranks run it
             return WorldRun(name, world, False, "does not depend on the rank")
