@@ -31,6 +31,7 @@ from __future__ import annotations
 import ast
 import difflib
 import functools
+import itertools
 import linecache
 from dataclasses import dataclass
 
@@ -207,7 +208,7 @@ def _diverging_frame(trace: Trace, a: Action, others: list[int]) -> str | None:
         return None
     reached = {e for r in others[:1] for b in trace.ranks.get(r, ()) for e in b.stack or ()}
     found = frames[0]
-    for inner, outer in zip(frames, frames[1:], strict=False):
+    for inner, outer in itertools.pairwise(frames):
         if outer in reached:
             return inner
         found = outer
@@ -296,8 +297,10 @@ def _headline(trace: Trace, d: Divergence) -> tuple[str, list[Location], str]:
         text += f": {_who(d.other_ranks)} issue no collective #{n} on group '{d.group}'"
     text += "."
     if d.kind == "extra":
-        move = f"move it out of {cond[0]} at {_split(where)[0]}:{cond[1]}" if cond and where else (
-            "move it out of the rank condition"
+        move = (
+            f"move it out of {cond[0]} at {_split(where)[0]}:{cond[1]}"
+            if cond and where
+            else ("move it out of the rank condition")
         )
         fix = (
             f"Make this call on every member of '{d.group}' or on none: {move} (compute on "
@@ -348,8 +351,10 @@ def explain(findings: list[Finding], trace: Trace) -> list[Finding]:
             continue
         done.add(group)
         a = trace.ranks[d.extra[0]][d.extra[1]]
-        same_site = d.kind == "different" and d.other is not None and (
-            _user_frames(a)[:1] == _user_frames(trace.ranks[d.other[0]][d.other[1]])[:1]
+        same_site = (
+            d.kind == "different"
+            and d.other is not None
+            and (_user_frames(a)[:1] == _user_frames(trace.ranks[d.other[0]][d.other[1]])[:1])
         )
         if same_site:
             continue  # one call site with different arguments: the diagnosis stands
