@@ -365,7 +365,7 @@ def explain(findings: list[Finding], trace: Trace) -> list[Finding]:
         f.fix = fix
         path, line, _ = _split(f"{a.site} in ?") if a.site else (None, None, "")
         if line is not None:
-            f.path, f.line, f.col = path, line, 1
+            f.path, f.line = path, line
         if not any(loc.rank == d.extra[0] and loc.action == d.extra[1] for loc in f.actions):
             f.actions.insert(0, Location(rank=d.extra[0], action=d.extra[1], site=a.site))
         f.ranks = sorted(set(f.ranks) | set(d.extra_ranks) | set(d.other_ranks))

@@ -291,7 +291,7 @@ def test_dry_run_names_the_callback_line_under_an_installed_framework(app: Path)
     proc = _dry_run(app)
     assert proc.returncode == 1, proc.stderr[-2000:]
     first = proc.stdout.splitlines()[0]
-    assert first.startswith("my_callbacks.py:9:1: CL203"), proc.stdout
+    assert first.startswith("my_callbacks.py:9: CL203"), proc.stdout
     assert CALLBACK_HEADLINE in proc.stdout
     assert "under `if trainer.is_global_zero:` (my_callbacks.py:8)" in proc.stdout
     assert FW_CONTEXT in proc.stdout
@@ -301,7 +301,7 @@ def test_dry_run_names_the_callback_line_under_an_installed_framework(app: Path)
 def test_dry_run_reports_a_rank0_evaluate_under_ddp_as_an_extra_call(ddp_eval: Path) -> None:
     proc = _dry_run(ddp_eval)
     assert proc.returncode == 1, proc.stderr[-2000:]
-    assert proc.stdout.splitlines()[0].startswith("ddp_eval.py:11:1: CL203"), proc.stdout
+    assert proc.stdout.splitlines()[0].startswith("ddp_eval.py:11: CL203"), proc.stdout
     assert EVAL_HEADLINE in proc.stdout
     assert "under `if dist.get_rank() == 0 and step == 1:` (ddp_eval.py:25)" in proc.stdout
     assert "CL204" not in proc.stdout and "pad the last batch" not in proc.stdout
