@@ -245,8 +245,9 @@ def _library_text(a: Action) -> str:
     return "torch's own call"
 
 
-def _headline(trace: Trace, d: Divergence) -> tuple[str, list[Location], str]:
-    """(sentence, related locations, fix) for a divergence."""
+def _headline(trace: Trace, d: Divergence) -> tuple[str, list[Location], str, str | None]:
+    """(sentence, related locations, fix, the user frame where the rank left the code the
+    others ran) for a divergence."""
     er, ei = d.extra
     a = trace.ranks[er][ei]
     related: list[Location] = []
@@ -294,7 +295,8 @@ def _headline(trace: Trace, d: Divergence) -> tuple[str, list[Location], str]:
             )
         )
     elif d.kind == "extra":
-        text += f": {_who(d.other_ranks)} issue no collective #{n} on group '{d.group}'"
+        verb = "issues" if len(d.other_ranks) == 1 else "issue"
+        text += f": {_who(d.other_ranks)} {verb} no collective #{n} on group '{d.group}'"
     text += "."
     if d.kind == "extra":
         move = (
@@ -314,7 +316,7 @@ def _headline(trace: Trace, d: Divergence) -> tuple[str, list[Location], str]:
             "this point; if both lines are meant as one call, give them the same op and shape "
             "(exchange sizes first)."
         )
-    return text, related, fix
+    return text, related, fix, where
 
 
 def _position(trace: Trace, loc: Location) -> tuple[str, int] | None:
@@ -358,18 +360,20 @@ def explain(findings: list[Finding], trace: Trace) -> list[Finding]:
         )
         if same_site:
             continue  # one call site with different arguments: the diagnosis stands
-        text, related, fix = _headline(trace, d)
+        text, related, fix, at = _headline(trace, d)
         if d.kind == "extra" and f.code == "CL204":
             f.code, f.name = "CL203", all_rules()["CL203"].name
         f.message = f"{text} {_consequence(f, d.seq == seq)}"
         f.fix = fix
-        path, line, _ = _split(f"{a.site} in ?") if a.site else (None, None, "")
+        # at the call where the rank left the code the others ran (the call itself when the
+        # others never ran its line; the caller's line when it is inside shared code)
+        path, line, _ = _split(at or f"{a.site} in ?") if (at or a.site) else (None, None, "")
         if line is not None:
             f.path, f.line = path, line
         if not any(loc.rank == d.extra[0] and loc.action == d.extra[1] for loc in f.actions):
             f.actions.insert(0, Location(rank=d.extra[0], action=d.extra[1], site=a.site))
         f.ranks = sorted(set(f.ranks) | set(d.extra_ranks) | set(d.other_ranks))
-        f.related[:0] = related
+        f.related.extend(related)
     return findings
 
 

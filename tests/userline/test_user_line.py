@@ -180,7 +180,7 @@ def _ddp_trace(eval_site: str = "ev.py:11") -> Trace:
 
 def test_an_extra_evaluate_against_a_ddp_bucket_is_an_extra_call_not_padding() -> None:
     (f,) = [f for f in _checked(_ddp_trace()) if f.code in ("CL203", "CL204")]
-    assert f.code == "CL203" and (f.path, f.line) == ("ev.py", 11)
+    assert f.code == "CL203" and (f.path, f.line) == ("ev.py", 26)  # the `evaluate()` call
     assert "rank 0 calls all_reduce(WORLD) at ev.py:11 (in `evaluate`" in f.message
     assert "torch's own call (DDP gradient bucket)" in f.message
     assert "pad the last batch" not in (f.fix or "")
@@ -301,7 +301,7 @@ def test_dry_run_names_the_callback_line_under_an_installed_framework(app: Path)
 def test_dry_run_reports_a_rank0_evaluate_under_ddp_as_an_extra_call(ddp_eval: Path) -> None:
     proc = _dry_run(ddp_eval)
     assert proc.returncode == 1, proc.stderr[-2000:]
-    assert proc.stdout.splitlines()[0].startswith("ddp_eval.py:11: CL203"), proc.stdout
+    assert proc.stdout.splitlines()[0].startswith("ddp_eval.py:26: CL203"), proc.stdout
     assert EVAL_HEADLINE in proc.stdout
     assert "under `if dist.get_rank() == 0 and step == 1:` (ddp_eval.py:25)" in proc.stdout
     assert "CL204" not in proc.stdout and "pad the last batch" not in proc.stdout
