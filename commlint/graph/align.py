@@ -42,6 +42,8 @@ from commlint.trace import COLLECTIVE_OPS, TORCH_ISSUED, Action, Trace
 # ends label its bucket all-reduces, model checks and broadcasts this way).
 DDP_LABEL = "DDP "
 _WINDOW = 256  # calls compared past the first difference: enough to line up again
+_LOOKBACK = 1024  # calls before the finding searched for the first difference
+_ALL_RANKS = 64  # larger groups: one rank per distinct call at the finding stands for all
 _EXPLAINED = ("CL202", "CL203", "CL204")
 
 
@@ -79,12 +81,17 @@ def _collectives(trace: Trace, rank: int, group: str, limit: int) -> list[int]:
     return out
 
 
-def first_divergence(trace: Trace, group: str, upto: int) -> Divergence | None:
-    """Where the members of `group` first issue collectives from different calls, at or
-    before position `upto` (0-based) on the group; None when they agree up to there."""
+def first_divergence(
+    trace: Trace, group: str, upto: int, ranks: list[int] | None = None
+) -> Divergence | None:
+    """Where the members of `group` (or the given ones) first issue collectives from
+    different calls, at or before position `upto` (0-based) on the group, looking back at
+    most `_LOOKBACK` calls; None when they agree there."""
     limit = upto + 1 + _WINDOW
-    members = [r for r in trace.group_ranks(group) if r in trace.ranks or r in trace.ends]
-    seqs: dict[int, list[int]] = {r: _collectives(trace, r, group, limit) for r in members}
+    start = max(0, upto - _LOOKBACK)
+    members = ranks if ranks is not None else trace.group_ranks(group)
+    members = [r for r in members if r in trace.ranks or r in trace.ends]
+    seqs: dict[int, list[int]] = {r: _collectives(trace, r, group, limit)[start:] for r in members}
     keys = {r: [call_key(trace.ranks[r][i]) for i in idx] for r, idx in seqs.items()}
     classes: dict[tuple, list[int]] = {}
     for r in members:
@@ -128,7 +135,7 @@ def first_divergence(trace: Trace, group: str, upto: int) -> Divergence | None:
             extra_ranks, extra, others, other = a_ranks, first_a, b_ranks, first_b
     if extra is None:
         return None
-    seq = p + (i0 if extra_ranks is a_ranks else j0)
+    seq = start + p + (i0 if extra_ranks is a_ranks else j0)
     return Divergence(group, seq, kind, sorted(extra_ranks), extra, sorted(others), other)
 
 
@@ -345,12 +352,18 @@ def explain(findings: list[Finding], trace: Trace) -> list[Finding]:
         if where is None or where[0] in done:
             continue
         group, seq = where
+        reps = _representatives(trace, f, group)
         try:
-            d = first_divergence(trace, group, seq)
+            d = first_divergence(trace, group, seq, sorted(reps) if reps else None)
         except (KeyError, IndexError, ValueError):
             d = None  # a partial trace (guard rings): nothing to align
         if d is None:
             continue
+        if reps:
+            d.extra_ranks = sorted({r for rep in d.extra_ranks for r in reps.get(rep, [rep])})
+            d.other_ranks = sorted(
+                {r for rep in d.other_ranks for r in reps.get(rep, [rep])} - set(d.extra_ranks)
+            )
         done.add(group)
         a = trace.ranks[d.extra[0]][d.extra[1]]
         same_site = (
@@ -375,6 +388,23 @@ def explain(findings: list[Finding], trace: Trace) -> list[Finding]:
         f.ranks = sorted(set(f.ranks) | set(d.extra_ranks) | set(d.other_ranks))
         f.related.extend(related)
     return findings
+
+
+def _representatives(trace: Trace, f: Finding, group: str) -> dict[int, list[int]] | None:
+    """For a large group, one rank per distinct call the finding's ranks are at (and the
+    ranks it waits for), with the ranks each stands for: aligning N identical sequences
+    costs N times one. None: all."""
+    if len(trace.group_ranks(group)) <= _ALL_RANKS:
+        return None
+    reps: dict[tuple, list[int]] = {}
+    for loc in [*f.actions, *f.related]:
+        if loc.rank is None:
+            continue
+        acts = trace.ranks.get(loc.rank, [])
+        known = loc.action is not None and loc.action < len(acts)
+        key = call_key(acts[loc.action]) if known else ()  # type: ignore[index]
+        reps.setdefault((key, loc.action is None), []).append(loc.rank)
+    return {ranks[0]: sorted(set(ranks)) for ranks in reps.values()}
 
 
 def _consequence(f: Finding, here: bool) -> str:

@@ -321,3 +321,13 @@ def test_guard_reports_a_rank0_evaluate_under_ddp_as_an_extra_call(ddp_eval: Pat
     assert proc.returncode != 0
     assert EVAL_HEADLINE in proc.stderr, proc.stderr[-3000:]
     assert "CL204" not in proc.stderr and "pad the last batch" not in proc.stderr
+
+
+def test_a_large_group_is_aligned_on_one_rank_per_distinct_call() -> None:
+    step = Action(op="all_reduce", site="t.py:5", stack=[C10D + "x", "t.py:5 in <module>"])
+    extra = Action(op="barrier", site="cb.py:3", stack=[C10D + "x", "cb.py:3 in cb"])
+    ranks = {r: [step, step, step] for r in range(128)}
+    ranks[0] = [step, extra, step, step]
+    (f,) = [f for f in _checked(Trace(world_size=128, ranks=ranks)) if f.code == "CL203"]
+    assert "rank 0 calls barrier(WORLD) at cb.py:3" in f.message
+    assert "a call ranks 1-127 do not make" in f.message
