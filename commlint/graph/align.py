@@ -374,6 +374,12 @@ def explain(findings: list[Finding], trace: Trace) -> list[Finding]:
         if same_site:
             continue  # one call site with different arguments: the diagnosis stands
         text, related, fix, at = _headline(trace, d)
+        if d.kind == "different" and d.seq == seq:
+            # two lines meeting as one call, right where the checker says: its words name
+            # both lines already; only a size fix must not say "pad" for two calls
+            if f.code == "CL204" and "pad" in (f.fix or ""):
+                f.fix = fix
+            continue
         if d.kind == "extra" and f.code == "CL204":
             f.code, f.name = "CL203", all_rules()["CL203"].name
         f.message = f"{text} {_consequence(f, d.seq == seq)}"
