@@ -331,3 +331,28 @@ def test_a_large_group_is_aligned_on_one_rank_per_distinct_call() -> None:
     (f,) = [f for f in _checked(Trace(world_size=128, ranks=ranks)) if f.code == "CL203"]
     assert "rank 0 calls barrier(WORLD) at cb.py:3" in f.message
     assert "a call ranks 1-127 do not make" in f.message
+
+
+@pytest.mark.real
+def test_dry_run_names_a_lightning_callback_barrier_not_trainer_fit(tmp_path: Path) -> None:
+    """Lightning 2.x installed in site-packages: a rank-0-only barrier in a callback pairs
+    with the epoch loop's own broadcast; the finding is at the callback's line, naming
+    Lightning's frame as context (before: CL203 at `trainer.fit(...)`)."""
+    pytest.importorskip("lightning")
+    for name in ("train.py", "my_callbacks.py"):
+        (tmp_path / name).write_text((HERE / "lightning_app" / name).read_text())
+    cmd = [sys.executable, "-m", "commlint", "run", "--nproc-per-node", "2", "--timeout", "120"]
+    proc = subprocess.run(
+        [*cmd, "train.py"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env=_env(),
+    )
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert proc.stdout.startswith("my_callbacks.py:8: CL203"), proc.stdout
+    assert (
+        "rank 0 calls barrier(WORLD) at my_callbacks.py:8 (in `on_train_epoch_end`" in proc.stdout
+    )
+    assert "the framework's own call (lightning/" in proc.stdout
