@@ -77,6 +77,10 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as exc:
         print(f"commlint guard: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    from commlint.callsites import USER_PROGRAMS
+
+    # the script is the user's even when it lives among installed packages
+    USER_PROGRAMS.add(os.path.abspath(script))
     sys.argv = list(script_argv)
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     try:

@@ -11,6 +11,7 @@ forward from there, exactly as it runs a dry-run's trace.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,7 @@ ACTION_FIELDS = (
     "reduce_op",
     "site",
     "stack",
+    "via",
     "label",
     "thread",
 )
@@ -171,6 +173,9 @@ def diagnose(states: dict[int, dict[str, Any]], world_size: int, backend: str = 
             if targets & running:
                 continue
         hang.append(f)
+    from commlint.graph.align import explain
+
+    explain(hang, trace)  # at the user's line, once the hang is proven on the checker's words
     return Diagnosis(trace, result.findings, hang, pending)
 
 
@@ -229,28 +234,58 @@ def _fields(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def mismatch_text(
-    group: str, members: list[int], seq: int, seen: dict[int, dict[str, Any]], world_size: int
+    group: str,
+    members: list[int],
+    seq: int,
+    seen: dict[int, dict[str, Any]],
+    world_size: int,
+    history: dict[int, list[dict[str, Any]]] | None = None,
 ) -> str:
-    """The checker's CL203/CL204 text for one collective whose members disagree."""
+    """The checker's CL203/CL204 text for one collective whose members disagree, worded at
+    the user's line (`commlint.graph.align`) from the calls just before it (`history`: each
+    rank's earlier fingerprints on the group, oldest first)."""
+    from commlint.graph.align import explain
     from commlint.graph.check import check_trace
 
+    history = history or {}
+    # every rank's window starts at the same call: the latest one all of them still hold
+    first = max((h[0]["seq"] for h in history.values() if h), default=seq)
+    if any(not h or h[-1].get("seq") != seq - 1 for r, h in history.items() if r in seen):
+        first = seq  # a gap in some rank's history: compare the call itself only
+    if set(history) != set(seen):
+        first = seq
     trace = Trace(world_size=world_size, groups={} if group == WORLD else {group: members})
     for r in range(world_size):
         fp = seen.get(r)
-        trace.ranks[r] = (
-            [Action.model_validate({**_fields(fp), "group": group})] if fp is not None else []
-        )
+        if fp is None:
+            trace.ranks[r] = []
+            continue
+        past = [h for h in history.get(r, []) if first <= h.get("seq", -1) < seq]
+        trace.ranks[r] = [
+            Action.model_validate({**_fields(h), "group": group}) for h in [*past, fp]
+        ]
+    offset = seq - first
     result = check_trace(trace, "gloo", reorder=False, symmetry=False)
-    found = [f for f in result.findings if f.code in ("CL203", "CL204")]
+    found = [
+        f
+        for f in result.findings
+        if f.code in ("CL203", "CL204") and f.actions and f.actions[0].action == offset
+    ]
     if not found:  # the checker tolerates it (e.g. a reduce op spelled two ways): say what differs
         return f"collective #{seq + 1} on group '{group}' differs across ranks: " + json.dumps(
             seen, sort_keys=True
         )
+    explain(found, trace)
     parts = []
     for f in found:
-        msg = f.message.replace(" #1 on group", f" #{seq + 1} on group")
-        parts.append(f"{f.code} {f.name}: {msg}" + (f" Fix: {f.fix}" if f.fix else ""))
+        # the window's numbers are the job's, shifted by the calls before it
+        msg = _NUMBER.sub(lambda m: f"#{int(m.group(1)) + first}{m.group(2)}", f.message)
+        fix = _NUMBER.sub(lambda m: f"#{int(m.group(1)) + first}{m.group(2)}", f.fix or "")
+        parts.append(f"{f.code} {f.name}: {msg}" + (f" Fix: {fix}" if fix else ""))
     return "commlint guard: " + " ".join(parts)
+
+
+_NUMBER = re.compile(r"#(\d+)( on group| on ')")
 
 
 def p2p_mismatch_text(
