@@ -106,6 +106,14 @@ class Calls:
                 return self.call_fn(_bind(meth, func), args, kwargs, e)
             return self.opaque(e)
         if isinstance(func, Mod):
+            if not func.qname.startswith(
+                ("torch.multiprocessing", "torch.distributed")
+            ) and self.hands_over_communication(args, kwargs):
+                # `threading.Thread(target=worker)`, `functools.partial(sync)`: the library
+                # runs it when, where and as often as it decides
+                raise Abort(
+                    "a function that communicates is handed to a call it cannot follow", e.lineno
+                )
             return self.call_api(func.qname, args, kwargs, e)
         if isinstance(func, Builtin):
             try:
@@ -141,14 +149,19 @@ class Calls:
             except Exception:
                 return UNK
             return UNK
-        if any(
-            isinstance(a, Fn) and self.cur.communicates(a.node) for a in (*args, *kwargs.values())
-        ):
+        if self.hands_over_communication(args, kwargs):
             # `study.optimize(_objective)`: the callee runs it when and as often as it decides
             raise Abort(
                 "a function that communicates is handed to a call it cannot follow", e.lineno
             )
         return self.opaque(e)
+
+    def hands_over_communication(self, args: list, kwargs: dict) -> bool:
+        """A function of the program that communicates is among the arguments."""
+        return any(
+            isinstance(a, Fn) and (a.unit if a.unit is not None else self.ev).communicates(a.node)
+            for a in (*args, *kwargs.values())
+        )
 
     def defaults(self, a: ast.arguments, env: dict) -> dict[str, object]:
         out: dict[str, object] = {}
