@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from commlint.findings import CommlintInputError
@@ -46,13 +47,14 @@ def is_regular(path: str | Path) -> bool:
         return False
 
 
-def read_input(path: str | Path, limit: int = MAX_INPUT_BYTES, what: str = "file") -> bytes:
+def read_input(path: str | Path, limit: int | None = None, what: str = "file") -> bytes:
     """The bytes of a regular file of at most `limit` bytes, else a located error.
 
     Opened without blocking and checked on the open descriptor (a path swapped for a FIFO
     between a check and the open is still refused); read up to `limit` + 1 bytes whatever the
-    size says (`/proc` files report 0)."""
+    size says (`/proc` files report 0). `limit` defaults to `MAX_INPUT_BYTES`."""
     name = str(path)
+    limit = MAX_INPUT_BYTES if limit is None else limit
     try:
         before = os.stat(path)
     except (OSError, ValueError) as exc:
@@ -89,7 +91,7 @@ def read_input(path: str | Path, limit: int = MAX_INPUT_BYTES, what: str = "file
 
 
 def read_text(
-    path: str | Path, limit: int = MAX_INPUT_BYTES, what: str = "file", quote: bool = True
+    path: str | Path, limit: int | None = None, what: str = "file", quote: bool = True
 ) -> str:
     """`read_input` decoded as UTF-8; a bad byte is a located error naming its offset (and
     the byte itself when `quote`: never for a file a plan names, whose text stays unshown)."""
@@ -134,6 +136,39 @@ def inside(path: Path, folders: Iterable[Path]) -> bool:
         except (OSError, RuntimeError):
             continue
     return False
+
+
+@contextmanager
+def memory_budget(nbytes: int) -> Iterator[None]:
+    """Let the code inside grow this process's address space by at most `nbytes`: past it an
+    allocation fails with `MemoryError` (which the caller turns into a located error) instead
+    of growing to what a few hostile bytes ask for — a 9-byte pickle whose memo index asks the
+    C unpickler for gigabytes. Linux only (elsewhere nothing is limited); the limit is the
+    process's, for the block's duration, so it is only for single-threaded readers."""
+    try:
+        import resource
+
+        with open("/proc/self/statm", "rb") as fh:
+            used = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    except (ImportError, OSError, ValueError, IndexError):
+        yield
+        return
+    cap = used + nbytes
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    if soft != resource.RLIM_INFINITY and soft <= cap:
+        yield  # a tighter limit is already in force
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    except (OSError, ValueError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 def _too_big(size: int, limit: int, what: str) -> str:

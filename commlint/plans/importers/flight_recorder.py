@@ -49,6 +49,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from commlint.findings import CommlintInputError, Finding, Location
+from commlint.plans.gate import memory_budget, read_input
 from commlint.plans.importers.common import validated
 from commlint.trace import WORLD, Action, RankEnd, Trace
 
@@ -121,6 +122,9 @@ WORLD_KEYS = (WORLD, "default_pg")
 # A dump may hold this many list items and frames per byte of file before the walk stops:
 # far above any real dump (a few per byte), far below what shared references can fake.
 NODES_PER_BYTE = 16
+# Memory an unpickled dump may take: real dumps take under 20 bytes per byte of pickle.
+PICKLE_BYTES_PER_BYTE = 64
+PICKLE_SLACK = 256 << 20
 _MAX_RANK = 1 << 20  # as the trace format (trace.MAX_WORLD_SIZE)
 # Entries of a job read before the kept frames (of entries that did not complete) start to be
 # shared: sharing costs about 2 µs per kept entry and saves about 1.7 kB (frames dicts), which
@@ -141,10 +145,7 @@ def read_dump(path: str | Path) -> dict[str, Any]:
 
     The dict gets a `_budget` key: how many list items its checks may walk."""
     name = str(path)
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise CommlintInputError(f"cannot read: {exc.strerror}", name) from None
+    raw = read_input(path, what="a dump")
     if raw.lstrip()[:1] in (b"{", b"["):
         try:
             data = json.loads(raw)
@@ -156,7 +157,17 @@ def read_dump(path: str | Path) -> dict[str, Any]:
             ) from None
     else:
         try:
-            data = _NoClassesUnpickler(io.BytesIO(raw)).load()
+            # a memo index is a request for memory (the C unpickler sizes its memo by it):
+            # a 9-byte pickle could ask for gigabytes; a real dump needs a few times its size
+            with memory_budget(PICKLE_BYTES_PER_BYTE * len(raw) + PICKLE_SLACK):
+                data = _NoClassesUnpickler(io.BytesIO(raw)).load()
+        except MemoryError:
+            raise CommlintInputError(
+                f"not a Flight Recorder dump: unpickling it asks for more than "
+                f"{PICKLE_BYTES_PER_BYTE} times its size in memory (a memo index far beyond "
+                "its contents)",
+                name,
+            ) from None
         except Exception as exc:
             raise CommlintInputError(
                 f"not a Flight Recorder dump (pickle or JSON): {_short(exc)}", name
