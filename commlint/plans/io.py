@@ -694,6 +694,15 @@ def trace_from_data(
     if not isinstance(data, dict):
         raise CommlintInputError("a plan file must be a mapping with 'version' and 'ranks'", path)
     if "generate" in data:
+        other = [key for key in data if key not in ("version", "generate")]
+        if other:  # whichever wins, the other part of the file would be silently ignored
+            key = str(other[0])[:80]
+            raise CommlintInputError(
+                f"'{key}' cannot be given with 'generate': a plan is either written out "
+                "(world_size, groups, ranks…) or generated from its 'generate' block, not both",
+                path,
+                lines.key_line(key),
+            )
         return _generate(data, path, lines, allow_paths)
     trace = None
     ranks = _fast_ranks(data.get("ranks", {}))

@@ -146,6 +146,8 @@ def read_dump(path: str | Path) -> dict[str, Any]:
     The dict gets a `_budget` key: how many list items its checks may walk."""
     name = str(path)
     raw = read_input(path, what="a dump")
+    if not raw:
+        raise CommlintInputError("empty file: a dump cut short, not a Flight Recorder dump", name)
     if raw.lstrip()[:1] in (b"{", b"["):
         try:
             data = json.loads(raw)
@@ -217,13 +219,22 @@ def dump_files(folder: str | Path, prefix: str | None = None) -> dict[int, Path]
     """Rank → dump file in a folder; files whose name does not end in a rank are skipped."""
     out: dict[int, Path] = {}
     root = Path(folder)
+    named: list[tuple[Path, re.Match]] = []
     for f in sorted(root.iterdir()):
         if not f.is_file() or f.name.startswith("."):
             continue
         if prefix is not None and not f.name.startswith(prefix):
             continue
         m = _RANK_RE.match(f.name)
-        if not m or not looks_like_dump(f):
+        if m:
+            named.append((f, m))
+    looks = {f for f, _ in named if looks_like_dump(f)}
+    # a file named like the dumps beside it is one of them even when its content no longer
+    # looks like a dump (empty, cut short): read, it is a located error for its rank, where
+    # skipped its rank would be reported as one that wrote no dump
+    family = {(m.group("prefix"), Path(f.name).suffix) for f, m in named if f in looks}
+    for f, m in named:
+        if f not in looks and (m.group("prefix"), Path(f.name).suffix) not in family:
             continue
         rank = int(m.group("rank"))
         if rank in out:
@@ -272,8 +283,14 @@ def load_flight_recorder(
         seen = 0
         payloads: dict[bytes, tuple] = {}
         for rank, f in files.items():
+            try:
+                data = read_dump(f)
+            except CommlintInputError as exc:  # a truncated or unreadable dump is not "no dump"
+                if len(files) > 1:
+                    exc.error.message = f"rank {rank}: {exc.error.message}"
+                raise
             checked[rank] = _checked_dump(
-                read_dump(f),
+                data,
                 str(f),
                 share=seen >= SHARE_AFTER,
                 reread=_reader(f),
@@ -550,8 +567,13 @@ def _checked_dump(
         config = _pg_config(data.get("pg_config"), walk)
     except _Bad as exc:
         raise CommlintInputError(f"pg_config: {exc}", where) from None
-    version = data.get("version")
-    return cols, config, version if isinstance(version, (str, int, float)) else "?"
+    version = data.get("version", "?")
+    if version.__class__ not in (str, int, float):  # (bool is not a version either)
+        raise CommlintInputError(
+            f"'version' is {_kind(version)}, not a version string: not a Flight Recorder dump",
+            where,
+        )
+    return cols, config, version
 
 
 def _slow_entries(entries: list | tuple, walk: _Walk, where: str | None) -> list[_Entry]:
