@@ -74,17 +74,19 @@ def read_input(path: str | Path, limit: int | None = None, what: str = "file") -
             raise CommlintInputError(problem, name)
         chunks = []
         left = limit + 1
+        want = min(left, before.st_size + 1)  # one read, one copy, for a file that holds still
         while left > 0:
-            chunk = os.read(fd, min(left, 1 << 24))
+            chunk = os.read(fd, want)
             if not chunk:
                 break
             chunks.append(chunk)
             left -= len(chunk)
+            want = min(left, 1 << 24)
     except OSError as exc:
         raise CommlintInputError(f"cannot read: {_why(exc)}", name) from None
     finally:
         os.close(fd)
-    data = b"".join(chunks)
+    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     if len(data) > limit:
         raise CommlintInputError(_too_big(len(data), limit, what), name)
     return data

@@ -177,3 +177,13 @@ def test_inputs_larger_than_the_limit_are_not_read(tmp_path: Path, monkeypatch) 
 
     with pytest.raises(CommlintInputError, match="larger than the 16-byte limit"):
         load_trace(plan)
+
+
+def test_a_fifo_given_as_the_groups_file_is_refused(tmp_path: Path) -> None:
+    fifo = tmp_path / "groups.json"
+    os.mkfifo(fifo)
+    dump = tmp_path / "nccl_trace_rank_0"
+    dump.write_text('{"version": "2.10", "pg_config": {}, "entries": []}')
+    proc, _ = _cli(str(dump), "--groups", str(fifo), timeout=60)
+    assert proc.returncode == 2
+    assert f"{fifo}: --groups: not a regular file (a FIFO): not read" in proc.stderr

@@ -49,7 +49,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from commlint.findings import CommlintInputError, Finding, Location
-from commlint.plans.gate import memory_budget, read_input
+from commlint.plans.gate import memory_budget, read_input, read_text
 from commlint.plans.importers.common import validated
 from commlint.trace import WORLD, Action, RankEnd, Trace
 
@@ -1876,13 +1876,10 @@ def read_groups_option(value: str) -> dict[str, list[int]]:
     source = None
     if not text.startswith("{"):
         source = value
-        try:
-            if Path(value).stat().st_size > _GROUPS_FILE_LIMIT:
-                raise CommlintInputError("--groups: file larger than 16 MB", source)
-            text = Path(value).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = getattr(exc, "strerror", None) or str(exc)
-            raise CommlintInputError(f"--groups: cannot read: {reason}", source) from None
+        try:  # the input gate: a regular file of at most 16 MB (a FIFO would block)
+            text = read_text(value, _GROUPS_FILE_LIMIT, "a --groups file")
+        except CommlintInputError as exc:
+            raise CommlintInputError(f"--groups: {exc.error.message}", source) from None
     try:
         if source is None or str(source).endswith(".json"):
             data = json.loads(text)
