@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -171,6 +172,22 @@ def memory_budget(nbytes: int) -> Iterator[None]:
         yield
     finally:
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+@contextmanager
+def numbers_located(where: str, what: str = "a Flight Recorder dump") -> Iterator[None]:
+    """An integer too long for Python to write out (a pickle's LONG4 of thousands of digits in
+    a size, a sequence number, a line) met inside the block is a located error naming `where`,
+    not an internal one."""
+    try:
+        yield
+    except ValueError as exc:
+        if "Exceeds the limit" not in str(exc):
+            raise
+        raise CommlintInputError(
+            f"holds an integer of more than {sys.get_int_max_str_digits()} digits: not {what}",
+            where,
+        ) from None
 
 
 def _too_big(size: int, limit: int, what: str) -> str:

@@ -187,3 +187,27 @@ def test_a_fifo_given_as_the_groups_file_is_refused(tmp_path: Path) -> None:
     proc, _ = _cli(str(dump), "--groups", str(fifo), timeout=60)
     assert proc.returncode == 2
     assert f"{fifo}: --groups: not a regular file (a FIFO): not read" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        {"collective_seq_id": 10**5000},
+        {"input_sizes": [[10**5000]]},
+        {"frames": [{"name": "s", "filename": "/job/train.py", "line": 10**5000}]},
+    ],
+    ids=["seq", "size", "line"],
+)
+def test_a_pickled_integer_of_5000_digits_is_located(tmp_path: Path, field: dict) -> None:
+    import pickle
+
+    from test_flight_recorder_hostile import dump, good_entry
+
+    from commlint.plans.importers import load_flight_recorder
+
+    folder = tmp_path / "dumps"
+    folder.mkdir()
+    for rank, entry in ((0, good_entry(**field)), (1, good_entry())):
+        (folder / f"nccl_trace_rank_{rank}").write_bytes(pickle.dumps(dump([entry])))
+    with pytest.raises(CommlintInputError, match="holds an integer of more than 4300 digits"):
+        load_flight_recorder(folder)

@@ -49,7 +49,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from commlint.findings import CommlintInputError, Finding, Location
-from commlint.plans.gate import memory_budget, read_input, read_text
+from commlint.plans.gate import memory_budget, numbers_located, read_input, read_text
 from commlint.plans.importers.common import validated
 from commlint.trace import WORLD, Action, RankEnd, Trace
 
@@ -289,22 +289,24 @@ def load_flight_recorder(
                 if len(files) > 1:
                     exc.error.message = f"rank {rank}: {exc.error.message}"
                 raise
-            checked[rank] = _checked_dump(
-                data,
-                str(f),
-                share=seen >= SHARE_AFTER,
-                reread=_reader(f),
-                payloads=payloads,
-            )
+            with numbers_located(str(f)):
+                checked[rank] = _checked_dump(
+                    data,
+                    str(f),
+                    share=seen >= SHARE_AFTER,
+                    reread=_reader(f),
+                    payloads=payloads,
+                )
             seen += len(checked[rank][0])
-        return _to_trace(
-            checked,
-            groups=groups,
-            world_size=world_size,
-            keep_completed=keep_completed,
-            path=str(root),
-            files={r: str(f) for r, f in files.items()},
-        )
+        with numbers_located(str(root)):
+            return _to_trace(
+                checked,
+                groups=groups,
+                world_size=world_size,
+                keep_completed=keep_completed,
+                path=str(root),
+                files={r: str(f) for r, f in files.items()},
+            )
     finally:
         if collecting:
             gc.enable()
