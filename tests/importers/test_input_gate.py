@@ -211,3 +211,23 @@ def test_a_pickled_integer_of_5000_digits_is_located(tmp_path: Path, field: dict
         (folder / f"nccl_trace_rank_{rank}").write_bytes(pickle.dumps(dump([entry])))
     with pytest.raises(CommlintInputError, match="holds an integer of more than 4300 digits"):
         load_flight_recorder(folder)
+
+
+@pytest.mark.parametrize(
+    "ranks, message",
+    [("[0, 0x" + "f" * 5000 + "]", "without literal ranks"), ("[0x0, 0b1]", None)],
+    ids=["huge-hex", "hex-and-binary"],
+)
+def test_gencode_integer_literals_in_any_base(tmp_path: Path, ranks: str, message) -> None:
+    folder = gen.tp_dp(tmp_path / "nn")
+    for f in folder.glob("gencode*.py"):
+        f.write_text(f.read_text().replace("ranks=[0, 1]", f"ranks={ranks}"))
+    if message is None:  # the same plan, written in other bases
+
+        def shape(trace):
+            return {r: [(a.op, a.group, a.peer) for a in acts] for r, acts in trace.ranks.items()}
+
+        assert shape(load_nnscaler(folder)) == shape(load_nnscaler(gen.tp_dp(tmp_path / "ref")))
+        return
+    with pytest.raises(CommlintInputError, match=message):
+        load_nnscaler(folder)

@@ -45,7 +45,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from commlint.findings import CommlintInputError, Finding
 from commlint.isolate import IsolatedError, IsolatedFailure, call_isolated
-from commlint.plans.gate import read_text
+from commlint.plans.gate import numbers_located, read_text
 from commlint.plans.importers.common import validated
 from commlint.trace import WORLD, Action, Trace
 
@@ -133,8 +133,9 @@ def _dotted(node: cst.BaseExpression) -> str | None:
 
 def _literal(node: cst.BaseExpression) -> Any:
     """Ints, lists/tuples of ints, bools, None, strings, `torch.float32`; else a marker."""
-    if isinstance(node, cst.Integer):
-        return int(node.value)
+    if isinstance(node, cst.Integer):  # `0x1f`, `1_000` too; a rank has at most 20 digits
+        text = node.value.replace("_", "")
+        return int(text, 0) if len(text) <= 20 else _UNKNOWN
     if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
         inner = _literal(node.expression)
         return -inner if isinstance(inner, int) else _UNKNOWN
@@ -617,8 +618,13 @@ def load_nnscaler(path: str | Path) -> Trace:
         files = [root]
     else:
         raise CommlintInputError("no such file or directory", str(root))
-    gens = [read_gencode(f) for f in files]
-    return validated(gencodes_to_trace(gens, str(root)), str(root), {g.rank: g.path for g in gens})
+    gens = []
+    for f in files:
+        with numbers_located(str(f), "an nnScaler gencode file"):
+            gens.append(read_gencode(f))
+    with numbers_located(str(root), "an nnScaler plan"):
+        trace = gencodes_to_trace(gens, str(root))
+    return validated(trace, str(root), {g.rank: g.path for g in gens})
 
 
 # --- gate hook on the execution plan ---------------------------------------------------------
