@@ -26,10 +26,15 @@ from commlint.plans.importers.pipelining_csv import loads_pipelining_csv
 HANG = "version: 1\nworld_size: 2\nranks:\n  0: [{op: barrier}]\n  1: []\n"
 
 
+# the child's own high-water mark: VmHWM starts afresh at exec (ru_maxrss would carry the
+# pytest process's size over from the fork)
 _PEAK = (
-    "import atexit, resource, sys\n"
-    "atexit.register(lambda: print('peak', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,"
-    " file=sys.stderr))\n"
+    "import atexit, sys\n"
+    "def peak():\n"
+    "    for line in open('/proc/self/status'):\n"
+    "        if line.startswith('VmHWM:'):\n"
+    "            print('peak', line.split()[1], file=sys.stderr)\n"
+    "atexit.register(peak)\n"
     "from commlint.cli import main\n"
     "sys.exit(main(['plan', *sys.argv[1:]]))\n"
 )
