@@ -8,6 +8,7 @@ from contextlib import nullcontext
 
 from commlint.findings import Finding, Report
 from commlint.report import FORMATS, write_report
+from commlint.report.common import printable
 from commlint.report.statistics import write_statistics
 
 
@@ -48,7 +49,7 @@ def emit(report: Report, args: argparse.Namespace) -> int:
     report.findings.sort(key=Finding.sort_key)
     sys.stdout.flush()
     for err in report.errors:
-        print(f"commlint: error: {err.one_line()}", file=sys.stderr)
+        print(f"commlint: error: {printable(err.one_line())}", file=sys.stderr)
     options = getattr(args, "report_options", {})
     with open(args.output_file, "w", encoding="utf-8") if args.output_file else nullcontext() as fh:
         out = fh or sys.stdout

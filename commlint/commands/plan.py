@@ -57,6 +57,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         'the members, as JSON (\'{"1": [0, 1], "WORLD": [0, 1]}\': group name or '
         "description → global ranks) or a JSON/YAML file holding it",
     )
+    p.add_argument(
+        "--allow-path",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a folder besides a plan's own that files the plan names (generate.schedule.csv) "
+        "may come from; repeatable (default: only the plan's folder)",
+    )
     add_output_options(p)
     p.set_defaults(func=run)
 
@@ -90,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         load_flight_recorder,
         read_groups_option,
     )
-    from commlint.plans.io import LoadedTrace, load_trace
+    from commlint.plans.io import LoadedTrace
 
     report = Report()
     fr_groups = None
@@ -99,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
             fr_groups = read_groups_option(args.groups)
         except CommlintInputError as exc:
             report.errors.append(exc.error)
+    allow = getattr(args, "allow_path", None) or []
     traces = {}  # for reports that draw the traces (html)
     partial: dict[tuple, list] = {}
     symmetry = {"on": True, "orbits": "orbits", "off": False}[getattr(args, "symmetry", "on")]
@@ -110,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
             if kind == "fr":
                 loaded = LoadedTrace(load_flight_recorder(path, groups=fr_groups), path)
             else:
-                loaded = load_trace(path) if kind == "trace" else load_any(path, kind)
+                loaded = load_any(path, kind, allow)
             key = job_key(loaded.trace)
             if key is not None:  # a part of a dry-run: checked with the others
                 partial.setdefault(key, []).append((path, loaded.trace))

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from commlint.findings import CommlintInputError
 from commlint.graph.symmetry import Symmetry, attach
 from commlint.plans import schedules as sch
+from commlint.plans.gate import MAX_NAMED_BYTES, named_file, read_text
 from commlint.plans.io import GENERATORS
 from commlint.plans.lazy import GeneratedTrace, LazyRanks
 from commlint.trace import ACTION_DEFAULTS, Action, SharedAction, Trace, built_action
@@ -774,17 +775,15 @@ def _pipeline(spec: GenerateSpec, lay: Layout, microbatches: int) -> PipelinePla
     schedule = spec.schedule
     if isinstance(schedule, ScheduleFile):
         if schedule.csv is not None:
-            try:
-                text = Path(schedule.csv).read_text(encoding="utf-8")
-            except OSError as exc:
-                raise _fail(
-                    f"schedule.csv: cannot read {schedule.csv!r}: {exc.strerror}", at="schedule.csv"
-                ) from None
-            source = f"generate.schedule.csv {schedule.csv}"
+            try:  # plan data only (`named_file` checked where): its text is never shown
+                text = read_text(schedule.csv, MAX_NAMED_BYTES, "a schedule CSV", quote=False)
+            except CommlintInputError as exc:
+                raise _fail(f"schedule.csv: {exc.error.message}", at="schedule.csv") from None
+            source, quote = f"generate.schedule.csv {schedule.csv}", False
         else:
-            text, source = schedule.csv_text or "", "generate.schedule.csv_text"
+            text, source, quote = schedule.csv_text or "", "generate.schedule.csv_text", True
         try:
-            parsed = sch.read_csv(text, source)
+            parsed = sch.read_csv(text, source, quote=quote)
         except CommlintInputError as exc:
             exc.field = "schedule"  # type: ignore[attr-defined]
             raise
@@ -1329,21 +1328,25 @@ def _dp_index(lay: Layout, rank: int) -> int:
     return dp[2] if dp else 0
 
 
-def generate_from_spec(data: dict[str, Any], plan_path: str | None = None) -> Trace:
+def generate_from_spec(
+    data: dict[str, Any], plan_path: str | None = None, allow_paths: Iterable[str] = ()
+) -> Trace:
     """The `generate:` block (a mapping) → a `Trace`. Errors are `CommlintInputError`s.
 
     `plan_path` is the plan file the block came from: a `schedule: {csv: …}` path is
-    relative to its folder.
+    relative to its folder and must lie within it (or within one of `allow_paths`).
     """
     try:
         try:
             spec = GenerateSpec.model_validate(data)
         except ValidationError as exc:
             raise _spec_error(exc) from None
-        if plan_path and isinstance(spec.schedule, ScheduleFile) and spec.schedule.csv:
-            csv_path = Path(spec.schedule.csv)
-            if not csv_path.is_absolute():
-                spec.schedule.csv = str(Path(plan_path).parent / csv_path)
+        if isinstance(spec.schedule, ScheduleFile) and spec.schedule.csv is not None:
+            try:
+                named = named_file(spec.schedule.csv, plan_path, allow_paths)
+            except CommlintInputError as exc:
+                raise _fail(f"schedule.csv: {exc.error.message}", at="schedule.csv") from None
+            spec.schedule.csv = str(named)
         return _generate(spec)
     except CommlintInputError as exc:
         field = getattr(exc, "field", None)

@@ -20,6 +20,7 @@ import yaml
 from pydantic import ValidationError
 
 from commlint.findings import CommlintInputError
+from commlint.plans.gate import read_text
 from commlint.trace import (
     ASYNC_P2P_OPS,
     COLLECTIVE_OPS,
@@ -188,8 +189,9 @@ class LoadedTrace:
 
 
 # A reader for the `generate:` block; commlint.plans.generate registers itself here.
-# Called with the block and the plan file's path (files it names are relative to it).
-GENERATORS: dict[str, Callable[[dict[str, Any], str | None], Trace]] = {}
+# Called with the block, the plan file's path (files it names are relative to it, and within
+# its folder) and the other folders the user allowed such files to come from.
+GENERATORS: dict[str, Callable[[dict[str, Any], str | None, Iterable[str]], Trace]] = {}
 
 
 def _scalar_key(node: yaml.Node) -> Any:
@@ -280,6 +282,11 @@ def _json_depth_line(text: str, limit: int = MAX_DEPTH) -> int | None:
     return None
 
 
+# The YAML composer that locates a duplicate JSON key costs about 100 bytes of memory and
+# 10 µs per byte of text: past this size the error names the key without its line.
+_LOCATE_DUPLICATES_UP_TO = 1 << 20
+
+
 class _DuplicateKey(ValueError):
     pass
 
@@ -321,7 +328,7 @@ def _duplicate_line(text: str, key: str) -> int | None:
     """The line of the first repeated `key` within one JSON object (found with the YAML
     composer, which keeps positions; only on this error path, and only for texts it can
     afford)."""
-    if len(text) > 20_000_000 or _json_depth_line(text) is not None:
+    if len(text) > _LOCATE_DUPLICATES_UP_TO or _json_depth_line(text) is not None:
         return None
     try:
         _Loader(text).get_single_data()
@@ -429,8 +436,9 @@ def _parse_json(text: str, path: str | None) -> Any:
         raise CommlintInputError(f"too deeply nested (depth > {MAX_DEPTH})", path, line) from None
     except _DuplicateKey as exc:
         key = str(exc)
+        shown = repr(key) if len(key) <= 80 else repr(key[:80]) + "…"
         raise CommlintInputError(
-            f"duplicate key {key!r}", path, _duplicate_line(text, key)
+            f"duplicate key {shown}", path, _duplicate_line(text, key)
         ) from None
     except ValueError as exc:  # an integer longer than Python converts (sys.int_info)
         m = _LONG_INT.search(text)
@@ -670,8 +678,15 @@ def _fast_ranks(ranks: Any) -> dict[int, list[Action]] | None:
     return out
 
 
-def trace_from_data(data: Any, path: str | None = None, lines: LineMap | None = None) -> Trace:
+def trace_from_data(
+    data: Any,
+    path: str | None = None,
+    lines: LineMap | None = None,
+    allow_paths: Iterable[str] = (),
+) -> Trace:
     """Validate parsed plan data (a trace, or a `generate:` block) into a `Trace`.
+
+    Files a `generate:` block names must lie in the plan's folder or one of `allow_paths`.
 
     Actions equal in every field are one shared, immutable `SharedAction`: replace an action
     (`trace.ranks[r][i] = a.model_copy(update=...)`) rather than change it in place."""
@@ -679,7 +694,16 @@ def trace_from_data(data: Any, path: str | None = None, lines: LineMap | None = 
     if not isinstance(data, dict):
         raise CommlintInputError("a plan file must be a mapping with 'version' and 'ranks'", path)
     if "generate" in data:
-        return _generate(data, path, lines)
+        other = [key for key in data if key not in ("version", "generate")]
+        if other:  # whichever wins, the other part of the file would be silently ignored
+            key = str(other[0])[:80]
+            raise CommlintInputError(
+                f"'{key}' cannot be given with 'generate': a plan is either written out "
+                "(world_size, groups, ranks…) or generated from its 'generate' block, not both",
+                path,
+                lines.key_line(key),
+            )
+        return _generate(data, path, lines, allow_paths)
     trace = None
     ranks = _fast_ranks(data.get("ranks", {}))
     if ranks is not None:
@@ -705,7 +729,9 @@ def trace_from_data(data: Any, path: str | None = None, lines: LineMap | None = 
     return trace
 
 
-def _generate(data: dict[str, Any], path: str | None, lines: LineMap) -> Trace:
+def _generate(
+    data: dict[str, Any], path: str | None, lines: LineMap, allow_paths: Iterable[str]
+) -> Trace:
     if not GENERATORS:
         import commlint.plans.generate  # noqa: F401  (registers the generator)
     spec = data["generate"]
@@ -715,7 +741,7 @@ def _generate(data: dict[str, Any], path: str | None, lines: LineMap) -> Trace:
     if not isinstance(spec, dict):
         raise CommlintInputError("'generate' must be a mapping", path, lines.key_line("generate"))
     try:
-        return GENERATORS["default"](spec, path)
+        return GENERATORS["default"](spec, path, allow_paths)
     except CommlintInputError as exc:
         exc.error.path = exc.error.path or path
         exc.error.line = exc.error.line or lines.key_line("generate")
@@ -724,28 +750,24 @@ def _generate(data: dict[str, Any], path: str | None, lines: LineMap) -> Trace:
         raise CommlintInputError(f"generate: {exc}", path, lines.key_line("generate")) from None
 
 
-def load_trace(path: str | Path) -> LoadedTrace:
-    """Read and validate one plan file. Raises `CommlintInputError` with a located message."""
+def load_trace(path: str | Path, allow_paths: Iterable[str] = ()) -> LoadedTrace:
+    """Read and validate one plan file. Raises `CommlintInputError` with a located message.
+
+    Files the plan names (`generate.schedule.csv`) must lie in its folder or one of
+    `allow_paths`."""
     name = str(path)
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise CommlintInputError(f"cannot read: {exc.strerror}", name) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise CommlintInputError(
-            f"not UTF-8 (byte {exc.start}: {raw[exc.start : exc.start + 1]!r})", name
-        ) from None
-    del raw  # the text is enough; a large plan need not be held twice while parsing
+    text = read_text(path, what="a plan file")
     data, lines = _parse(text, name, name.endswith(".json"))
-    return LoadedTrace(trace_from_data(data, name, lines), name, lines)
+    return LoadedTrace(trace_from_data(data, name, lines, allow_paths), name, lines)
 
 
-def loads_trace(text: str, is_json: bool = False, path: str | None = None) -> Trace:
-    """Parse a plan from a string."""
+def loads_trace(
+    text: str, is_json: bool = False, path: str | None = None, allow_paths: Iterable[str] = ()
+) -> Trace:
+    """Parse a plan from a string (files it names are relative to the working folder when
+    `path` is None, and must lie within it or one of `allow_paths`)."""
     data, lines = _parse(text, path, is_json)
-    return trace_from_data(data, path, lines)
+    return trace_from_data(data, path, lines, allow_paths)
 
 
 def input_problem(path: str | Path) -> str | None:

@@ -187,7 +187,7 @@ def parse_action(text: str, where: str) -> Step | None:
     return steps[0] if steps else None
 
 
-def parse_cell(text: str, where: str) -> list[Step]:
+def parse_cell(text: str, where: str, quote: bool = True) -> list[Step]:
     """One CSV cell: an action, `(0F1;1B0)OVERLAP_F_B` (its parts in order), or nothing.
 
     UNSHARD / RESHARD / REDUCE_GRAD, which torch's runtime inserts for FSDP, carry no p2p;
@@ -197,9 +197,10 @@ def parse_cell(text: str, where: str) -> list[Step]:
 
     try:
         action = parse_torch_action(text)
-    except ValueError:
+    except (ValueError, RecursionError):
+        shown = f" {text.strip()!r}" if quote else ""
         raise CommlintInputError(
-            f"{where}: cannot read action {text.strip()!r} (expected e.g. 0F3, 1B2, 0W1, "
+            f"{where}: cannot read action{shown} (expected e.g. 0F3, 1B2, 0W1, "
             "1SEND_F3, (0F1;1B0)OVERLAP_F_B)"
         ) from None
     if action is None:
@@ -214,9 +215,28 @@ def parse_cell(text: str, where: str) -> list[Step]:
     return out
 
 
-def read_csv(text: str, source: str = "csv") -> CsvSchedule:
-    """Read a compute-only or compute+comms CSV; infer the stage → rank map from it."""
-    rows = [row for row in csv.reader(io.StringIO(text))]
+def csv_rows(text: str, source: str = "csv") -> list[list[str]]:
+    """The rows of a CSV text; a row the csv module refuses (a cell past its field limit, a
+    NUL) is a located error naming the row, never an unlocated `csv.Error`."""
+    reader = csv.reader(io.StringIO(text))
+    rows: list[list[str]] = []
+    try:
+        for row in reader:
+            rows.append(row)
+    except csv.Error as exc:
+        why = str(exc).split(" (")[0] if "field larger" in str(exc) else str(exc)
+        raise CommlintInputError(
+            f"{source}: row {reader.line_num}: not readable as CSV ({why})"
+        ) from None
+    return rows
+
+
+def read_csv(text: str, source: str = "csv", quote: bool = True) -> CsvSchedule:
+    """Read a compute-only or compute+comms CSV; infer the stage → rank map from it.
+
+    `quote`: a cell that cannot be read is shown in the error (not for a file a plan names,
+    whose text is never shown: only its row and column)."""
+    rows = csv_rows(text, source)
     while rows and not any(c.strip() for c in rows[-1]):
         rows.pop()
     if not rows:
@@ -230,7 +250,7 @@ def read_csv(text: str, source: str = "csv") -> CsvSchedule:
         out: list[Step] = []
         for c, cell in enumerate(row):
             where = f"{source}: row {r + 1}, column {c + 1}"
-            for step in parse_cell(cell, where):
+            for step in parse_cell(cell, where, quote):
                 cells += 1
                 if max(step.stage, step.microbatch) > top:
                     top, top_at = max(step.stage, step.microbatch), f"{where}: {step}"

@@ -4,12 +4,62 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
 from urllib.parse import quote
 
 from commlint.findings import Finding, Location
+
+# Characters that are markup for a terminal or a log reader, never data: C0/C1 controls (a
+# newline would start a `::error file=…` line of its own in a CI log), DEL, and the invisible
+# format characters — bidi overrides and isolates, zero-width marks, line/paragraph separators,
+# tag characters — that make a name display as something else (Trojan Source).
+_INVISIBLE = (
+    "\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f"
+    "\ufeff\ufff9-\ufffb\U000e0000-\U000e007f"
+)
+_UNSAFE = re.compile(f"[\\x00-\\x1f{_INVISIBLE}]")
+_UNSAFE_IN_JSON = re.compile(f"[{_INVISIBLE}]")  # JSON escapes its own controls
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    if char in _NAMED:
+        return _NAMED[char]
+    return (
+        f"\\x{code:02x}"
+        if code < 0x100
+        else f"\\u{code:04x}"
+        if code < 0x10000
+        else f"\\U{code:08x}"
+    )
+
+
+def printable(text: str, keep: str = "\t") -> str:
+    """`text` with every control and invisible format character written as an escape
+    (`\\n`, `\\x00`, `\\u202e`), except those in `keep`: what a file or group name holds is
+    shown as data, never acted on by the terminal, the CI log or the reader's eye."""
+    if _UNSAFE.search(text) is None:
+        return text
+    return _UNSAFE.sub(lambda m: m.group() if m.group() in keep else _escaped(m.group()), text)
+
+
+def json_text(text: str) -> str:
+    """Serialised JSON with the invisible format characters (bidi overrides…) escaped as
+    `\\uXXXX`: the same strings once parsed (they only ever occur inside strings, and JSON
+    escapes its controls itself), but inert when the file is read by eye."""
+    return _UNSAFE_IN_JSON.sub(lambda m: _json_escape(ord(m.group())), text)
+
+
+def _json_escape(code: int) -> str:
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
 
 # Rule pages live in docs/rules/CODE.md of the repository; override the base for a fork or
 # a mirror with COMMLINT_DOCS_URL (must end with a slash).
@@ -60,7 +110,7 @@ def source_lines(path: str | None) -> tuple[str, ...] | None:
         return None
     try:
         mtime = os.stat(path).st_mtime_ns
-    except OSError:
+    except (OSError, ValueError):  # (a name with a NUL in it is no file)
         return None
     return _read_lines(path, mtime)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import IO, Any
 
 from commlint.findings import Finding, Report
+from commlint.report.common import printable
 from commlint.report.text import summary_line
 
 
@@ -15,5 +16,5 @@ def one_line(finding: Finding) -> str:
 
 def write(report: Report, stream: IO[str], options: dict[str, Any]) -> None:
     for finding in report.findings:
-        stream.write(one_line(finding) + "\n")
+        stream.write(printable(one_line(finding)) + "\n")
     stream.write(summary_line(report) + "\n")

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from commlint.findings import Finding, Report
-from commlint.report.common import secondary_locations, source_lines
+from commlint.report.common import printable, secondary_locations, source_lines
 from commlint.report.text import draw_cycle, summary_line
 
 CONTEXT = 1  # lines shown before and after each marked line
@@ -152,5 +152,5 @@ def block(finding: Finding) -> list[str]:
 
 def write(report: Report, stream: IO[str], options: dict[str, Any]) -> None:
     for finding in report.findings:
-        stream.write("\n".join(block(finding)) + "\n\n")
+        stream.write("\n".join(map(printable, block(finding))) + "\n\n")
     stream.write(summary_line(report) + "\n")

@@ -9,10 +9,12 @@ from __future__ import annotations
 from typing import IO, Any
 
 from commlint.findings import Finding, InputError, Report
-from commlint.report.common import Span, finding_anchor, posix_path
+from commlint.report.common import Span, finding_anchor, posix_path, printable
 
 
 def escape_data(text: str) -> str:
+    # NUL, other controls and bidi overrides are escaped as data; CR and LF as the toolkit does
+    text = printable(text, keep="\r\n")
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from html import escape
+from html import escape as _html_escape
 from typing import IO, Any
 
 from commlint.findings import CycleEdge, Finding, Report
+from commlint.report.common import printable
 from commlint.trace import COLLECTIVE_OPS, P2P_OPS, WORLD, Action, Trace
 
 MAX_ROWS = 64
@@ -116,6 +117,12 @@ font:11px ui-monospace,Menlo,Consolas,monospace;color:#fff}
 .note{color:#6b7280;font-size:12px}
 .errors{background:#fff7ed;border:1px solid #fdba74;padding:8px 12px;border-radius:6px}
 """
+
+
+def escape(text: str) -> str:
+    """HTML-escaped, with controls and bidi overrides shown as escapes (a name stays data);
+    a newline is `&#10;` (tooltips keep their lines, the page source its own)."""
+    return _html_escape(printable(text, keep="\n\t")).replace("\n", "&#10;")
 
 
 def _cell_text(a: Action) -> str:

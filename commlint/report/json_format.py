@@ -10,6 +10,7 @@ import json
 from typing import IO, Any
 
 from commlint.findings import Report
+from commlint.report.common import json_text
 
 
 def as_dict(report: Report) -> dict[str, Any]:
@@ -21,5 +22,5 @@ def as_dict(report: Report) -> dict[str, Any]:
 
 
 def write(report: Report, stream: IO[str], options: dict[str, Any]) -> None:
-    json.dump(as_dict(report), stream, indent=2, ensure_ascii=False)
+    stream.write(json_text(json.dumps(as_dict(report), indent=2, ensure_ascii=False)))
     stream.write("\n")

@@ -16,6 +16,7 @@ from commlint.report.common import (
     Span,
     anchor,
     finding_anchor,
+    json_text,
     posix_path,
     rule_url,
     secondary_locations,
@@ -77,5 +78,5 @@ def as_dict(report: Report) -> dict[str, Any]:
 
 
 def write(report: Report, stream: IO[str], options: dict[str, Any]) -> None:
-    json.dump(as_dict(report), stream, indent=2, ensure_ascii=False)
+    stream.write(json_text(json.dumps(as_dict(report), indent=2, ensure_ascii=False)))
     stream.write("\n")

@@ -20,6 +20,7 @@ from commlint.report.common import (
     artifact_uri,
     finding_anchor,
     fingerprint,
+    json_text,
     posix_path,
     rule_url,
     secondary_locations,
@@ -215,5 +216,5 @@ def _cwd_uri() -> str:
 
 
 def write(report: Report, stream: IO[str], options: dict[str, Any]) -> None:
-    json.dump(as_dict(report), stream, indent=2, ensure_ascii=False)
+    stream.write(json_text(json.dumps(as_dict(report), indent=2, ensure_ascii=False)))
     stream.write("\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import IO, Any
 
 from commlint.findings import CycleEdge, Finding, Report
+from commlint.report.common import printable
 
 
 def draw_cycle(cycle: list[CycleEdge]) -> str:
@@ -66,5 +67,5 @@ def summary_line(report: Report) -> str:
 
 def write(report: Report, stream: IO[str], options: dict[str, Any]) -> None:
     for f in report.findings:
-        stream.write("\n".join(block(f)) + "\n\n")
+        stream.write("\n".join(map(printable, block(f))) + "\n\n")
     stream.write(summary_line(report) + "\n")

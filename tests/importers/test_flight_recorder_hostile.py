@@ -169,7 +169,8 @@ def test_shared_reference_pickles_cost_bounded_work(tmp_path):
     )
     assert done.returncode == 2, done.stderr
     err = done.stderr.splitlines()
-    assert len(err) == 4, err  # the version bomb is ignored: that dump is read and checked
+    assert len(err) == 5, err  # a version that is not one is an error, never a pass (issue 32)
+    assert f"{paths[1]}: 'version' is a list, not a version string" in done.stderr
     assert f"{paths[0]}: entry 0: 'profiling_name' is a list, not a string" in err[0]
     assert "a frame's 'filename' is a list, not a string" in done.stderr
     assert "pg_config: group '0': 'ranks' holds something other than integers" in done.stderr

@@ -548,7 +548,10 @@ def test_early_embedding_allreduce_is_the_blocked_collective() -> None:
             "{degrees: {pp: 2}, schedule: {csv: a, csv_text: b}}",
             "generate.schedule: give exactly one of 'csv' (a path) or 'csv_text'",
         ),
-        ("{degrees: {pp: 2}, schedule: {csv: /nonexistent.csv}}", "cannot read '/nonexistent.csv'"),
+        (
+            "{degrees: {pp: 2}, schedule: {csv: /nonexistent.csv}}",
+            "'/nonexistent.csv': no such file",
+        ),
         ("{degrees: {pp: 2}, schedule: {csv_text: '0F0,0Q1'}}", "cannot read action '0Q1'"),
         ("{degrees: {pp: 3}, schedule: {csv_text: '0F0,0B0'}}", "has 1 rows but degrees.pp is 3"),
         ("{degrees: {tp: 2, ep: 3}, world_size: 4}", "not a multiple of etp × ep × pp"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 from commlint.findings import CommlintInputError
@@ -61,8 +62,9 @@ def detect_format(path: str | Path) -> str:
     return "trace"
 
 
-def load_any(path: str | Path, fmt: str = "auto") -> LoadedTrace:
-    """Read one input in any supported format (`fmt` as in `FORMATS`)."""
+def load_any(path: str | Path, fmt: str = "auto", allow_paths: Iterable[str] = ()) -> LoadedTrace:
+    """Read one input in any supported format (`fmt` as in `FORMATS`); `allow_paths`: the
+    folders besides a plan's own that files it names may come from."""
     if fmt not in FORMATS:
         raise CommlintInputError(
             f"unknown input format {fmt!r}; expected one of {', '.join(FORMATS)}", str(path)
@@ -71,7 +73,7 @@ def load_any(path: str | Path, fmt: str = "auto") -> LoadedTrace:
         fmt = detect_format(path)
     name = str(path)
     if fmt == "trace":
-        return load_trace(path)
+        return load_trace(path, allow_paths)
     if fmt == "fr":
         from commlint.plans.importers.flight_recorder import load_flight_recorder
 

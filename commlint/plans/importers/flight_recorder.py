@@ -49,6 +49,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from commlint.findings import CommlintInputError, Finding, Location
+from commlint.plans.gate import memory_budget, numbers_located, read_input, read_text
 from commlint.plans.importers.common import validated
 from commlint.trace import WORLD, Action, RankEnd, Trace
 
@@ -121,6 +122,9 @@ WORLD_KEYS = (WORLD, "default_pg")
 # A dump may hold this many list items and frames per byte of file before the walk stops:
 # far above any real dump (a few per byte), far below what shared references can fake.
 NODES_PER_BYTE = 16
+# Memory an unpickled dump may take: real dumps take under 20 bytes per byte of pickle.
+PICKLE_BYTES_PER_BYTE = 64
+PICKLE_SLACK = 256 << 20
 _MAX_RANK = 1 << 20  # as the trace format (trace.MAX_WORLD_SIZE)
 # Entries of a job read before the kept frames (of entries that did not complete) start to be
 # shared: sharing costs about 2 µs per kept entry and saves about 1.7 kB (frames dicts), which
@@ -141,10 +145,9 @@ def read_dump(path: str | Path) -> dict[str, Any]:
 
     The dict gets a `_budget` key: how many list items its checks may walk."""
     name = str(path)
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise CommlintInputError(f"cannot read: {exc.strerror}", name) from None
+    raw = read_input(path, what="a dump")
+    if not raw:
+        raise CommlintInputError("empty file: a dump cut short, not a Flight Recorder dump", name)
     if raw.lstrip()[:1] in (b"{", b"["):
         try:
             data = json.loads(raw)
@@ -156,7 +159,17 @@ def read_dump(path: str | Path) -> dict[str, Any]:
             ) from None
     else:
         try:
-            data = _NoClassesUnpickler(io.BytesIO(raw)).load()
+            # a memo index is a request for memory (the C unpickler sizes its memo by it):
+            # a 9-byte pickle could ask for gigabytes; a real dump needs a few times its size
+            with memory_budget(PICKLE_BYTES_PER_BYTE * len(raw) + PICKLE_SLACK):
+                data = _NoClassesUnpickler(io.BytesIO(raw)).load()
+        except MemoryError:
+            raise CommlintInputError(
+                f"not a Flight Recorder dump: unpickling it asks for more than "
+                f"{PICKLE_BYTES_PER_BYTE} times its size in memory (a memo index far beyond "
+                "its contents)",
+                name,
+            ) from None
         except Exception as exc:
             raise CommlintInputError(
                 f"not a Flight Recorder dump (pickle or JSON): {_short(exc)}", name
@@ -206,13 +219,22 @@ def dump_files(folder: str | Path, prefix: str | None = None) -> dict[int, Path]
     """Rank → dump file in a folder; files whose name does not end in a rank are skipped."""
     out: dict[int, Path] = {}
     root = Path(folder)
+    named: list[tuple[Path, re.Match]] = []
     for f in sorted(root.iterdir()):
         if not f.is_file() or f.name.startswith("."):
             continue
         if prefix is not None and not f.name.startswith(prefix):
             continue
         m = _RANK_RE.match(f.name)
-        if not m or not looks_like_dump(f):
+        if m:
+            named.append((f, m))
+    looks = {f for f, _ in named if looks_like_dump(f)}
+    # a file named like the dumps beside it is one of them even when its content no longer
+    # looks like a dump (empty, cut short): read, it is a located error for its rank, where
+    # skipped its rank would be reported as one that wrote no dump
+    family = {(m.group("prefix"), Path(f.name).suffix) for f, m in named if f in looks}
+    for f, m in named:
+        if f not in looks and (m.group("prefix"), Path(f.name).suffix) not in family:
             continue
         rank = int(m.group("rank"))
         if rank in out:
@@ -261,22 +283,30 @@ def load_flight_recorder(
         seen = 0
         payloads: dict[bytes, tuple] = {}
         for rank, f in files.items():
-            checked[rank] = _checked_dump(
-                read_dump(f),
-                str(f),
-                share=seen >= SHARE_AFTER,
-                reread=_reader(f),
-                payloads=payloads,
-            )
+            try:
+                data = read_dump(f)
+            except CommlintInputError as exc:  # a truncated or unreadable dump is not "no dump"
+                if len(files) > 1:
+                    exc.error.message = f"rank {rank}: {exc.error.message}"
+                raise
+            with numbers_located(str(f)):
+                checked[rank] = _checked_dump(
+                    data,
+                    str(f),
+                    share=seen >= SHARE_AFTER,
+                    reread=_reader(f),
+                    payloads=payloads,
+                )
             seen += len(checked[rank][0])
-        return _to_trace(
-            checked,
-            groups=groups,
-            world_size=world_size,
-            keep_completed=keep_completed,
-            path=str(root),
-            files={r: str(f) for r, f in files.items()},
-        )
+        with numbers_located(str(root)):
+            return _to_trace(
+                checked,
+                groups=groups,
+                world_size=world_size,
+                keep_completed=keep_completed,
+                path=str(root),
+                files={r: str(f) for r, f in files.items()},
+            )
     finally:
         if collecting:
             gc.enable()
@@ -539,8 +569,13 @@ def _checked_dump(
         config = _pg_config(data.get("pg_config"), walk)
     except _Bad as exc:
         raise CommlintInputError(f"pg_config: {exc}", where) from None
-    version = data.get("version")
-    return cols, config, version if isinstance(version, (str, int, float)) else "?"
+    version = data.get("version", "?")
+    if version.__class__ not in (str, int, float):  # (bool is not a version either)
+        raise CommlintInputError(
+            f"'version' is {_kind(version)}, not a version string: not a Flight Recorder dump",
+            where,
+        )
+    return cols, config, version
 
 
 def _slow_entries(entries: list | tuple, walk: _Walk, where: str | None) -> list[_Entry]:
@@ -1843,13 +1878,10 @@ def read_groups_option(value: str) -> dict[str, list[int]]:
     source = None
     if not text.startswith("{"):
         source = value
-        try:
-            if Path(value).stat().st_size > _GROUPS_FILE_LIMIT:
-                raise CommlintInputError("--groups: file larger than 16 MB", source)
-            text = Path(value).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = getattr(exc, "strerror", None) or str(exc)
-            raise CommlintInputError(f"--groups: cannot read: {reason}", source) from None
+        try:  # the input gate: a regular file of at most 16 MB (a FIFO would block)
+            text = read_text(value, _GROUPS_FILE_LIMIT, "a --groups file")
+        except CommlintInputError as exc:
+            raise CommlintInputError(f"--groups: {exc.error.message}", source) from None
     try:
         if source is None or str(source).endswith(".json"):
             data = json.loads(text)

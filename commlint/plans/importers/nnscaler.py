@@ -33,6 +33,7 @@ be installed) → a trace per device from `execplan.seq(device)`, checked; raise
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +44,8 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from commlint.findings import CommlintInputError, Finding
+from commlint.isolate import IsolatedError, IsolatedFailure, call_isolated
+from commlint.plans.gate import numbers_located, read_text
 from commlint.plans.importers.common import validated
 from commlint.trace import WORLD, Action, Trace
 
@@ -130,8 +133,9 @@ def _dotted(node: cst.BaseExpression) -> str | None:
 
 def _literal(node: cst.BaseExpression) -> Any:
     """Ints, lists/tuples of ints, bools, None, strings, `torch.float32`; else a marker."""
-    if isinstance(node, cst.Integer):
-        return int(node.value)
+    if isinstance(node, cst.Integer):  # `0x1f`, `1_000` too; a rank has at most 20 digits
+        text = node.value.replace("_", "")
+        return int(text, 0) if len(text) <= 20 else _UNKNOWN
     if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
         inner = _literal(node.expression)
         return -inner if isinstance(inner, int) else _UNKNOWN
@@ -350,21 +354,67 @@ class _Reader(cst.CSTVisitor):
         return None
 
 
+# Syntax trees deeper than this are parsed by LibCST in a child process: its native parser
+# recurses, and a crash there must cost this input only (as the linter's engine does).
+RISKY_DEPTH = 100
+
+
 def read_gencode(path: str | Path, rank: int | None = None) -> GenCode:
-    """Parse one `gencode{rank}.py` (never imported)."""
+    """Parse one `gencode{rank}.py` (never imported).
+
+    Read through the input gate (a regular file of bounded size); checked first by CPython's
+    own parser, which refuses what would crash LibCST's native one (3,000 nested parentheses,
+    a 10⁵-term expression) with a located error; a file that nests deeper than `RISKY_DEPTH`
+    is parsed in a child process."""
     name = str(path)
+    text = read_text(path, what="a gencode file")
+    depth = _precheck(text, name)
+    m = _GENCODE.match(Path(path).name)
+    rank = rank if rank is not None else int(m.group(1)) if m else 0
+    if depth <= RISKY_DEPTH:
+        return _parse_gencode((text, name, rank))
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CommlintInputError(f"cannot read: {exc.strerror}", name) from None
+        return call_isolated(__name__, "_parse_gencode", (text, name, rank))
+    except IsolatedError as exc:
+        state = exc.state if isinstance(exc.state, tuple) else (f"{exc.kind}: {exc.state}",)
+        raise CommlintInputError(state[0], name, *state[2:3]) from None
+    except IsolatedFailure as exc:
+        raise CommlintInputError(f"not read: {exc}", name) from None
+
+
+def _precheck(text: str, name: str) -> int:
+    """The syntax tree's depth by CPython's parser; its refusals become located errors."""
+    try:
+        tree = ast.parse(text, name)
+    except SyntaxError as exc:
+        raise CommlintInputError(f"invalid Python: {exc.msg}", name, exc.lineno) from None
+    except (RecursionError, MemoryError):
+        raise CommlintInputError(
+            "too deeply nested to read (Python's own parser gives up)", name
+        ) from None
+    deepest = 0
+    stack: list[tuple[ast.AST, int]] = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return deepest
+
+
+def _parse_gencode(job: tuple[str, str, int]) -> GenCode:
+    text, name, rank = job
     try:
         module = cst.parse_module(text)
     except cst.ParserSyntaxError as exc:
         raise CommlintInputError(f"invalid Python: {exc.message}", name, exc.raw_line) from None
-    m = _GENCODE.match(Path(path).name)
-    gen = GenCode(name, rank if rank is not None else int(m.group(1)) if m else 0)
+    except RecursionError:
+        raise CommlintInputError("too deeply nested to read", name) from None
+    gen = GenCode(name, rank)
     reader = _Reader(gen)
-    MetadataWrapper(module).visit(reader)
+    try:
+        MetadataWrapper(module).visit(reader)
+    except RecursionError:
+        raise CommlintInputError("too deeply nested to read", name) from None
     if reader.errors:
         line, msg = reader.errors[0]
         raise CommlintInputError(msg, name, line)
@@ -559,7 +609,7 @@ def load_nnscaler(path: str | Path) -> Trace:
     root = Path(path)
     if root.is_dir():
         files = sorted(
-            (f for f in root.iterdir() if _GENCODE.match(f.name)),
+            (f for f in root.iterdir() if _GENCODE.match(f.name)),  # FIFOs too: refused below
             key=lambda f: int(_GENCODE.match(f.name).group(1)),
         )
         if not files:
@@ -568,8 +618,13 @@ def load_nnscaler(path: str | Path) -> Trace:
         files = [root]
     else:
         raise CommlintInputError("no such file or directory", str(root))
-    gens = [read_gencode(f) for f in files]
-    return validated(gencodes_to_trace(gens, str(root)), str(root), {g.rank: g.path for g in gens})
+    gens = []
+    for f in files:
+        with numbers_located(str(f), "an nnScaler gencode file"):
+            gens.append(read_gencode(f))
+    with numbers_located(str(root), "an nnScaler plan"):
+        trace = gencodes_to_trace(gens, str(root))
+    return validated(trace, str(root), {g.rank: g.path for g in gens})
 
 
 # --- gate hook on the execution plan ---------------------------------------------------------

@@ -39,11 +39,12 @@ import csv
 import gc
 import io
 import re
-from collections.abc import Container
+from collections.abc import Container, Iterable
 from pathlib import Path
 from typing import NamedTuple
 
 from commlint.findings import CommlintInputError
+from commlint.plans.gate import read_text
 from commlint.plans.lazy import GeneratedTrace, LazyRanks
 from commlint.trace import ACTION_DEFAULTS, Action, Trace, built_action
 
@@ -137,6 +138,19 @@ class _Seen(NamedTuple):
     owner: dict[int, int] | None
 
 
+def _rows(text: str, path: str | None) -> Iterable[list[str]]:
+    """The CSV's rows; a row the csv module refuses (a cell past its field limit, a NUL) is
+    a located error naming the row (= rank), never an unlocated `csv.Error`."""
+    reader = csv.reader(io.StringIO(text))
+    try:
+        yield from reader
+    except csv.Error as exc:
+        why = str(exc).split(" (")[0]
+        raise CommlintInputError(
+            f"row {reader.line_num}: not readable as CSV ({why})", path, reader.line_num
+        ) from None
+
+
 def _read(text: str, path: str | None) -> tuple[dict[int, list[PipeAction | None]], _Seen]:
     rows: dict[int, list[PipeAction | None]] = {}
     simple = _ACTION.fullmatch
@@ -148,7 +162,7 @@ def _read(text: str, path: str | None) -> tuple[dict[int, list[PipeAction | None
     owner: dict[int, int] | None = {}
     owns = _OWNS
     ints = _INTS
-    for rank, row in enumerate(csv.reader(io.StringIO(text))):
+    for rank, row in enumerate(_rows(text, path)):
         cells: list[PipeAction | None] = []
         append = cells.append
         for col, cell in enumerate(row):
@@ -715,13 +729,7 @@ def _peer(owner: dict[int, int], stage: int, a: PipeAction, rank: int, path: str
 def load_pipelining_csv(path: str | Path, fmt: str = "auto") -> Trace:
     """Read a schedule CSV; `fmt` is `compute_only`, `compute_comms` or `auto` (by content)."""
     name = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CommlintInputError(f"cannot read: {exc.strerror}", name) from None
-    except UnicodeDecodeError:
-        raise CommlintInputError("not a UTF-8 text CSV", name) from None
-    return loads_pipelining_csv(text, fmt, name)
+    return loads_pipelining_csv(read_text(path, what="a CSV"), fmt, name)
 
 
 def loads_pipelining_csv(text: str, fmt: str = "auto", path: str | None = None) -> Trace:

@@ -25,10 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from commlint.findings import CommlintInputError
+from commlint.plans.gate import is_regular, read_input
 from commlint.plans.importers.common import validated
 from commlint.trace import Action, Trace
 
 _HEADER = re.compile(r"num_workers:=\s*(\d+).*?num_servers:=\s*(\d+)", re.S)
+_MAX_DIGITS = 18  # ids, nodes, lengths and keys are 64-bit in ps-lite
 _ROLE_OP = re.compile(r"^(Push|Pull)_(Send|Recv)_(Worker|Server)$", re.I)
 
 
@@ -50,7 +52,7 @@ class Record:
         """The parameter key from `op_id` (`6-4-s0` → 6); 0 for set-up records."""
         if self.op_id:
             head = self.op_id.split("-", 1)[0]
-            if head.lstrip("-").isdigit():
+            if head.lstrip("-").isdigit() and len(head) <= _MAX_DIGITS:
                 return int(head)
         return 0
 
@@ -70,7 +72,12 @@ def parse_records(text: str, path: str | None = None) -> tuple[list[Record], tup
     """Records of one file, and (num_workers, num_servers) from its header if present."""
     records: list[Record] = []
     header = _HEADER.search(text)
-    counts = (int(header.group(1)), int(header.group(2))) if header else None
+    counts = None
+    if header:
+        if max(len(header.group(1)), len(header.group(2))) > _MAX_DIGITS:
+            line = text.count("\n", 0, header.start()) + 1
+            raise CommlintInputError("header: a node count too long to be one", path, line)
+        counts = (int(header.group(1)), int(header.group(2)))
     for n, raw in enumerate(text.splitlines(), start=1):
         if "OP:=" not in raw:
             continue
@@ -80,6 +87,12 @@ def parse_records(text: str, path: str | None = None) -> tuple[list[Record], tup
         if len(head) < 5 or not tail:
             raise CommlintInputError(
                 "record needs 'id src dst length num_pp OP:= operation'", path, n
+            )
+        if any(len(x) > _MAX_DIGITS for x in head[-5:]):
+            raise CommlintInputError(
+                f"id, src, dst, length and num_pp must be integers of at most {_MAX_DIGITS} digits",
+                path,
+                n,
             )
         try:
             rid, src, dst, length, num_pp = (int(x) for x in head[-5:])
@@ -112,11 +125,10 @@ def _node_of(records: list[Record], path: str | None) -> int:
 
 def read_node(path: str | Path) -> NodeTrace:
     name = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise CommlintInputError(f"cannot read: {exc.strerror}", name) from None
+    raw = read_input(path, what="a SketchDLC trace")
+    text = raw.decode("utf-8", errors="replace")
     records, counts = parse_records(text, name)
+    _check_counts(records, counts, len(raw), name)
     if not records:
         raise CommlintInputError("no SketchDLC records (lines with 'OP:=')", name)
     node = _node_of(records, name)
@@ -198,7 +210,34 @@ def load_sketchdlc(path: str | Path) -> Trace:
     return validated(nodes_to_trace([read_node(f) for f in files], str(root)), str(root))
 
 
+def _check_counts(records: list[Record], counts: tuple | None, size: int, name: str) -> None:
+    """Node numbers and the header's counts size the trace (one rank per node): a number is
+    refused when it exceeds the bytes of the file that states it — a 90-byte header asking for
+    10¹² workers would otherwise ask for terabytes. Real files hold many records per node."""
+    if counts is not None:
+        for field_name, count in zip(("num_workers", "num_servers"), counts, strict=True):
+            if count > size:
+                raise CommlintInputError(
+                    f"header: {field_name} {count} is more nodes than the file has "
+                    f"bytes ({size}); not a SketchDLC header",
+                    name,
+                    1,
+                )
+    for r in records:
+        for field_name in ("src", "dst"):
+            node = getattr(r, field_name)
+            if not 0 <= node <= size:
+                raise CommlintInputError(
+                    f"record {r.id}: {field_name} {node} is not a node this "
+                    f"file can name (0…{size}, its size in bytes)",
+                    name,
+                    r.line,
+                )
+
+
 def _has_records(f: Path) -> bool:
+    if not is_regular(f):
+        return False
     try:
         with open(f, "rb") as fh:
             return b"OP:=" in fh.read(1 << 16)
