@@ -56,7 +56,7 @@ from commlint.lint.perrank_model import (
 )
 from commlint.lint.perrank_stmts import Statements
 from commlint.lint.perrank_torch import TorchApi
-from commlint.lint.perrank_units import uniform_conditions
+from commlint.lint.perrank_units import any_line_within, uniform_conditions
 from commlint.lint.table import ApiTable
 
 # What other modules read from here: the value types live in `perrank_model` and are
@@ -155,6 +155,7 @@ class FileEval:
         self.work = 0
         self.comm_sites = _comm_sites(facts, communicating)
         self.comm_lines = {line for line, _col in self.comm_sites}
+        self.sorted_comm_lines = sorted(self.comm_lines)
         self.uniform_lines = uniform_conditions(facts)
         self.comm_at = {
             (n.pos.line, n.pos.col): n
@@ -195,7 +196,7 @@ class FileEval:
         if key not in self._comm_cache:
             lo = getattr(node, "lineno", 0)
             hi = getattr(node, "end_lineno", lo) or lo
-            self._comm_cache[key] = any(lo <= ln <= hi for ln in self.comm_lines)
+            self._comm_cache[key] = any_line_within(self.sorted_comm_lines, lo, hi)
         return self._comm_cache[key]
 
     def note_set_loop(self, node: ast.AST) -> None:

@@ -17,6 +17,7 @@ imports, so any call in it counts as communicating when it imports one that does
 from __future__ import annotations
 
 import ast
+from bisect import bisect_left
 from collections.abc import Callable
 from pathlib import PurePath
 
@@ -47,6 +48,7 @@ class Unit:
                 if isinstance(n, Comm):
                     self.comm_at[(n.pos.line, n.pos.col)] = n
         self.comm_lines = {line for line, _col in self.comm_sites}
+        self.sorted_comm_lines = sorted(self.comm_lines)
         self.uniform_lines = uniform_conditions(facts)
         self.calls_anything = False  # set for a skipped file that imports communicating code
         self._cache: dict[int, bool] = {}
@@ -56,11 +58,18 @@ class Unit:
         if key not in self._cache:
             lo = getattr(node, "lineno", 0)
             hi = getattr(node, "end_lineno", lo) or lo
-            hit = any(lo <= ln <= hi for ln in self.comm_lines)
+            hit = any_line_within(self.sorted_comm_lines, lo, hi)
             if not hit and self.calls_anything:
                 hit = any(isinstance(n, ast.Call) for n in ast.walk(node))
             self._cache[key] = hit
         return self._cache[key]
+
+
+def any_line_within(sorted_lines: list[int], lo: int, hi: int) -> bool:
+    """Whether one of `sorted_lines` lies in [lo, hi] (a binary search: files of thousands of
+    functions ask it for every statement)."""
+    k = bisect_left(sorted_lines, lo)
+    return k < len(sorted_lines) and sorted_lines[k] <= hi
 
 
 def uniform_conditions(facts: FileFacts) -> frozenset[int]:
