@@ -390,7 +390,8 @@ def _extractor_fingerprint() -> str:
     """The extraction code itself is part of the cache key (facts change when it does)."""
     h = hashlib.sha256()
     here = Path(__file__).parent
-    for name in ("extract.py", "names.py", "positions.py", "ir.py", "table.py", "api_table.yaml"):
+    extractor = sorted(p.name for p in here.glob("extract*.py"))  # extract.py and its parts
+    for name in (*extractor, "names.py", "positions.py", "ir.py", "table.py", "api_table.yaml"):
         h.update((here / name).read_bytes())
     return h.hexdigest()[:16]
 

@@ -1,0 +1,636 @@
+"""Calls in the extractor (`extract.Extractor`): communication calls (collectives, point to
+point, group creation) become `Comm` nodes, calls of the project's functions `CallSite`s,
+threads and executors `Spawn`s; rank sources, data sources, wrappers and library methods get
+their values from the API table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import libcst as cst
+
+from commlint.lint.extract_syntax import _kwarg, _spec
+from commlint.lint.extract_values import (
+    CLEAN,
+    CONSTANT_TENSOR,
+    CONSTANT_TENSOR_CALLS,
+    ENV_GETTERS,
+    GLOBAL,
+    NON_TENSOR_METHODS,
+    PURE_BUILTINS,
+    WORLD_SIZE_TEXT,
+    ZERO_NAMES,
+    Val,
+    _int,
+    _literal_call,
+    as_data,
+    join,
+    read_tensor,
+)
+from commlint.lint.ir import CallSite, Comm, Exit, Loop, RootFact, Spawn
+from commlint.lint.table import CallFact
+
+
+class Calls:
+    """`Extractor`'s calls: communication, project functions, spawns, library methods."""
+
+    # ----------------------------------------------------------------- calls
+    def ex_Call(self, node: cst.Call) -> Val:
+        func = node.func
+        names = self.qnames(func)
+        recv_val: Val | None = None
+        if isinstance(func, cst.Attribute):
+            recv_val = self.expr(func.value)
+        elif not isinstance(func, cst.Name):
+            recv_val = self.expr(func)
+        args = [self.expr(a.value) for a in node.args]
+        callee_text = self.text(func)
+        last = callee_text.rsplit(".", 1)[-1]
+        self._forget_constants(node)
+
+        # os.environ.get("RANK") / os.getenv("RANK")
+        if any(q in ENV_GETTERS for q in names) and node.args:
+            a0 = node.args[0].value
+            if isinstance(a0, cst.SimpleString):
+                return self._env_val(str(a0.evaluated_value), self.text(node))
+        for q in names:
+            if q in self.table.exit_calls or q in ("builtins.exit", "builtins.quit"):
+                self.emit(Exit("exit", self.pos(node), self.text(node)[:60]))
+                return CLEAN
+        for q in names:
+            fact = self.table.call(q)
+            if fact is not None:
+                return self.comm_call(node, fact, callee_text)
+        getter = self._getter_group(names)
+        if getter is not None:
+            return getter
+        for q in names:
+            rs = self.table.rank_source(q)
+            if rs:
+                return self.rank_source_val(node, rs)
+        for q in names:
+            w = self.table.wrapper(q)
+            if w:
+                grp = self._group_arg(node, _spec(w.get("group")))
+                typ = f"wrapped:{w['op']}:{grp[0]}"
+                if "in_place" in w and node.args:
+                    target = node.args[int(w["in_place"])].value
+                    self.bind(target, Val(typ=typ))
+                return Val(typ=typ)
+        for q in names:
+            typ = self.table.constructor(q)
+            if typ:
+                return Val(typ=typ)
+        for q in names:
+            if self.table.in_set(self.table.thread_spawners, q):
+                return self.spawn(node, "a thread", _kwarg(node, "target", 1))
+        for q in names:
+            if self.table.in_set(self.table.data_sources, q):
+                if args and all(a.uniform for a in args):
+                    return Val(uniform=True)  # `torch.equal(reduced_max, reduced_min)`
+                return Val(data=True, origin=f"`{self.text(node)[:40]}` differs between ranks")
+        for q in names:
+            if q in self.table.random_tensors:
+                v = join(*args)
+                return Val(
+                    tensor=True,
+                    dims=v.dims,
+                    data=v.data,
+                    origin=v.origin or f"`{self.text(node)[:40]}` draws random numbers",
+                )
+            if q in CONSTANT_TENSOR_CALLS and _literal_call(node):
+                # `torch.tensor([0])`: the same values on every rank
+                return Val(uniform=True, origin=CONSTANT_TENSOR)
+            if q in self.table.tensor_functions:
+                v = join(*args)
+                if v.tainted() or any(a.rank_tensor for a in args):
+                    return replace(v, tensor=True)
+                return CLEAN
+        if any(q.startswith("builtins.") for q in names) or (not names and last in PURE_BUILTINS):
+            if last in PURE_BUILTINS:
+                if last in ("float", "int", "bool") and len(args) == 1 and args[0].rank_tensor:
+                    return read_tensor(args[0], self.text(node))
+                v = join(*args)
+                if last in ("range", "list", "tuple", "sorted", "set") and args:
+                    ints = self._range_ints(node, args)
+                    if ints is not None:
+                        return Val(ints=ints)
+                    if last != "range" and len(args) == 1 and args[0].ints is not None:
+                        return Val(ints=args[0].ints)
+                    stride = self._range_stride(node, args)
+                    if stride is None and last != "range" and len(args) == 1:
+                        stride = args[0].stride
+                    if stride is not None:
+                        return replace(v, stride=stride)
+                if last in ("int", "bool", "str") and args:
+                    return replace(v, exact=args[0].exact, zero=args[0].zero)
+                if last == "next" and len(node.args) == 1:
+                    return Val(data=True, origin="`next()` without default")
+                return v
+            return CLEAN
+
+        # methods, by receiver
+        if isinstance(func, cst.Attribute) and recv_val is not None:
+            res = self.method_call(node, func, recv_val, args, callee_text)
+            if res is not None:
+                return res
+        if isinstance(func, cst.Name):
+            func_val = self.lookup(func.value)
+        else:
+            func_val = self._peek(func) if isinstance(func, cst.Attribute) else recv_val
+        if func_val is not None and func_val.typ and func_val.typ.startswith("wrapped:"):
+            _, op, grp = func_val.typ.split(":", 2)
+            return self._emit_comm(
+                node, CallFact(name=op, kind="collective", op=op), grp, callee_text, via=op
+            )
+        if last in self.table.rank_helpers:
+            return Val(
+                dims=frozenset({GLOBAL}),
+                zero=bool(ZERO_NAMES.search(last)) and "local" not in last,
+                origin=f"`{self.text(node)[:40]}` depends on the rank",
+            )
+        self._callbacks(node, callee_text)
+        # a call of a project function
+        site = self.callsite(node, names, callee_text)
+        data = any(a.data and not a.uniform for a in args)
+        if site is None:
+            return Val(data=data, origin=next((a.origin for a in args if a.data), ""))
+        self.emit(site)
+        return Val(data=data, deps=site.names, origin=next((a.origin for a in args if a.data), ""))
+
+    def _forget_constants(self, node: cst.Call) -> None:
+        """A constant tensor (`stop = torch.tensor([0])`) changed in place (`stop.fill_(1)`)
+        or handed to a call (which may change it) no longer holds the same values on every
+        rank; a collective that takes it makes it uniform again afterwards."""
+        func = node.func
+        names = [a.value for a in node.args]
+        if isinstance(func, cst.Attribute) and func.attr.value.endswith("_"):
+            names.append(func.value)
+        for n in names:
+            if isinstance(n, cst.Name):
+                v = self.env.get(n.value)
+                if v is not None and v.origin == CONSTANT_TENSOR:
+                    self.env[n.value] = CLEAN
+
+    def _callbacks(self, node: cst.Call, callee_text: str) -> None:
+        """A function defined inside this one and handed to a call (`study.optimize(
+        _objective, n_trials=n)`, a closure as a callback) runs when the callee decides: a
+        loop over it, whose count the file does not give (the linter does not look into the
+        callee, even in the project)."""
+        for a in node.args:
+            if not isinstance(a.value, cst.Name):
+                continue
+            if self.scope.kind == "module":
+                continue
+            _, defs = self.scope.lookup(a.value.value)
+            if not defs or not all(d.kind == "def" for d in defs):
+                continue
+            site = self.callsite_from(a.value, self.qnames(a.value))
+            if site is None:
+                continue
+            # as often on every rank, as far as this file tells (a count that differs is the
+            # callee's to show: `checkpoint(custom_forward)` runs it once everywhere)
+            self.emit(Loop(None, [site], self.pos(node), "for"))
+
+    def _range_stride(self, node: cst.Call, args: list[Val]) -> tuple[int, int | None] | None:
+        """`range(a, n, k)` with a literal step k: every element is ≡ a (mod k); `a` may be
+        unknown (`range(first, world_size, k)` in a loop over `first`), the bound always is."""
+        if self.text(node.func).rsplit(".", 1)[-1] != "range":
+            return None
+        if len(args) == 1 and WORLD_SIZE_TEXT.search(self.text(node.args[0].value)):
+            return (1, 0)  # range(world_size): every rank
+        if len(args) != 3:
+            return None
+        if any(a.keyword is not None for a in node.args):
+            return None
+        step = args[2].ints
+        if not step or len(step) != 1 or step[0] <= 1:
+            return None
+        start = args[0].ints
+        k = step[0]
+        return (k, start[0] % k) if start and len(start) == 1 else (k, None)
+
+    def _range_ints(self, node: cst.Call, args: list[Val]) -> tuple[int, ...] | None:
+        last = self.text(node.func).rsplit(".", 1)[-1]
+        if last != "range":
+            return None
+        nums = [a.ints[0] if a.ints and len(a.ints) == 1 else None for a in args]
+        if None in nums or not 1 <= len(nums) <= 3:
+            return None
+        r = range(*nums)
+        return tuple(r) if len(r) <= 65536 else None
+
+    def callsite(self, node: cst.Call, names: list[str], text: str) -> CallSite | None:
+        cands: list[str] = []
+        func = node.func
+        if (
+            isinstance(func, cst.Attribute)
+            and isinstance(func.value, cst.Name)
+            and func.value.value in ("self", "cls")
+            and self.cls
+        ):
+            cands.append(f"{self.cls}.{func.attr.value}")
+        for q in names:
+            if q.startswith("builtins."):
+                return None
+            if ".<locals>.self." in q or q.startswith("self."):
+                continue
+            if "<locals>" in q:
+                q = q.split(".<locals>.")[-1]
+            cands.append(q)
+            if "." not in q:
+                cands.append(f"{self.module_name}.{self.qualprefix}{q}")
+                cands.append(f"{self.module_name}.{q}")
+        if not cands:
+            if isinstance(func, cst.Name):
+                cands.append(f"{self.module_name}.{func.value}")
+            elif isinstance(func, cst.Attribute):
+                return None
+        group_args: dict[str, str] = {}
+        for k, a in enumerate(node.args):
+            if not isinstance(a.value, cst.Name | cst.Attribute | cst.Call | cst.Subscript):
+                continue
+            v = self._peek(a.value)
+            gkey = v.group
+            if gkey is None:
+                # keyed as the caller's own collectives would key this expression
+                if isinstance(a.value, cst.Name) and a.value.value in self._params():
+                    gkey = f"param:{a.value.value}"
+                elif isinstance(a.value, cst.Name) and a.value.value == "None":
+                    gkey = "WORLD"
+                else:
+                    gkey = self.text(a.value)
+            if a.keyword is not None:
+                group_args[a.keyword.value] = gkey
+            else:
+                group_args[f"#{k}"] = gkey
+        return CallSite(
+            tuple(dict.fromkeys(cands)),
+            text,
+            self.pos(node),
+            group_args,
+            on_module=self.on_module(func),
+        )
+
+    def spawn(self, node: cst.Call, how: str, target: cst.BaseExpression | None) -> Val:
+        if target is None:
+            return CLEAN
+        names = self.qnames(target)
+        for q in names:
+            fact = self.table.call(q)
+            if fact is not None:
+                comm = Comm(
+                    kind=fact.kind,
+                    op=fact.op,
+                    group="WORLD",
+                    text=self.text(target),
+                    pos=self.pos(target),
+                )
+                self.emit(Spawn(comm, how, self.pos(node)))
+                return CLEAN
+        site = self.callsite_from(target, names)
+        if site is not None:
+            self.emit(Spawn(site, how, self.pos(node)))
+        return CLEAN
+
+    def callsite_from(self, target, names) -> CallSite | None:
+        cands: list[str] = []
+        if (
+            isinstance(target, cst.Attribute)
+            and isinstance(target.value, cst.Name)
+            and target.value.value == "self"
+            and self.cls
+        ):
+            cands.append(f"{self.cls}.{target.attr.value}")
+        for q in names:
+            if "<locals>" in q:
+                q = q.split(".<locals>.")[-1]
+            if q.startswith("self.") or q.startswith("builtins."):
+                continue
+            cands.append(q)
+            if "." not in q:
+                cands.append(f"{self.module_name}.{self.qualprefix}{q}")
+                cands.append(f"{self.module_name}.{q}")
+        if not cands:
+            return None
+        return CallSite(
+            tuple(dict.fromkeys(cands)),
+            self.text(target),
+            self.pos(target),
+            on_module=self.on_module(target),
+        )
+
+    def on_module(self, func: cst.BaseExpression) -> bool:
+        """`mod.f` where `mod` is bound by an import (`torch.scatter`): a module's function."""
+        if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)):
+            return False
+        return self.scope.is_import(func.value.value, self._at(func.value))
+
+    def method_call(self, node, func: cst.Attribute, recv: Val, args, text) -> Val | None:
+        meth = func.attr.value
+        recv_text = self.text(func.value)
+        # process groups, meshes (a DeviceMesh's methods are recognised by name)
+        mesh_like = meth in ("get_group", "get_local_rank") and (
+            not node.args or isinstance(node.args[0].value, cst.SimpleString)
+        )
+        if recv.mesh is None and mesh_like:
+            recv = replace(recv, mesh=((), ()))
+        if recv.mesh is not None:
+            dim = None
+            if node.args:
+                a0 = node.args[0].value
+                if isinstance(a0, cst.SimpleString):
+                    dim = str(a0.evaluated_value)
+                elif isinstance(a0, cst.Integer) and recv.mesh[0]:
+                    i = _int(a0)
+                    if i is not None and 0 <= i < len(recv.mesh[0]):
+                        dim = recv.mesh[0][i]
+            dim = dim or recv.submesh
+            if dim is None and recv.mesh[0] and len(recv.mesh[0]) == 1:
+                dim = recv.mesh[0][0]
+            size = None
+            if dim and dim in recv.mesh[0]:
+                i = recv.mesh[0].index(dim)
+                if i < len(recv.mesh[1]):
+                    size = recv.mesh[1][i]
+            key = f"mesh:{dim}" if dim else "mesh:?"
+            if meth == "get_group":
+                return Val(group=key, size=size)
+            if meth in ("get_local_rank", "get_coordinate"):
+                return Val(
+                    dims=frozenset({key}),
+                    origin=f"`{self.text(node)[:40]}` is the rank within the mesh dimension",
+                    group_rank_of=key,
+                )
+            if meth == "get_rank":
+                return Val(dims=frozenset({GLOBAL}), exact=True, origin=f"`{self.text(node)}`")
+            if meth in ("size",):
+                return CLEAN
+        if recv.group is not None:
+            if meth == "rank":
+                return Val(
+                    dims=frozenset({recv.group}),
+                    origin=f"`{self.text(node)[:40]}` is the rank within the group",
+                    group_rank_of=recv.group,
+                )
+            if meth == "size":
+                return Val(ints=(recv.size,)) if recv.size else CLEAN
+        typ = recv.typ
+        if typ is None:
+            rt = recv_text
+            typ = self.table.receivers.get(rt) or self.table.receivers.get(rt.rsplit(".", 1)[-1])
+            if typ is None and rt == "self" and self.cls in self.lightning_classes:
+                typ = "lightning.LightningModule"
+        if typ and typ in self.table.methods:
+            fact = self.table.methods[typ].get(meth)
+            if fact is not None:
+                if fact.when_kw:
+                    kw = _kwarg(node, fact.when_kw, None)
+                    if kw is None or (isinstance(kw, cst.Name) and kw.value == "False"):
+                        return CLEAN
+                gkey = f"<{fact.implicit_group}>" if fact.implicit_group else "WORLD"
+                v = self._emit_comm(node, fact, gkey, text, via=f"{recv_text}.{meth}")
+                return v
+        if meth in self.table.executor_methods and node.args:
+            low = recv_text.lower()
+            if "executor" in low or "pool" in low or typ == "executor":
+                return self.spawn(node, "an executor", node.args[0].value)
+        if meth in self.table.data_methods and not node.args:
+            if recv.uniform:
+                return recv
+            return as_data(recv, f"`{self.text(node)[:40]}` is this rank's data")
+        if meth == "wait":
+            return CLEAN
+        if meth in ("start", "join", "result") and recv.typ is None:
+            return None
+        if recv.rank_tensor and meth == "tolist" and not node.args:
+            return read_tensor(recv, self.text(node))
+        if recv.rank_tensor and meth not in NON_TENSOR_METHODS:
+            return replace(join(recv, *args), tensor=True)  # `probe.sum()`, `t.to(...)`
+        if recv.tainted() and not recv.uniform:
+            return join(recv, *args)
+        return None
+
+    def rank_source_val(self, node, rs) -> Val:
+        dims = frozenset(rs.get("dims", [GLOBAL]))
+        grp_of = None
+        if "group" in rs:
+            spec = _spec(rs["group"])
+            gkey, given = self._group_arg(node, spec)
+            if given and gkey != "WORLD":
+                dims = frozenset({gkey})
+                grp_of = gkey
+            elif "group" in dims:
+                dims = frozenset({GLOBAL})
+        exact = bool(rs.get("exact")) and grp_of is None
+        guard = rs.get("guard")
+        for d in dims:
+            if d != GLOBAL and grp_of is None:
+                grp_of = d
+        return Val(
+            dims=dims,
+            exact=exact,
+            origin=f"`{self.text(node)[:50]}` is {'the rank' if exact else 'rank-dependent'}",
+            guard=guard,
+            group_rank_of=grp_of if not exact else None,
+        )
+
+    def _group_arg(self, node: cst.Call, spec) -> tuple[str, bool]:
+        """The group key of a call's group argument, and whether one was given."""
+        if spec is None:
+            return "WORLD", False
+        arg = _kwarg(node, spec[1], spec[0])
+        if arg is None or (isinstance(arg, cst.Name) and arg.value == "None"):
+            return "WORLD", False
+        v = self._peek(arg)
+        if v.group:
+            return v.group, True
+        t = self.text(arg)
+        if isinstance(arg, cst.Name) and arg.value in self._params():
+            return f"param:{arg.value}", True
+        return t, True
+
+    def _params(self) -> set[str]:
+        return getattr(self, "_param_names", set())
+
+    def comm_call(self, node: cst.Call, fact: CallFact, text: str) -> Val:
+        if fact.kind == "create":
+            return self.create_call(node, fact, text)
+        gkey, given = self._group_arg(node, fact.group)
+        if fact.implicit_group and not given:
+            gkey, given = f"<{fact.implicit_group}>", True
+        return self._emit_comm(node, fact, gkey, text, default_group=not given, torch_api=True)
+
+    def _emit_comm(
+        self,
+        node,
+        fact: CallFact,
+        gkey: str,
+        text: str,
+        *,
+        via=None,
+        default_group=False,
+        torch_api=False,
+    ) -> Val:
+        blocking = True
+        if fact.handle:
+            blocking = False
+        elif fact.async_ is not None:
+            a = _kwarg(node, fact.async_[1], fact.async_[0])
+            if isinstance(a, cst.Name) and a.value == "True":
+                blocking = False
+        gval = self._peek(_kwarg(node, fact.group[1], fact.group[0])) if fact.group else CLEAN
+        payload = tuple(
+            self._peek(a.value).payload or (self.text(a.value), "")
+            for a in node.args
+            if a.keyword is None and isinstance(a.value, cst.Name | cst.Attribute)
+        )
+        members = gval.members
+        size = gval.size or (len(members) if members else None)
+        member_stride = gval.stride if gval.group else None
+        root = self._root_fact(node, fact)
+        peer_dims = root.dims if root and fact.kind in ("send", "recv") else frozenset()
+        rank_set, excluded, rcond = self._restriction()
+        comm = Comm(
+            kind=fact.kind,
+            op=fact.op,
+            group=gkey,
+            text=text,
+            pos=self.pos(node),
+            blocking=blocking,
+            default_group=default_group,
+            torch_api=torch_api,
+            root=root,
+            peer_dims=peer_dims,
+            members=members,
+            member_stride=member_stride,
+            payload=payload,
+            group_size=size,
+            rank_set=rank_set,
+            rank_excluded=excluded,
+            rank_cond=rcond,
+            under_divergent=self.divergent_depth > 0,
+            in_branch=bool(self.restrict),
+            via=via,
+        )
+        self.emit(comm)
+        outs = fact.outputs or ((0,) if fact.op in ("all_reduce", "broadcast") else ())
+        for k in outs:
+            if k < len(node.args) and node.args[k].keyword is None:
+                self.bind_uniform(node.args[k].value)
+        if not blocking:
+            return Val(typ="handle")
+        if fact.functional:
+            return Val(uniform=True)
+        return CLEAN
+
+    def bind_uniform(self, target) -> None:
+        if isinstance(target, cst.Name | cst.Attribute):
+            self.bind(target, Val(uniform=True))
+
+    def _restriction(self):
+        rank_set = None
+        excluded: frozenset[int] | None = None
+        rcond = None
+        for t, f, c in self.restrict:
+            if t is not None:
+                rank_set = t if rank_set is None else rank_set & t
+                rcond = c
+            if f is not None:
+                excluded = f if excluded is None else excluded | f
+                rcond = rcond or c
+        return rank_set, excluded, rcond
+
+    def _root_fact(self, node: cst.Call, fact: CallFact) -> RootFact | None:
+        for spec, is_group in ((fact.group_root, True), (fact.root, False)):
+            if spec is None:
+                continue
+            arg = _kwarg(node, spec[1], spec[0])
+            if arg is None:
+                continue
+            v = self._peek(arg)
+            lit = v.ints[0] if v.ints and len(v.ints) == 1 else None
+            return RootFact(
+                param=spec[1] or "root",
+                group_param=is_group,
+                text=self.text(arg),
+                literal=lit,
+                dims=v.dims,
+                exact=v.exact,
+                group_rank_of=v.group_rank_of,
+                pos=self.pos(arg),
+            )
+        return None
+
+    def create_call(self, node: cst.Call, fact: CallFact, text: str) -> Val:
+        local = False
+        if fact.local_sync is not None:
+            a = _kwarg(node, fact.local_sync[1], fact.local_sync[0])
+            local = isinstance(a, cst.Name) and a.value == "True"
+        if fact.op not in ("init_process_group", "destroy_process_group"):
+            self.facts.creates_subgroups = True
+        gkey, _ = self._group_arg(node, fact.group)
+        rank_set, excluded, rcond = self._restriction()
+        op = fact.op
+        if fact.ranks is not None:
+            # which group is created matters: the same groups in another order also hang
+            ranks_arg = _kwarg(node, fact.ranks[1], fact.ranks[0])
+            if ranks_arg is not None:
+                op = f"{fact.op}({self.text(ranks_arg)[:40]})"
+        if not local:
+            self.emit(
+                Comm(
+                    kind="create",
+                    op=op,
+                    group=gkey,
+                    text=text,
+                    pos=self.pos(node),
+                    rank_set=rank_set,
+                    rank_excluded=excluded,
+                    rank_cond=rcond,
+                    under_divergent=self.divergent_depth > 0,
+                )
+            )
+        if fact.op == "new_group":
+            members = None
+            stride = None
+            if fact.ranks is not None:
+                ra = _kwarg(node, fact.ranks[1], fact.ranks[0])
+                if ra is not None:
+                    v = self._peek(ra)
+                    if v.ints is not None:
+                        members = frozenset(v.ints)
+                    stride = v.stride
+            key = self._assign_key(node)
+            return Val(
+                group=key,
+                members=members,
+                size=len(members) if members else None,
+                stride=stride if members is None else None,
+                loop_group=self.loop_depth > 0,
+            )
+        if fact.op in ("init_device_mesh", "DeviceMesh"):
+            names: tuple[str, ...] = ()
+            shape: tuple[int, ...] = ()
+            dn = _kwarg(node, "mesh_dim_names", None)
+            if dn is not None and isinstance(dn, cst.Tuple | cst.List):
+                names = tuple(
+                    str(e.value.evaluated_value)
+                    for e in dn.elements
+                    if isinstance(e.value, cst.SimpleString)
+                )
+            sh = _kwarg(node, "mesh_shape", 1)
+            if sh is not None:
+                v = self._peek(sh)
+                if v.ints:
+                    shape = v.ints
+            return Val(mesh=(names, shape))
+        if fact.op == "new_subgroups":
+            return Val(typ="subgroups")
+        return CLEAN
+
+    def _assign_key(self, node: cst.Call) -> str:
+        """The group key of a `new_group` result: the text of the name it is assigned to."""
+        # found by looking at the statement being processed
+        return getattr(self, "_current_target", None) or f"new_group@{self.pos(node).line}"

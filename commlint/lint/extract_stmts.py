@@ -1,0 +1,452 @@
+"""Statements of the extractor (`extract.Extractor`): blocks, assignments and what they bind,
+`if`/`match` arms under their rank conditions, loops, `with`, `try`, nested functions and
+classes (queued for later), and the async handles a statement leaves unused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import libcst as cst
+
+from commlint.lint.extract_syntax import (
+    _assigned_names,
+    _decided_by_world_size,
+    _int_class_attributes,
+    _iterates_a_set,
+    _kwarg,
+    _lone_call,
+    _swallows_oom,
+)
+from commlint.lint.extract_values import (
+    CLEAN,
+    CONCAT_CALLS,
+    CONSTANT_TENSOR,
+    DTYPE_METHODS,
+    EXACT_RANK_NAMES,
+    GLOBAL,
+    PAD_CALLS,
+    SAME_PAYLOAD_METHODS,
+    ZERO_NAMES,
+    Val,
+    _ClassEnv,
+    _is_dtype,
+    join,
+)
+from commlint.lint.ir import AsyncFact, Branch, Comm, Cond, Exit, Loop, Node, Try
+
+
+class Statements:
+    """`Extractor`'s statements, control flow and binding."""
+
+    # ---------------------------------------------------------- statements
+    def block(self, stmts) -> list[Node]:
+        out: list[Node] = []
+        saved = getattr(self, "out", None)
+        self.out = out
+        for stmt in stmts:
+            self.statement(stmt)
+        self.out = saved
+        return out
+
+    def emit(self, node: Node) -> None:
+        self.out.append(node)
+
+    def statement(self, stmt: cst.CSTNode) -> None:
+        self.stmt_line = self._pos.start_line(stmt)
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                self.small_statement(small)
+            return
+        meth = getattr(self, f"stmt_{type(stmt).__name__}", None)
+        if meth:
+            meth(stmt)
+
+    def small_statement(self, s: cst.CSTNode) -> None:
+        if isinstance(s, cst.Expr):
+            before = len(self.out)
+            self.expr(s.value)
+            if isinstance(s.value, cst.Call):
+                whole = self.pos(s.value)
+                for n in self.out[before:]:
+                    if (
+                        isinstance(n, Comm)
+                        and not n.blocking
+                        and n.kind != "create"
+                        and (n.pos.line, n.pos.col) == (whole.line, whole.col)
+                    ):
+                        self._async_fact(n, "discarded")
+        elif isinstance(s, cst.Assign) and self._assign_pairwise(s):
+            pass
+        elif isinstance(s, cst.Assign):
+            before = len(self.out)
+            self._current_target = self.text(s.targets[0].target) if len(s.targets) == 1 else None
+            v = self.expr(s.value)
+            self._current_target = None
+            made = self._payload_of(s.value)
+            if made is not None:
+                v = replace(v, payload=made)
+            if (
+                v.loop_group
+                and isinstance(s.value, cst.Name)
+                and len(s.targets) == 1
+                and isinstance(s.targets[0].target, cst.Name | cst.Attribute)
+            ):
+                # `for ranks in ...: group = new_group(ranks); if rank in ranks: tp = group`:
+                # `group` names a new group on every iteration; `tp` names the one kept
+                v = replace(v, group=self.text(s.targets[0].target), loop_group=False)
+            for t in s.targets:
+                self.bind(t.target, v)
+            self._track_async(s.value, [t.target for t in s.targets], before)
+        elif isinstance(s, cst.AnnAssign) and s.value is not None:
+            before = len(self.out)
+            v = self.expr(s.value)
+            self.bind(s.target, v)
+            self._track_async(s.value, [s.target], before)
+        elif isinstance(s, cst.AugAssign):
+            v = join(self.expr(s.value), self.expr(s.target))
+            self.bind(s.target, v)
+        elif isinstance(s, cst.Return):
+            if s.value is not None:
+                self.returns.append(self.expr(s.value))
+            self.emit(Exit("return", self.pos(s), "return"))
+        elif isinstance(s, cst.Raise):
+            if s.exc is not None:
+                self.expr(s.exc)
+            self.emit(Exit("raise", self.pos(s), self.text(s)))
+        elif isinstance(s, cst.Break):
+            self.emit(Exit("break", self.pos(s), "break"))
+        elif isinstance(s, cst.Continue):
+            self.emit(Exit("continue", self.pos(s), "continue"))
+
+    def _payload_root(self, expr: cst.BaseExpression) -> str | None:
+        """The variable a tensor expression views or copies (`g.flatten()` -> `g`)."""
+        while (
+            isinstance(expr, cst.Call)
+            and isinstance(expr.func, cst.Attribute)
+            and expr.func.attr.value in SAME_PAYLOAD_METHODS
+        ):
+            expr = expr.func.value
+        if isinstance(expr, cst.Name | cst.Attribute):
+            return self.text(expr)
+        return None
+
+    def _payload_of(self, value: cst.BaseExpression) -> tuple[str, str] | None:
+        """`buf = t.to(torch.float64)` / `t.double()`: t with another dtype; `torch.cat([t,
+        pad])` / `F.pad(t, ...)`: t with more elements. What a collective's buffer is made
+        from, to compare the buffers that the arms of a rank branch pass."""
+        if not isinstance(value, cst.Call):
+            return None
+        func = value.func
+        if isinstance(func, cst.Attribute):
+            root = self._payload_root(func.value)
+            meth = func.attr.value
+            if root is not None and meth in DTYPE_METHODS and not value.args:
+                return (root, f"dtype {DTYPE_METHODS[meth]}")
+            if root is not None and meth == "to":
+                arg = _kwarg(value, "dtype", None)
+                if arg is None:
+                    arg = next(
+                        (
+                            a.value
+                            for a in value.args
+                            if a.keyword is None and _is_dtype(self.text(a.value))
+                        ),
+                        None,
+                    )
+                if arg is not None:
+                    return (root, f"dtype {self.text(arg)}")
+        names = set(self.qnames(func))
+        if names & PAD_CALLS and value.args:
+            root = self._payload_root(value.args[0].value)
+            return (root, "size") if root else None
+        if names & CONCAT_CALLS and value.args:
+            parts = value.args[0].value
+            if isinstance(parts, cst.List | cst.Tuple) and len(parts.elements) >= 2:
+                root = self._payload_root(parts.elements[0].value)
+                return (root, "size") if root else None
+        return None
+
+    def _track_async(self, value, targets, before: int) -> None:
+        if not isinstance(value, cst.Call):
+            return
+        comms = [n for n in self.out[before:] if isinstance(n, Comm)]
+        if not comms or comms[-1].blocking or comms[-1].kind == "create":
+            return
+        if len(targets) == 1 and isinstance(targets[0], cst.Name):
+            fact = AsyncFact(comms[-1].op, comms[-1].text, comms[-1].pos, "unused")
+            self.async_pending.append((targets[0].value, fact))
+
+    def _async_fact(self, n: Comm, status: str) -> None:
+        self.facts.async_facts.append(AsyncFact(n.op, n.text, n.pos, status))
+
+    def stmt_FunctionDef(self, node: cst.FunctionDef) -> None:
+        prefix = self.qualprefix
+        if self.cls and not prefix:
+            prefix = self.cls.split(".", 1)[1] + "." if "." in self.cls else ""
+        env = self.env if self.env is not self.module_env else self.module_env
+        self._queue_function(node, prefix, env, self.cls)
+
+    def stmt_ClassDef(self, node: cst.ClassDef) -> None:
+        qual = f"{self.qualprefix}{node.name.value}"
+        class_key = f"{self.module_name}.{qual}"
+        cenv = self.class_envs.setdefault(class_key, {})
+        for base in node.bases:
+            for q in self.qnames(base.value):
+                typ = self.table.module_base(q)
+                if typ:
+                    self.lightning_classes.add(class_key)
+            if self.text(base.value).rsplit(".", 1)[-1] == "LightningModule":
+                self.lightning_classes.add(class_key)
+        bases = tuple(q for base in node.bases for q in self.qnames(base.value))
+        consts = _int_class_attributes(node)
+        if bases or consts:
+            self.facts.classes[class_key] = (bases, consts)
+        methods = (
+            [s for s in node.body.body if isinstance(s, cst.FunctionDef)]
+            if isinstance(node.body, cst.IndentedBlock)
+            else []
+        )
+        methods.sort(key=lambda f: f.name.value not in ("__init__", "setup"))
+        env = dict(self.module_env)
+        env["__class_env__"] = CLEAN
+        for m in methods:
+            self.pending.append((m, qual + ".", _ClassEnv(env, cenv), class_key))
+
+    def stmt_If(self, node: cst.If) -> None:
+        cond = self.cond(node.test)
+        fixed = self._fixed_value(cond)
+        if fixed is None:
+            fixed = _decided_by_world_size(node.test, self.text)
+        arms: list[list[Node]] = []
+        payloads = {k: v.payload for k, v in self.env.items()}
+        arms.append(self.arm(node.body.body, cond, True))
+        # one environment runs through both arms; what the first arm made of a buffer
+        # (`v = torch.cat([v, pad])`) does not hold in the second
+        for k, v in list(self.env.items()):
+            if v.payload != payloads.get(k):
+                self.env[k] = replace(v, payload=payloads.get(k))
+        if node.orelse is None:
+            arms.append([])
+        elif isinstance(node.orelse, cst.If):
+            arms.append(self.arm([node.orelse], cond, False))
+        else:
+            arms.append(self.arm(node.orelse.body.body, cond, False))
+        if fixed is not None:
+            for n in arms[0 if fixed else 1]:  # the other arm is dead on every rank here
+                self.emit(n)
+            return
+        if cond.data:
+            self._implicit_flow(node, cond)
+        self.emit(Branch(cond, arms, self.pos(node.test), "if"))
+
+    def _implicit_flow(self, node: cst.If, cond: Cond) -> None:
+        """A name set in an arm of a branch on this rank's data (`if val < best: bad = 0
+        else: bad += 1`) holds what that data decided, whatever value it is set to: a patience
+        counter of an un-reduced validation loss differs between ranks."""
+        names = _assigned_names([node])
+        why = cond.origin or "depends on data"
+        origin = f"set under `{cond.text[:40]}` (line {cond.pos.line}): {why}"
+        for name in names:
+            v = self.env.get(name)
+            if v is not None and not v.data and not v.uniform:
+                self.env[name] = replace(v, data=True, origin=origin)
+
+    def arm(self, stmts, cond: Cond, truth: bool | None) -> list[Node]:
+        self._enter(cond, truth)
+        try:
+            return self.block(stmts)
+        finally:
+            self._leave(cond)
+
+    def _fixed_value(self, cond: Cond) -> bool | None:
+        """The value of a rank condition when it is the same on every rank that can reach
+        it (`if is_main_process():` inside the odd-rank arm of `if rank % 2 == 0:`); None when
+        it can differ."""
+        if cond.data or not cond.dims:
+            return None
+        rank_set, excluded, _ = self._restriction()
+        mods = [m for m in self.mod_restrict if m is not None]
+        if rank_set is None and excluded is None and not mods:
+            return None
+
+        def reachable(r: int) -> bool:
+            if rank_set is not None and r not in rank_set:
+                return False
+            if excluded is not None and r in excluded:
+                return False
+            return all((r % k == a) == holds for k, a, holds in mods)
+
+        def unreachable(ranks: frozenset[int]) -> bool:
+            return not any(reachable(r) for r in ranks)
+
+        if cond.true_ranks is not None and unreachable(cond.true_ranks):
+            return False
+        if cond.false_ranks is not None and unreachable(cond.false_ranks):
+            return True
+        return None
+
+    def _enter(self, cond: Cond, truth: bool | None) -> None:
+        mt = cond.mod_test if not cond.data else None
+        self.mod_restrict.append(
+            (mt[0], mt[1], mt[2] == truth) if mt is not None and truth is not None else None
+        )
+        # an and/or's rank sets are supersets: fine as "only these ranks get here", not as
+        # "these ranks never get here"
+        if truth is True:
+            excluded = None if cond.approx else cond.false_ranks
+            self.restrict.append((cond.true_ranks, excluded, cond))
+        elif truth is False:
+            excluded = None if cond.approx else cond.true_ranks
+            self.restrict.append((cond.false_ranks, excluded, cond))
+        else:
+            self.restrict.append((None, None, cond))
+        if cond.divergent:
+            self.divergent_depth += 1
+
+    def _leave(self, cond: Cond) -> None:
+        self.mod_restrict.pop()
+        self.restrict.pop()
+        if cond.divergent:
+            self.divergent_depth -= 1
+
+    def stmt_Match(self, node: cst.Match) -> None:
+        v = self.expr(node.subject)
+        cond = self._cond_from_val(node.subject, v)
+        arms = [self.arm(case.body.body, cond, None) for case in node.cases]
+        if not any(
+            isinstance(c.pattern, cst.MatchAs) and c.pattern.pattern is None for c in node.cases
+        ):
+            arms.append([])
+        self.emit(Branch(cond, arms, self.pos(node.subject), "match"))
+
+    def stmt_For(self, node: cst.For) -> None:
+        it = self.expr(node.iter)
+        self.bind(node.target, replace(it, stride=None))
+        cond = self._cond_from_val(node.iter, it) if it.tainted() else None
+        body = self._loop_body(cond, node.body.body)
+        unordered = self.text(node.iter)[:60] if _iterates_a_set(node.iter) else None
+        self.emit(Loop(cond, body, self.pos(node.iter), "for", unordered))
+        if node.orelse is not None:
+            for n in self.block(node.orelse.body.body):
+                self.emit(n)
+
+    def stmt_While(self, node: cst.While) -> None:
+        c = self.cond(node.test)
+        cond = c if c.divergent else None
+        body = self._loop_body(cond, node.body.body)
+        self.emit(Loop(cond, body, self.pos(node.test), "while"))
+
+    def _loop_body(self, cond: Cond | None, stmts) -> list[Node]:
+        """A loop's body, under its rank-dependent condition (if any)."""
+        if cond is not None:
+            self._enter(cond, None)
+        self.loop_depth += 1
+        body = self.block(stmts)
+        self.loop_depth -= 1
+        if cond is not None:
+            self._leave(cond)
+        return body
+
+    def stmt_With(self, node: cst.With) -> None:
+        for item in node.items:
+            v = self.expr(item.item)
+            if item.asname is not None:
+                self.bind(item.asname.name, v)
+        for n in self.block(node.body.body):
+            self.emit(n)
+
+    def stmt_Try(self, node: cst.Try) -> None:
+        body = self.block(node.body.body)
+        handlers: list[list[Node]] = []
+        for h in node.handlers:
+            if h.name is not None:
+                self.bind(h.name.name, CLEAN)
+            hbody = self.block(h.body.body)
+            exc = self.text(h.type) if h.type is not None else ""
+            if "StopIteration" in exc:
+                cond = Cond(
+                    text=f"except {exc}",
+                    pos=self.pos(h),
+                    data=True,
+                    origin="the iterator is exhausted after a number of items that can "
+                    "differ between ranks",
+                )
+                body.append(Branch(cond, [hbody, []], self.pos(h), "exhaustion"))
+            elif _swallows_oom(exc, self.text(h.body)) and any(
+                isinstance(n, Exit) and n.kind in ("continue", "break", "return") for n in hbody
+            ):
+                # `except torch.cuda.OutOfMemoryError: continue` — memory runs out on one rank
+                # (more data, more activations), which then skips the step's collectives
+                cond = Cond(
+                    text=f"except {exc}",
+                    pos=self.pos(h),
+                    data=True,
+                    origin="running out of memory depends on each rank's own data and device",
+                )
+                body.append(Branch(cond, [hbody, []], self.pos(h), "oom"))
+            else:
+                handlers.append(hbody)
+        orelse = self.block(node.orelse.body.body) if node.orelse else []
+        final = self.block(node.finalbody.body.body) if node.finalbody else []
+        self.emit(Try(body, handlers, orelse, final, self.pos(node), _lone_call(node.body.body)))
+
+    # ----------------------------------------------------------- binding
+    def _assign_pairwise(self, s: cst.Assign) -> bool:
+        """`rank, world = dist.get_rank(), dist.get_world_size()`: each name gets its own
+        value (binding the joined tuple to both would make `world` depend on the rank)."""
+        value = s.value
+        if len(s.targets) != 1 or not isinstance(value, cst.Tuple | cst.List):
+            return False
+        target = s.targets[0].target
+        if not isinstance(target, cst.Tuple | cst.List):
+            return False
+        pairs = list(zip(target.elements, value.elements, strict=False))
+        if len(target.elements) != len(value.elements) or any(
+            not isinstance(t, cst.Element)
+            or not isinstance(e, cst.Element)
+            or not isinstance(t.value, cst.Name)
+            for t, e in pairs
+        ):
+            return False
+        vals = [self.expr(e.value) for _, e in pairs]
+        for (t, _), v in zip(pairs, vals, strict=True):
+            self.bind(t.value, v)
+        return True
+
+    def bind(self, target: cst.BaseExpression, v: Val) -> None:
+        if isinstance(target, cst.Name):
+            self.env[target.value] = v
+        elif isinstance(target, cst.Attribute):
+            key = self.text(target)
+            if key.startswith("self.") and isinstance(self.env, _ClassEnv):
+                self.env.cls[key] = v
+            self.env[key] = v
+        elif isinstance(target, cst.Tuple | cst.List):
+            for k, el in enumerate(target.elements):
+                if isinstance(el, cst.Element):
+                    sub = v
+                    if v.typ and k > 0:
+                        sub = replace(v, typ=None)
+                    self.bind(el.value, sub)
+        elif isinstance(target, cst.Subscript):
+            self.expr(target.value)
+            base = target.value
+            if isinstance(base, cst.Name):
+                old = self.env.get(base.value)
+                if old is not None and old.origin == CONSTANT_TENSOR:
+                    self.env[base.value] = CLEAN  # `stop[0] = flag`: values of this rank now
+
+    def lookup(self, key: str) -> Val | None:
+        return self.env.get(key)
+
+    def _name_val(self, name: str, text: str) -> Val | None:
+        if name in self.table.rank_attributes or name in self.table.rank_helpers:
+            exact = name in EXACT_RANK_NAMES
+            return Val(
+                dims=frozenset({GLOBAL}),
+                exact=exact,
+                zero=bool(ZERO_NAMES.search(name)) and "local" not in name,
+                origin=f"`{text}` names a rank",
+            )
+        return None

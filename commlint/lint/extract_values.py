@@ -1,0 +1,255 @@
+"""What the extractor (`extract.Extractor`) knows about a value: `Val`, how values combine
+(`join`), the facts about tensors and builtins it consults, and a method's environment
+(`_ClassEnv`). Plain data and small functions over LibCST literals; no walking.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import libcst as cst
+
+GLOBAL = "global"
+EXACT_RANK_NAMES = frozenset({"rank", "global_rank", "world_rank", "my_rank", "rank_id"})
+ZERO_NAMES = re.compile(
+    r"(^|_)(is_main_process|is_main|is_master|is_global_zero|is_rank_zero|is_rank_0|main_process)$"
+)
+PURE_BUILTINS = frozenset(
+    [
+        "int",
+        "str",
+        "float",
+        "bool",
+        "abs",
+        "min",
+        "max",
+        "len",
+        "sum",
+        "round",
+        "divmod",
+        "range",
+        "list",
+        "tuple",
+        "sorted",
+        "set",
+        "frozenset",
+        "reversed",
+        "enumerate",
+        "zip",
+        "hash",
+        "format",
+        "repr",
+    ]
+)
+ENV_GETTERS = frozenset({"os.environ.get", "os.getenv", "os.environ.__getitem__"})
+
+
+@dataclass(frozen=True)
+class Val:
+    """What the linter knows about a value."""
+
+    dims: frozenset[str] = frozenset()  # rank dimensions it depends on
+    data: bool = False
+    exact: bool = False  # equals this rank's global rank
+    zero: bool = False  # true exactly on global rank 0
+    origin: str = ""
+    uniform: bool = False  # produced by a collective: equal on every member
+    group: str | None = None  # a process group (its key)
+    members: frozenset[int] | None = None
+    size: int | None = None
+    ints: tuple[int, ...] | None = None  # literal int or list of ints
+    mesh: tuple[tuple[str, ...], tuple[int, ...]] | None = None
+    submesh: str | None = None
+    typ: str | None = None
+    deps: tuple[str, ...] = ()
+    guard: str | None = None
+    group_rank_of: str | None = None
+    tensor: bool = False  # a tensor whose values may differ between ranks (read = data source)
+    rank_mod: int | None = None  # equals the global rank modulo this
+    mod_test: tuple[int, int, bool] | None = None  # true iff (rank % k == a) == holds
+    stride: tuple[int, int | None] | None = None  # ranks all ≡ a (mod k); a None: one unknown a
+    loop_group: bool = False  # a group made by `new_group` in a loop: its name holds several
+    payload: tuple[str, str] | None = None  # (variable it was made from, "dtype X" / "size")
+
+    def tainted(self) -> bool:
+        return bool(self.dims) or self.data
+
+    @property
+    def rank_tensor(self) -> bool:
+        """A tensor of this rank's own values (not one a collective made equal everywhere)."""
+        return self.tensor and not self.uniform
+
+
+CLEAN = Val()
+
+
+def join(*vals: Val) -> Val:
+    """The taint of a value computed from several (`a + b`, `f(a, b)`)."""
+    dims: frozenset[str] = frozenset()
+    data = False
+    origin = ""
+    deps: tuple[str, ...] = ()
+    for v in vals:
+        if v.uniform:
+            continue
+        dims |= v.dims
+        data = data or v.data
+        if not origin and (v.dims or v.data):
+            origin = v.origin
+        deps += v.deps
+    return Val(dims=dims, data=data, origin=origin, deps=deps)
+
+
+# Tensor methods whose result is not a tensor of the receiver's values (sizes, metadata) or
+# that read it (handled as data sources).
+NON_TENSOR_METHODS = frozenset(
+    {
+        "size",
+        "dim",
+        "numel",
+        "element_size",
+        "nelement",
+        "data_ptr",
+        "stride",
+        "storage_offset",
+        "is_contiguous",
+        "is_floating_point",
+        "is_complex",
+        "get_device",
+        "type",
+        "item",
+        "tolist",
+        "any",
+        "all",
+        "wait",
+        "register_hook",
+        "backward",
+        "numpy",
+        "__len__",
+    }
+)
+TENSOR_ATTRIBUTES = frozenset({"data", "T", "mT", "grad", "real", "imag"})
+# Tensor methods that change the dtype, and to what.
+DTYPE_METHODS = {
+    "double": "torch.float64",
+    "float": "torch.float32",
+    "half": "torch.float16",
+    "bfloat16": "torch.bfloat16",
+    "long": "torch.int64",
+    "int": "torch.int32",
+}
+# Views and copies that keep a tensor's dtype and number of elements.
+SAME_PAYLOAD_METHODS = frozenset(
+    {"flatten", "view", "reshape", "contiguous", "detach", "clone", "view_as", "reshape_as"}
+)
+DTYPE_NAMES = frozenset(
+    {
+        "float64",
+        "float32",
+        "float16",
+        "bfloat16",
+        "double",
+        "float",
+        "half",
+        "int64",
+        "int32",
+        "int16",
+        "int8",
+        "uint8",
+        "long",
+        "int",
+        "bool",
+        "complex64",
+        "complex128",
+    }
+)
+WORLD_SIZE_TEXT = re.compile(r"(^|\.)(get_)?world_size(\(\))?$", re.IGNORECASE)
+CONCAT_CALLS = frozenset({"torch.cat", "torch.concat", "torch.concatenate"})
+PAD_CALLS = frozenset({"torch.nn.functional.pad"})
+
+
+def _is_dtype(text: str) -> bool:
+    """`torch.float64`, `torch.bfloat16`: a dtype spelled out."""
+    head, _, name = text.rpartition(".")
+    return head == "torch" and name in DTYPE_NAMES
+
+
+def as_data(v: Val, origin: str) -> Val:
+    """`v` as this rank's data (its own origin kept when it has one)."""
+    return Val(data=True, dims=v.dims, exact=v.exact, origin=v.origin or origin)
+
+
+# Tensor constructors whose values are their literal arguments (or zeros, ones, a fill value)
+CONSTANT_TENSOR_CALLS = frozenset(
+    {"torch.tensor", "torch.as_tensor", "torch.zeros", "torch.ones", "torch.full"}
+)
+CONSTANT_TENSOR = "a tensor of literal values"
+_VALUE_FREE_KWARGS = frozenset({"device", "dtype", "requires_grad", "pin_memory", "layout"})
+
+
+def _literal(node: cst.BaseExpression) -> bool:
+    if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString)):
+        return True
+    if isinstance(node, cst.Name):
+        return node.value in ("True", "False", "None")
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        return _literal(node.expression)
+    if isinstance(node, (cst.List, cst.Tuple)):
+        return all(isinstance(e, cst.Element) and _literal(e.value) for e in node.elements)
+    return False
+
+
+def _literal_call(node: cst.Call) -> bool:
+    """Every value-giving argument is a literal (`torch.tensor([0], device=d)`)."""
+    for a in node.args:
+        if a.keyword is not None and a.keyword.value in _VALUE_FREE_KWARGS:
+            continue
+        if a.star or not _literal(a.value):
+            return False
+    return True
+
+
+def read_tensor(v: Val, text: str) -> Val:
+    """The Python value of a rank's tensor (`float(t)`, `if t > 0.5:`): a data source."""
+    if not v.rank_tensor:
+        return v
+    return as_data(v, f"`{text[:40]}` reads this rank's tensor values")
+
+
+def _mod_test_of(v: Val) -> tuple[int, int, bool] | None:
+    """`v`'s residue test; a bare `rank % k` is true iff it is not 0 (`if rank % 2:`)."""
+    if v.mod_test is None and v.rank_mod is not None:
+        return (v.rank_mod, 0, False)
+    return v.mod_test
+
+
+def _int(node: cst.BaseExpression) -> int | None:
+    if isinstance(node, cst.Integer):
+        try:
+            return int(node.value, 0)
+        except ValueError:
+            return None
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        v = _int(node.expression)
+        return -v if v is not None else None
+    return None
+
+
+class _ClassEnv(dict):
+    """A method's environment: locals, falling back on `self.*` attributes of the class."""
+
+    def __init__(self, base: dict[str, Val], cls: dict[str, Val]) -> None:
+        super().__init__(base)
+        self.cls = cls
+
+    def get(self, key, default=None):
+        if dict.__contains__(self, key):
+            return dict.__getitem__(self, key)
+        return self.cls.get(key, default)
+
+    def __missing__(self, key):
+        return self.cls[key]
+
+    def __contains__(self, key) -> bool:
+        return dict.__contains__(self, key) or key in self.cls
