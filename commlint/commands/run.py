@@ -258,7 +258,19 @@ def run(args: argparse.Namespace) -> int:
         **({"max_passes": args.max_passes} if "max_passes" in args else {}),
         **({"real_budget": args.real_budget} if "real_budget" in args else {}),
     )
-    result = _record(options)
+    from commlint.plans.dryrun.procs import Interrupted
+
+    try:
+        result = _record(options)
+    except Interrupted as exc:
+        # a CI cancel, a closed terminal, Ctrl-C: every rank and every process it started
+        # was stopped before getting here (`procs.Keeper`)
+        print(
+            f"commlint: error: interrupted by {exc.name}: the dry-run was stopped, with every "
+            "rank and every process the ranks started; nothing was checked",
+            file=sys.stderr,
+        )
+        return 128 + exc.signum
     _show_output(result, tee)
     for note in result.notes:
         print(f"commlint: note: {note}", file=sys.stderr)

@@ -2,8 +2,11 @@
 
 Ranks run one OS process each, forked after torch is imported (explicit `Process` objects and
 pipes). A pass runs the ranks that need it, `jobs` at a time; a rank runs again in the next
-pass only when the values it would receive changed (see `values.py`). A rank that overruns its
-time limit is stopped (SIGALRM inside, SIGKILL from here as a last resort), never waited for.
+pass only when the values it would receive changed (see `values.py`). A rank is stopped when
+it makes no progress for --timeout (no CPU time, not even waiting for a CPU, no message, no wait
+for its peers) or used --timeout of CPU time: a signal it raises at its line, SIGKILL from here
+as a last resort (`_pass`); load alone never stops one. Every process of the run is kept in
+hand by `procs.Keeper`.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait
 from typing import Any
 
-from commlint.plans.dryrun.child import SESSION_MARKER, RankSpec, real_tensors, run_rank
+from commlint.plans.dryrun import procs
+from commlint.plans.dryrun.child import RankSpec, real_tensors, run_rank
 from commlint.plans.dryrun.merge import rank_spec
 from commlint.plans.dryrun.recorder import USER_PROGRAMS, is_user_file, short_path
 from commlint.plans.dryrun.values import Key, ValueTable
@@ -195,9 +199,45 @@ def _run_pass(
     symbolic: bool = False,
     flips: dict[int, tuple[str, ...]] | None = None,
 ) -> dict[int, RankRun]:
+    with procs.kept() as keeper:
+        return _pass(options, ranks, table, mode, on_done, scratch, symbolic, flips, keeper)
+
+
+@dataclass
+class _Running:
+    """A rank process of this pass, and what the parent knows of its progress."""
+
+    rank: int
+    proc: Any
+    start: float
+    cgroup: str | None
+    idle_since: float  # when it last made progress (CPU, a message, a wait for peers)
+    last: procs.Sample | None = None
+    # stopped by the parent: (why: "idle" | "cpu", when, its CPU seconds then)
+    stop: tuple[str, float, float] | None = None
+
+
+def _rank_main(spec: RankSpec, table: ValueTable, conn: Any, replies: Any, parent: int,
+               cgroup: str | None) -> None:  # fmt: skip
+    procs.enter_rank(parent, cgroup)
+    run_rank(spec, table, conn, replies)
+
+
+def _pass(
+    options: DryRunOptions,
+    ranks: list[int],
+    table: ValueTable,
+    mode: str,
+    on_done: Callable[[int], None] | None,
+    scratch: str,
+    symbolic: bool,
+    flips: dict[int, tuple[str, ...]] | None,
+    keeper: procs.Keeper,
+) -> dict[int, RankRun]:
     ctx = mp.get_context("fork")
     pending = list(ranks)
-    running: dict[Any, tuple[int, Any, float]] = {}
+    running: dict[Any, _Running] = {}
+    sentinels: dict[int, Any] = {}  # a rank process's sentinel -> its pipe
     runs: dict[int, RankRun] = {r: RankRun() for r in ranks}
     # Live delivery (`child._Live`): what each rank sent in this pass, and the receives
     # waiting for it (rank -> (key, senders)), answered through each rank's reply pipe.
@@ -205,6 +245,9 @@ def _run_pass(
     waiting: dict[int, tuple[Any, list[int]]] = {}
     replies: dict[int, Any] = {}
     this_pass = set(ranks)
+    timeout = options.timeout
+    tick = min(1.0, max(0.05, timeout / 8))
+    next_check = time.monotonic() + tick
 
     def answer(rank: int) -> None:
         key, senders = waiting.pop(rank)
@@ -225,7 +268,7 @@ def _run_pass(
         # exchange their values in one pass instead of one hop per pass.
         if not waiting:
             return
-        active = {rank for rank, _, _ in running.values()}
+        active = {r.rank for r in running.values()}
         for rank, (key, senders) in list(waiting.items()):
             now = sent_now.get(key, {})
             if all(s in now or s not in this_pass or s in finished for s in senders):
@@ -237,18 +280,21 @@ def _run_pass(
     finished: set[int] = set()
 
     def finish(conn: Any) -> None:
-        rank, proc, start = running.pop(conn)
+        r = running.pop(conn)
+        sentinels.pop(r.proc.sentinel, None)
+        rank, proc = r.rank, r.proc
         finished.add(rank)
         waiting.pop(rank, None)
         with contextlib.suppress(OSError):
             replies.pop(rank).close()
         proc.join(1.0)
         if proc.is_alive():
-            _kill_session(proc.pid)
+            keeper.end_rank(proc.pid, r.cgroup)
             proc.join()
         run = runs[rank]
-        run.leftover = _kill_session(proc.pid)
-        run.seconds = time.monotonic() - start
+        # what it started and left running goes with it (a child holding its pipe too)
+        run.leftover = keeper.end_rank(proc.pid, r.cgroup)
+        run.seconds = time.monotonic() - r.start
         run.output = _read(os.path.join(scratch, f"rank-{rank}.out"))
         _keep_debug_notes(scratch, rank)
         if not run.ended:
@@ -258,6 +304,58 @@ def _run_pass(
         conn.close()
         if on_done:
             on_done(rank)
+
+    def receive(conn: Any) -> None:
+        r = running[conn]
+        run = runs[r.rank]
+        r.idle_since = time.monotonic()  # a message is progress
+        while conn.poll():
+            msg = conn.recv()
+            if msg[0] == "want":
+                waiting[r.rank] = (msg[1], msg[2])
+                continue
+            if msg[0] in ("v", "v0"):
+                sent_now.setdefault(msg[1], {})[r.rank] = msg[2] if msg[0] == "v" else None
+                if msg[0] == "v0":
+                    continue
+            _handle(run, msg)
+
+    def watch(now: float) -> None:
+        """Stop a rank that made no progress for --timeout (it used no CPU and did not even
+        wait for one, sent nothing, and did not wait for its peers), or that used --timeout
+        of CPU time; kill one that did not end within its grace after that."""
+        for conn, r in list(running.items()):
+            if r.rank in waiting:
+                r.idle_since = now  # waiting for peers: the parent answers it
+                continue
+            sample = keeper.sample(r.proc.pid, r.cgroup)
+            if sample is not None and (
+                r.last is None or sample.cpu > r.last.cpu or sample.delay > r.last.delay
+            ):
+                r.idle_since = now  # it computed, or was ready to but the machine was busy
+            r.last = sample or r.last
+            cpu = r.last.cpu if r.last else 0.0
+            if r.stop is None:
+                why = "cpu" if cpu >= timeout else "idle" if now - r.idle_since >= timeout else None
+                if why:
+                    r.stop = (why, now, cpu)
+                    with contextlib.suppress(OSError):
+                        # the rank raises where it is (`child._run_program`), naming the line
+                        os.kill(r.proc.pid, procs.STOP_SIGNALS[why])
+                continue
+            why, when, cpu_then = r.stop
+            if now - max(when, r.idle_since) < GRACE_SECONDS and cpu - cpu_then < GRACE_SECONDS:
+                continue
+            keeper.end_rank(r.proc.pid, r.cgroup)
+            run = runs[r.rank]
+            run.end = {
+                "kind": "timeout",
+                "message": procs.STOP_MESSAGES[why].format(t=timeout)
+                + "; it did not respond to the limit and was killed",
+                "site": _last_site(run),
+            }
+            run.ended = True
+            finish(conn)
 
     try:
         while pending or running:
@@ -274,91 +372,55 @@ def _run_pass(
                     world_size=options.world_size,
                     nproc_per_node=options.nproc_per_node,
                     mode=mode,
-                    timeout=options.timeout,
+                    timeout=timeout,
                     steps=options.steps,
                     output=os.path.join(scratch, f"rank-{rank}.out"),
                     fault=os.path.join(scratch, f"rank-{rank}.fault"),
                     symbolic=symbolic,
                     flips=(flips or {}).get(rank, ()),
                 )
-                # Not a daemon: a rank may start processes of its own (DataLoader workers); it and
-                # they are killed as one session when it ends or overruns.
+                cgroup = keeper.cgroup_for(rank)
+                # Not a daemon: a rank may start processes of its own (DataLoader workers); it
+                # and they are killed together when it ends or overruns (`procs.Keeper`).
                 proc = ctx.Process(
-                    target=run_rank, args=(spec, table, send_end, reply_recv), daemon=False
+                    target=_rank_main,
+                    args=(spec, table, send_end, reply_recv, os.getpid(), cgroup),
+                    daemon=False,
                 )
                 proc.start()
+                keeper.started(proc.pid, cgroup)
                 send_end.close()
                 reply_recv.close()
-                running[recv_end] = (rank, proc, time.monotonic())
-            for conn in wait(list(running), timeout=0.2):
-                rank = running[conn][0]
-                run = runs[rank]
+                begun = time.monotonic()
+                running[recv_end] = _Running(rank, proc, begun, cgroup, begun)
+                sentinels[proc.sentinel] = recv_end
+            for ready in wait([*running, *sentinels], timeout=min(0.2, tick)):
+                # a pipe with messages (or closed); or a rank process that ended, though a
+                # process it started may still hold its pipe open: what it sent is all there
+                conn = sentinels.get(ready, ready)
+                if conn not in running:
+                    continue
                 try:
-                    while conn.poll():
-                        msg = conn.recv()
-                        if msg[0] == "want":
-                            waiting[rank] = (msg[1], msg[2])
-                            continue
-                        if msg[0] in ("v", "v0"):
-                            sent_now.setdefault(msg[1], {})[rank] = (
-                                msg[2] if msg[0] == "v" else None
-                            )
-                            if msg[0] == "v0":
-                                continue
-                        _handle(run, msg)
+                    receive(conn)
                 except (EOFError, OSError):
+                    finish(conn)
+                    continue
+                if ready is not conn:
                     finish(conn)
             settle_waits()
             now = time.monotonic()
-            for conn, (rank, proc, start) in list(running.items()):
-                if now - start > options.timeout + GRACE_SECONDS:
-                    _kill_session(proc.pid)
-                    run = runs[rank]
-                    run.end = {
-                        "kind": "timeout",
-                        "message": f"killed after {options.timeout:g} s (--timeout); "
-                        "it did not respond to the time limit",
-                        "site": _last_site(run),
-                    }
-                    run.ended = True
-                    finish(conn)
+            if now >= next_check:
+                next_check = now + tick
+                watch(now)
     finally:
-        for _, proc, _ in running.values():  # interrupted: leave nothing behind
-            _kill_session(proc.pid)
+        for r in running.values():  # interrupted: stop them at once (`Keeper.close`: the rest)
+            keeper.abandon(r.proc.pid, r.cgroup)
+        for r in running.values():
+            with contextlib.suppress(Exception):
+                r.proc.join(1.0)
+        if not running:
+            keeper.sweep()
     return runs
-
-
-def _kill_session(pid: int) -> int:
-    """Kill the rank's session (the rank and every process it started, whatever process
-    group they moved to); return how many live processes besides the rank were in it."""
-    others = []
-    marker = f"\0{SESSION_MARKER}={pid}\0".encode()
-    with contextlib.suppress(OSError):
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit() or int(entry) == pid:
-                continue
-            with contextlib.suppress(OSError, IndexError), open(f"/proc/{entry}/stat") as fh:
-                state, _ppid, pgrp, session = fh.read().rpartition(")")[2].split()[:4]
-                if state == "Z":
-                    continue
-                if str(pid) in (pgrp, session) or _inherits(entry, marker):
-                    others.append(int(entry))
-    for victim in others:
-        with contextlib.suppress(OSError):
-            os.kill(victim, signal.SIGKILL)
-    with contextlib.suppress(OSError):
-        os.killpg(pid, signal.SIGKILL)
-    return len(others)
-
-
-def _inherits(entry: str, marker: bytes) -> bool:
-    """A process whose environment carries the rank's session marker: started by the rank
-    (or its children) in a session of its own."""
-    try:
-        with open(f"/proc/{entry}/environ", "rb") as fh:
-            return marker in b"\0" + fh.read()
-    except OSError:
-        return False
 
 
 _FAULT_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)')
@@ -442,9 +504,14 @@ def dry_run(
     start = time.monotonic()
     mode = options.mode
     USER_PROGRAMS.update({options.program, os.path.abspath(options.program)})
-    warm_up(mode)
-    with _frozen_heap(), tempfile.TemporaryDirectory(prefix="commlint-dryrun-") as scratch:
-        return _dry_run(options, mode, start, on_start_pass, on_done, scratch)
+    with procs.interruptible():  # SIGTERM, SIGHUP, SIGINT: the run's processes end first
+        warm_up(mode)
+        with (
+            _frozen_heap(),
+            tempfile.TemporaryDirectory(prefix="commlint-dryrun-") as scratch,
+            procs.kept(),  # nothing the ranks start outlives the run
+        ):
+            return _dry_run(options, mode, start, on_start_pass, on_done, scratch)
 
 
 def _keep_debug_notes(scratch: str, rank: int) -> None:
