@@ -231,6 +231,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"commlint: error: {exc}", file=sys.stderr)
         return 2
 
+    if len(ranks) < world and not args.save_trace:
+        # only the whole job can be checked: a part is kept for `commlint plan`, or the run
+        # would do all its work and check nothing
+        flag = "--ranks" if args.ranks else "--node-rank"
+        print(
+            f"commlint: error: {flag} records ranks {rank_spec(ranks)} of {world} and checks "
+            "nothing on its own: add --save-trace DIR, then check every part together with "
+            "`commlint plan DIR`",
+            file=sys.stderr,
+        )
+        return 2
     try:
         tee = _tee_ranks(args.tee, world, nproc)
     except ValueError as exc:
@@ -322,10 +333,9 @@ def run(args: argparse.Namespace) -> int:
                 end.get("site"),
                 f"rank {rank} {verb} {end['message']}; the rest of its program was not recorded",
             )
-        where = args.save_trace or "DIR (use --save-trace DIR)"
         print(
             f"commlint: note: recorded ranks {rank_spec(ranks)} of {world}; check every rank "
-            f"together with `commlint plan {where}`",
+            f"together with `commlint plan {args.save_trace}`",
             file=sys.stderr,
         )
         return emit(report, args)

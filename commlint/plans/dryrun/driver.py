@@ -240,9 +240,13 @@ def _pass(
     sentinels: dict[int, Any] = {}  # a rank process's sentinel -> its pipe
     runs: dict[int, RankRun] = {r: RankRun() for r in ranks}
     # Live delivery (`child._Live`): what each rank sent in this pass, and the receives
-    # waiting for it (rank -> (key, senders)), answered through each rank's reply pipe.
+    # waiting for it (rank -> (key, senders)), answered through each rank's reply pipe. Each
+    # wait keeps the senders it still misses, and each key its waiters: a value that arrives
+    # or a rank that ends costs only the waits it concerns (1,024 ranks each waiting for all).
     sent_now: dict[Any, dict[int, Any]] = {}
     waiting: dict[int, tuple[Any, list[int]]] = {}
+    missing: dict[int, set[int]] = {}
+    waiters: dict[Any, set[int]] = {}
     replies: dict[int, Any] = {}
     this_pass = set(ranks)
     timeout = options.timeout
@@ -251,6 +255,8 @@ def _pass(
 
     def answer(rank: int) -> None:
         key, senders = waiting.pop(rank)
+        missing.pop(rank, None)
+        waiters.get(key, set()).discard(rank)
         now, before = sent_now.get(key, {}), table.contributions(key)
         got = {}
         for s in senders:
@@ -262,20 +268,36 @@ def _pass(
         with contextlib.suppress(OSError):
             replies[rank].send(got)
 
+    def want(rank: int, key: Any, senders: list[int]) -> None:
+        now = sent_now.get(key, {})
+        waiting[rank] = (key, senders)
+        # a sender not in this pass, or already ended, will not send now
+        missing[rank] = {s for s in senders if s in this_pass and s not in finished} - set(now)
+        waiters.setdefault(key, set()).add(rank)
+        if not missing[rank]:
+            answer(rank)
+
+    def arrived(sender: int, key: Any | None) -> None:
+        """`sender` sent its value for `key` (None: it ended, and will send nothing more)."""
+        for rank in list(waiters.get(key, ()) if key is not None else missing):
+            left = missing.get(rank)
+            if left is not None:
+                left.discard(sender)
+                if not left:
+                    answer(rank)
+
     def settle_waits() -> None:
         # A sender not started yet (-j below the world size) is started next, since a rank
         # that waits uses no CPU (it does not count against -j): a pipeline's stages then
-        # exchange their values in one pass instead of one hop per pass.
-        if not waiting:
-            return
-        active = {r.rank for r in running.values()}
-        for rank, (key, senders) in list(waiting.items()):
-            now = sent_now.get(key, {})
-            if all(s in now or s not in this_pass or s in finished for s in senders):
-                answer(rank)
-        if waiting and active and active <= set(waiting) and not pending:
+        # exchange their values in one pass instead of one hop per pass — as long as memory
+        # lasts: when no more ranks can be started, the waits are answered with what there is
+        # (the previous pass's values, as without live values; a next pass delivers the rest).
+        if waiting and len(waiting) == len(running) and (not pending or not can_start()):
             for rank in list(waiting):  # every rank of the pass waits: nobody will send now
                 answer(rank)
+
+    def can_start() -> bool:
+        return len(running) < procs.live_limit(len(running))
 
     finished: set[int] = set()
 
@@ -284,7 +306,11 @@ def _pass(
         sentinels.pop(r.proc.sentinel, None)
         rank, proc = r.rank, r.proc
         finished.add(rank)
-        waiting.pop(rank, None)
+        if rank in waiting:
+            key = waiting.pop(rank)[0]
+            missing.pop(rank, None)
+            waiters.get(key, set()).discard(rank)
+        arrived(rank, None)
         with contextlib.suppress(OSError):
             replies.pop(rank).close()
         proc.join(1.0)
@@ -312,10 +338,11 @@ def _pass(
         while conn.poll():
             msg = conn.recv()
             if msg[0] == "want":
-                waiting[r.rank] = (msg[1], msg[2])
+                want(r.rank, msg[1], msg[2])
                 continue
             if msg[0] in ("v", "v0"):
                 sent_now.setdefault(msg[1], {})[r.rank] = msg[2] if msg[0] == "v" else None
+                arrived(r.rank, msg[1])
                 if msg[0] == "v0":
                     continue
             _handle(run, msg)
@@ -359,7 +386,11 @@ def _pass(
 
     try:
         while pending or running:
-            while pending and len(running) - len(waiting) < max(1, options.jobs):
+            while (
+                pending
+                and len(running) - len(waiting) < max(1, options.jobs)
+                and (not running or can_start())
+            ):
                 rank = pending.pop(0)
                 recv_end, send_end = ctx.Pipe(duplex=False)
                 reply_recv, replies[rank] = ctx.Pipe(duplex=False)

@@ -285,6 +285,22 @@ class Keeper:
                 time.sleep(0.02)
 
 
+def live_limit(live: int) -> int:
+    """How many rank processes may be alive at once, `live` being alive now: one more while
+    the machine keeps a fifth of its memory (at least 1 GiB) available. Ranks that wait for
+    their peers stay alive; on one machine, memory bounds how many can."""
+    avail = total = None
+    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/meminfo") as fh:
+        for line in fh:
+            if line.startswith("MemTotal:"):
+                total = int(line.split()[1]) * 1024
+            elif line.startswith("MemAvailable:"):
+                avail = int(line.split()[1]) * 1024
+    if avail is None or total is None:
+        return live + 1
+    return live + 1 if avail > max(1 << 30, total // 5) else live
+
+
 @contextlib.contextmanager
 def kept() -> Iterator[Keeper]:
     """The run's `Keeper` (reentrant: a pass inside a dry-run uses the dry-run's)."""
