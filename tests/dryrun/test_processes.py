@@ -233,12 +233,9 @@ def test_a_rank_that_signals_its_own_process_group_cannot_kill_commlint(tmp_path
         "dist.barrier()\n"
     )
     out = run("--nproc-per-node", "2", str(program))
-    assert out.returncode == 2, out.stderr
-    assert errors(out) == [
-        f"commlint: error: {program}:5: rank 1 did not reach the end of {program}: killed by "
-        "SIGTERM (the process crashed or was killed); the verdict covers only what the ranks "
-        "did before"
-    ]
+    assert out.returncode == 2, out.stderr  # commlint itself was not killed: it reports
+    (stop,) = errors(out)
+    assert f"rank 1 did not reach the end of {program}: killed by SIGTERM" in stop
     assert "CL210" in out.stdout or "CL202" in out.stdout
 
 

@@ -212,9 +212,20 @@ class _Running:
     start: float
     cgroup: str | None
     idle_since: float  # when it last made progress (CPU, a message, a wait for peers)
+    exit_fd: int  # readable once the process ended (`_exit_fd`)
     last: procs.Sample | None = None
     # stopped by the parent: (why: "idle" | "cpu", when, its CPU seconds then)
     stop: tuple[str, float, float] | None = None
+
+
+def _exit_fd(proc: Any) -> int:
+    """A descriptor that becomes readable when the rank's process ends: a pidfd. Not the
+    process's sentinel, nor its pipe: both are pipes a child it forked inherits and keeps
+    open after the rank ended."""
+    try:
+        return os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # before Linux 5.3
+        return proc.sentinel
 
 
 def _rank_main(spec: RankSpec, table: ValueTable, conn: Any, replies: Any, parent: int,
@@ -237,7 +248,8 @@ def _pass(
     ctx = mp.get_context("fork")
     pending = list(ranks)
     running: dict[Any, _Running] = {}
-    sentinels: dict[int, Any] = {}  # a rank process's sentinel -> its pipe
+    # a rank process's exit (`_exit_fd`) -> its pipe
+    sentinels: dict[int, Any] = {}
     runs: dict[int, RankRun] = {r: RankRun() for r in ranks}
     # Live delivery (`child._Live`): what each rank sent in this pass, and the receives
     # waiting for it (rank -> (key, senders)), answered through each rank's reply pipe. Each
@@ -303,7 +315,8 @@ def _pass(
 
     def finish(conn: Any) -> None:
         r = running.pop(conn)
-        sentinels.pop(r.proc.sentinel, None)
+        if sentinels.pop(r.exit_fd, None) is not None and r.exit_fd != r.proc.sentinel:
+            os.close(r.exit_fd)
         rank, proc = r.rank, r.proc
         finished.add(rank)
         if rank in waiting:
@@ -423,11 +436,11 @@ def _pass(
                 send_end.close()
                 reply_recv.close()
                 begun = time.monotonic()
-                running[recv_end] = _Running(rank, proc, begun, cgroup, begun)
-                sentinels[proc.sentinel] = recv_end
+                running[recv_end] = _Running(rank, proc, begun, cgroup, begun, _exit_fd(proc))
+                sentinels[running[recv_end].exit_fd] = recv_end
             for ready in wait([*running, *sentinels], timeout=min(0.2, tick)):
                 # a pipe with messages (or closed); or a rank process that ended, though a
-                # process it started may still hold its pipe open: what it sent is all there
+                # process it forked may still hold its pipe open: what it sent is all there
                 conn = sentinels.get(ready, ready)
                 if conn not in running:
                     continue
