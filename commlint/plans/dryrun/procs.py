@@ -237,8 +237,10 @@ class Keeper:
         self._reap(everything - self._live_ranks)
         self._live_ranks.clear()
         if self.root:
+            _wait_empty(self.root, 5.0)  # once for all (killed processes take a moment)
             for path in [*self._stale_cgroups, *_subdirs(self.root)]:
-                self._remove(path)
+                with contextlib.suppress(OSError):
+                    os.rmdir(path)
             self._remove(self.root)
         if self._subreaper:
             _prctl(_PR_SET_CHILD_SUBREAPER, 0)
@@ -488,6 +490,19 @@ def _cgroup_cpu(cgroup: str) -> tuple[float, float] | None:
             some = fh.readline().split()
         delay = int(some[-1].partition("=")[2]) / 1e6
     return usage / 1e6, delay
+
+
+def _wait_empty(cgroup: str, seconds: float) -> None:
+    """Wait until no process is left in the cgroup (`populated 0`), at most `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with open(os.path.join(cgroup, "cgroup.events")) as fh:
+                if "populated 0" in fh.read():
+                    return
+        except OSError:
+            return
+        time.sleep(0.02)
 
 
 def _subdirs(path: str) -> list[str]:
