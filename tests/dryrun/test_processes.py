@@ -183,8 +183,19 @@ time.sleep(600)
 """
 
 
-@pytest.mark.parametrize("cgroup", ["1", "0"], ids=["cgroup", "no-cgroup"])
-def test_sigterm_to_commlint_ends_every_rank_and_every_daemon(tmp_path: Path, cgroup: str):
+@pytest.mark.parametrize(
+    ("stop", "cgroup"),
+    [
+        (signal.SIGTERM, "1"),
+        (signal.SIGTERM, "0"),
+        (signal.SIGHUP, "1"),
+        (signal.SIGINT, "0"),
+    ],
+    ids=["sigterm-cgroup", "sigterm-no-cgroup", "sighup-cgroup", "sigint-no-cgroup"],
+)
+def test_a_stop_signal_to_commlint_ends_every_rank_and_every_daemon(
+    tmp_path: Path, stop: signal.Signals, cgroup: str
+):
     mark = f"commlint-test-{uuid.uuid4().hex}"
     program = tmp_path / "daemons.py"
     program.write_text(DAEMONS.format(mark=mark))
@@ -204,13 +215,13 @@ def test_sigterm_to_commlint_ends_every_rank_and_every_daemon(tmp_path: Path, cg
             assert proc.poll() is None, proc.communicate()
             time.sleep(0.2)
         assert len(daemons) == 4, daemons
-        proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=20)
+        proc.send_signal(stop)
+        _, stderr = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 128 + signal.SIGTERM, stderr
-    assert "commlint: error: interrupted by SIGTERM" in stderr
+    assert proc.returncode == 128 + stop, stderr
+    assert f"commlint: error: interrupted by {stop.name}" in stderr
     assert gone(mark) == []
 
 
