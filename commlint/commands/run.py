@@ -231,6 +231,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"commlint: error: {exc}", file=sys.stderr)
         return 2
 
+    if len(ranks) < world and not args.save_trace:
+        # only the whole job can be checked: a part is kept for `commlint plan`, or the run
+        # would do all its work and check nothing
+        flag = "--ranks" if args.ranks else "--node-rank"
+        print(
+            f"commlint: error: {flag} records ranks {rank_spec(ranks)} of {world} and checks "
+            "nothing on its own: add --save-trace DIR, then check every part together with "
+            "`commlint plan DIR`",
+            file=sys.stderr,
+        )
+        return 2
     try:
         tee = _tee_ranks(args.tee, world, nproc)
     except ValueError as exc:
@@ -258,7 +269,19 @@ def run(args: argparse.Namespace) -> int:
         **({"max_passes": args.max_passes} if "max_passes" in args else {}),
         **({"real_budget": args.real_budget} if "real_budget" in args else {}),
     )
-    result = _record(options)
+    from commlint.plans.dryrun.procs import Interrupted
+
+    try:
+        result = _record(options)
+    except Interrupted as exc:
+        # a CI cancel, a closed terminal, Ctrl-C: every rank and every process it started
+        # was stopped before getting here (`procs.Keeper`)
+        print(
+            f"commlint: error: interrupted by {exc.name}: the dry-run was stopped, with every "
+            "rank and every process the ranks started; nothing was checked",
+            file=sys.stderr,
+        )
+        return 128 + exc.signum
     _show_output(result, tee)
     for note in result.notes:
         print(f"commlint: note: {note}", file=sys.stderr)
@@ -310,10 +333,9 @@ def run(args: argparse.Namespace) -> int:
                 end.get("site"),
                 f"rank {rank} {verb} {end['message']}; the rest of its program was not recorded",
             )
-        where = args.save_trace or "DIR (use --save-trace DIR)"
         print(
             f"commlint: note: recorded ranks {rank_spec(ranks)} of {world}; check every rank "
-            f"together with `commlint plan {where}`",
+            f"together with `commlint plan {args.save_trace}`",
             file=sys.stderr,
         )
         return emit(report, args)

@@ -268,6 +268,17 @@ def test_cli_missing_program_and_program_that_always_crashes(tmp_path: Path):
     assert "Traceback" not in out.stderr
 
 
+def test_a_part_of_the_job_without_save_trace_is_refused_before_any_work(tmp_path: Path):
+    # It would record ranks and check nothing ("Nothing was checked.", exit 0).
+    program = str(PROGRAMS / "ok_allreduce.py")
+    out = cli("--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "1", program)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.splitlines() == [
+        "commlint: error: --node-rank records ranks 2-3 of 4 and checks nothing on its own: "
+        "add --save-trace DIR, then check every part together with `commlint plan DIR`"
+    ]
+
+
 def test_cli_bad_ranks_is_a_usage_error():
     out = cli("--nproc-per-node", "4", "--ranks", "2-9", str(PROGRAMS / "ok_allreduce.py"))
     assert out.returncode == 2 and "outside 0-3" in out.stderr
@@ -283,7 +294,10 @@ def test_a_sampled_run_says_which_rank_raised(tmp_path: Path):
         "if dist.get_rank() == 1:\n"
         '    raise RuntimeError("boom")\n'
     )
-    out = cli("--nproc-per-node", "4", "--ranks", "0-1", str(program))
+    out = cli(
+        "--nproc-per-node", "4", "--ranks", "0-1", "--save-trace", str(tmp_path / "t"),
+        str(program),
+    )  # fmt: skip
     assert out.returncode == 2, out.stderr
     errors = [ln for ln in out.stderr.splitlines() if ln.startswith("commlint: error")]
     assert errors == [

@@ -36,6 +36,7 @@ from commlint.plans.dryrun import devices, fingerprint, gpu_paths, unread
 from commlint.plans.dryrun import recorder as rec_mod
 from commlint.plans.dryrun.files import FileView
 from commlint.plans.dryrun.overlay import enter_private_root
+from commlint.plans.dryrun.procs import SESSION_MARKER, STOP_MESSAGES, STOP_SIGNALS
 from commlint.plans.dryrun.recorder import (
     BACKEND,
     SMALL_REAL,
@@ -1173,9 +1174,6 @@ class _PipeSend:
         return self
 
 
-SESSION_MARKER = "COMMLINT_DRYRUN_SESSION"
-
-
 class _Live:
     """Values peers send in this very pass, asked of the parent when a receive needs them:
     with every rank running at once, a rank gets what its peers send now (as in a real
@@ -1193,9 +1191,12 @@ class _Live:
         if threading.current_thread() is not threading.main_thread() or os.getpid() != self._pid:
             return None  # one question at a time: the main thread's (not a helper process's)
         self._send(("want", key, senders))
-        if not self._replies.poll(self._timeout):
+        # the parent answers once the senders sent, or ended, or every rank waits: however
+        # long a busy machine makes that (a rank that waits for its peers is not stuck)
+        try:
+            return self._replies.recv()
+        except EOFError:
             return None
-        return self._replies.recv()
 
     def __copy__(self) -> _Live:
         return self
@@ -1300,11 +1301,14 @@ def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
         0, os.getcwd() if spec.module else os.path.dirname(os.path.abspath(spec.program))
     )
 
-    def on_alarm(signum: int, frame: Any) -> None:
-        raise StopRank("timeout", f"still running after {spec.timeout:g} s (--timeout)")
+    # The parent stops a rank that makes no progress, or computes past --timeout of CPU time
+    # (never one that is only slow on a busy machine): it raises here, where it is.
+    def on_stop(signum: int, frame: Any) -> None:
+        why = next(k for k, v in STOP_SIGNALS.items() if v == signum)
+        raise StopRank("timeout", STOP_MESSAGES[why].format(t=spec.timeout))
 
-    signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, spec.timeout)
+    for stop_signal in STOP_SIGNALS.values():
+        signal.signal(stop_signal, on_stop)
     stack = contextlib.ExitStack()
     try:
         if spec.mode == "fake":
@@ -1374,4 +1378,5 @@ def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
             recorder.send(("fake-limit", message, site, limit, live_fake_bytes()))
         return {"kind": "exception", "message": message, "site": site}
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        for stop_signal in STOP_SIGNALS.values():  # a stop that comes after the end is moot
+            signal.signal(stop_signal, signal.SIG_IGN)

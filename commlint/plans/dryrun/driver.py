@@ -2,8 +2,11 @@
 
 Ranks run one OS process each, forked after torch is imported (explicit `Process` objects and
 pipes). A pass runs the ranks that need it, `jobs` at a time; a rank runs again in the next
-pass only when the values it would receive changed (see `values.py`). A rank that overruns its
-time limit is stopped (SIGALRM inside, SIGKILL from here as a last resort), never waited for.
+pass only when the values it would receive changed (see `values.py`). A rank is stopped when
+it makes no progress for --timeout (no CPU time, not even waiting for a CPU, no message, no wait
+for its peers) or used --timeout of CPU time: a signal it raises at its line, SIGKILL from here
+as a last resort (`_pass`); load alone never stops one. Every process of the run is kept in
+hand by `procs.Keeper`.
 """
 
 from __future__ import annotations
@@ -16,16 +19,17 @@ import re
 import signal
 import tempfile
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait
 from typing import Any
 
-from commlint.plans.dryrun.child import SESSION_MARKER, RankSpec, real_tensors, run_rank
+from commlint.plans.dryrun import procs
+from commlint.plans.dryrun.child import RankSpec, run_rank
 from commlint.plans.dryrun.merge import rank_spec
 from commlint.plans.dryrun.recorder import USER_PROGRAMS, is_user_file, short_path
 from commlint.plans.dryrun.values import Key, ValueTable
+from commlint.plans.dryrun.warm import warm_up
 from commlint.trace import Action, RankEnd, Trace
 
 GRACE_SECONDS = 3.0
@@ -195,19 +199,76 @@ def _run_pass(
     symbolic: bool = False,
     flips: dict[int, tuple[str, ...]] | None = None,
 ) -> dict[int, RankRun]:
+    with procs.kept() as keeper:
+        return _pass(options, ranks, table, mode, on_done, scratch, symbolic, flips, keeper)
+
+
+@dataclass
+class _Running:
+    """A rank process of this pass, and what the parent knows of its progress."""
+
+    rank: int
+    proc: Any
+    start: float
+    cgroup: str | None
+    idle_since: float  # when it last made progress (CPU, a message, a wait for peers)
+    exit_fd: int  # readable once the process ended (`_exit_fd`)
+    last: procs.Sample | None = None
+    # stopped by the parent: (why: "idle" | "cpu", when, its CPU seconds then)
+    stop: tuple[str, float, float] | None = None
+
+
+def _exit_fd(proc: Any) -> int:
+    """A descriptor that becomes readable when the rank's process ends: a pidfd. Not the
+    process's sentinel, nor its pipe: both are pipes a child it forked inherits and keeps
+    open after the rank ended."""
+    try:
+        return os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # before Linux 5.3
+        return proc.sentinel
+
+
+def _rank_main(spec: RankSpec, table: ValueTable, conn: Any, replies: Any, parent: int,
+               cgroup: str | None) -> None:  # fmt: skip
+    procs.enter_rank(parent, cgroup)
+    run_rank(spec, table, conn, replies)
+
+
+def _pass(
+    options: DryRunOptions,
+    ranks: list[int],
+    table: ValueTable,
+    mode: str,
+    on_done: Callable[[int], None] | None,
+    scratch: str,
+    symbolic: bool,
+    flips: dict[int, tuple[str, ...]] | None,
+    keeper: procs.Keeper,
+) -> dict[int, RankRun]:
     ctx = mp.get_context("fork")
     pending = list(ranks)
-    running: dict[Any, tuple[int, Any, float]] = {}
+    running: dict[Any, _Running] = {}
+    # a rank process's exit (`_exit_fd`) -> its pipe
+    sentinels: dict[int, Any] = {}
     runs: dict[int, RankRun] = {r: RankRun() for r in ranks}
     # Live delivery (`child._Live`): what each rank sent in this pass, and the receives
-    # waiting for it (rank -> (key, senders)), answered through each rank's reply pipe.
+    # waiting for it (rank -> (key, senders)), answered through each rank's reply pipe. Each
+    # wait keeps the senders it still misses, and each key its waiters: a value that arrives
+    # or a rank that ends costs only the waits it concerns (1,024 ranks each waiting for all).
     sent_now: dict[Any, dict[int, Any]] = {}
     waiting: dict[int, tuple[Any, list[int]]] = {}
+    missing: dict[int, set[int]] = {}
+    waiters: dict[Any, set[int]] = {}
     replies: dict[int, Any] = {}
     this_pass = set(ranks)
+    timeout = options.timeout
+    tick = min(1.0, max(0.05, timeout / 8))
+    next_check = time.monotonic() + tick
 
     def answer(rank: int) -> None:
         key, senders = waiting.pop(rank)
+        missing.pop(rank, None)
+        waiters.get(key, set()).discard(rank)
         now, before = sent_now.get(key, {}), table.contributions(key)
         got = {}
         for s in senders:
@@ -219,36 +280,60 @@ def _run_pass(
         with contextlib.suppress(OSError):
             replies[rank].send(got)
 
+    def want(rank: int, key: Any, senders: list[int]) -> None:
+        now = sent_now.get(key, {})
+        waiting[rank] = (key, senders)
+        # a sender not in this pass, or already ended, will not send now
+        missing[rank] = {s for s in senders if s in this_pass and s not in finished} - set(now)
+        waiters.setdefault(key, set()).add(rank)
+        if not missing[rank]:
+            answer(rank)
+
+    def arrived(sender: int, key: Any | None) -> None:
+        """`sender` sent its value for `key` (None: it ended, and will send nothing more)."""
+        for rank in list(waiters.get(key, ()) if key is not None else missing):
+            left = missing.get(rank)
+            if left is not None:
+                left.discard(sender)
+                if not left:
+                    answer(rank)
+
     def settle_waits() -> None:
         # A sender not started yet (-j below the world size) is started next, since a rank
         # that waits uses no CPU (it does not count against -j): a pipeline's stages then
-        # exchange their values in one pass instead of one hop per pass.
-        if not waiting:
-            return
-        active = {rank for rank, _, _ in running.values()}
-        for rank, (key, senders) in list(waiting.items()):
-            now = sent_now.get(key, {})
-            if all(s in now or s not in this_pass or s in finished for s in senders):
-                answer(rank)
-        if waiting and active and active <= set(waiting) and not pending:
+        # exchange their values in one pass instead of one hop per pass — as long as memory
+        # lasts: when no more ranks can be started, the waits are answered with what there is
+        # (the previous pass's values, as without live values; a next pass delivers the rest).
+        if waiting and len(waiting) == len(running) and (not pending or not can_start()):
             for rank in list(waiting):  # every rank of the pass waits: nobody will send now
                 answer(rank)
+
+    def can_start() -> bool:
+        return len(running) < procs.live_limit(len(running))
 
     finished: set[int] = set()
 
     def finish(conn: Any) -> None:
-        rank, proc, start = running.pop(conn)
+        r = running.pop(conn)
+        if sentinels.pop(r.exit_fd, None) is not None and r.exit_fd != r.proc.sentinel:
+            os.close(r.exit_fd)
+        rank, proc = r.rank, r.proc
         finished.add(rank)
-        waiting.pop(rank, None)
+        if rank in waiting:
+            key = waiting.pop(rank)[0]
+            missing.pop(rank, None)
+            waiters.get(key, set()).discard(rank)
+        arrived(rank, None)
         with contextlib.suppress(OSError):
             replies.pop(rank).close()
         proc.join(1.0)
         if proc.is_alive():
-            _kill_session(proc.pid)
+            keeper.end_rank(proc.pid, r.cgroup)
             proc.join()
         run = runs[rank]
-        run.leftover = _kill_session(proc.pid)
-        run.seconds = time.monotonic() - start
+        # what it started and left running goes with it (a child holding its pipe too)
+        run.leftover = keeper.end_rank(proc.pid, r.cgroup)
+        run.seconds = time.monotonic() - r.start
         run.output = _read(os.path.join(scratch, f"rank-{rank}.out"))
         _keep_debug_notes(scratch, rank)
         if not run.ended:
@@ -259,9 +344,66 @@ def _run_pass(
         if on_done:
             on_done(rank)
 
+    def receive(conn: Any) -> None:
+        r = running[conn]
+        run = runs[r.rank]
+        r.idle_since = time.monotonic()  # a message is progress
+        while conn.poll():
+            msg = conn.recv()
+            if msg[0] == "want":
+                want(r.rank, msg[1], msg[2])
+                continue
+            if msg[0] in ("v", "v0"):
+                sent_now.setdefault(msg[1], {})[r.rank] = msg[2] if msg[0] == "v" else None
+                arrived(r.rank, msg[1])
+                if msg[0] == "v0":
+                    continue
+            _handle(run, msg)
+
+    def watch(now: float) -> None:
+        """Stop a rank that made no progress for --timeout (it used no CPU and did not even
+        wait for one, sent nothing, and did not wait for its peers), or that used --timeout
+        of CPU time; kill one that did not end within its grace after that."""
+        for conn, r in list(running.items()):
+            if r.rank in waiting:
+                r.idle_since = now  # waiting for peers: the parent answers it
+                continue
+            sample = keeper.sample(r.proc.pid, r.cgroup)
+            if sample is not None and (
+                r.last is None or sample.cpu > r.last.cpu or sample.delay > r.last.delay
+            ):
+                r.idle_since = now  # it computed, or was ready to but the machine was busy
+            r.last = sample or r.last
+            cpu = r.last.cpu if r.last else 0.0
+            if r.stop is None:
+                why = "cpu" if cpu >= timeout else "idle" if now - r.idle_since >= timeout else None
+                if why:
+                    r.stop = (why, now, cpu)
+                    with contextlib.suppress(OSError):
+                        # the rank raises where it is (`child._run_program`), naming the line
+                        os.kill(r.proc.pid, procs.STOP_SIGNALS[why])
+                continue
+            why, when, cpu_then = r.stop
+            if now - max(when, r.idle_since) < GRACE_SECONDS and cpu - cpu_then < GRACE_SECONDS:
+                continue
+            keeper.end_rank(r.proc.pid, r.cgroup)
+            run = runs[r.rank]
+            run.end = {
+                "kind": "timeout",
+                "message": procs.STOP_MESSAGES[why].format(t=timeout)
+                + "; it did not respond to the limit and was killed",
+                "site": _last_site(run),
+            }
+            run.ended = True
+            finish(conn)
+
     try:
         while pending or running:
-            while pending and len(running) - len(waiting) < max(1, options.jobs):
+            while (
+                pending
+                and len(running) - len(waiting) < max(1, options.jobs)
+                and (not running or can_start())
+            ):
                 rank = pending.pop(0)
                 recv_end, send_end = ctx.Pipe(duplex=False)
                 reply_recv, replies[rank] = ctx.Pipe(duplex=False)
@@ -274,91 +416,55 @@ def _run_pass(
                     world_size=options.world_size,
                     nproc_per_node=options.nproc_per_node,
                     mode=mode,
-                    timeout=options.timeout,
+                    timeout=timeout,
                     steps=options.steps,
                     output=os.path.join(scratch, f"rank-{rank}.out"),
                     fault=os.path.join(scratch, f"rank-{rank}.fault"),
                     symbolic=symbolic,
                     flips=(flips or {}).get(rank, ()),
                 )
-                # Not a daemon: a rank may start processes of its own (DataLoader workers); it and
-                # they are killed as one session when it ends or overruns.
+                cgroup = keeper.cgroup_for(rank)
+                # Not a daemon: a rank may start processes of its own (DataLoader workers); it
+                # and they are killed together when it ends or overruns (`procs.Keeper`).
                 proc = ctx.Process(
-                    target=run_rank, args=(spec, table, send_end, reply_recv), daemon=False
+                    target=_rank_main,
+                    args=(spec, table, send_end, reply_recv, os.getpid(), cgroup),
+                    daemon=False,
                 )
                 proc.start()
+                keeper.started(proc.pid, cgroup)
                 send_end.close()
                 reply_recv.close()
-                running[recv_end] = (rank, proc, time.monotonic())
-            for conn in wait(list(running), timeout=0.2):
-                rank = running[conn][0]
-                run = runs[rank]
+                begun = time.monotonic()
+                running[recv_end] = _Running(rank, proc, begun, cgroup, begun, _exit_fd(proc))
+                sentinels[running[recv_end].exit_fd] = recv_end
+            for ready in wait([*running, *sentinels], timeout=min(0.2, tick)):
+                # a pipe with messages (or closed); or a rank process that ended, though a
+                # process it forked may still hold its pipe open: what it sent is all there
+                conn = sentinels.get(ready, ready)
+                if conn not in running:
+                    continue
                 try:
-                    while conn.poll():
-                        msg = conn.recv()
-                        if msg[0] == "want":
-                            waiting[rank] = (msg[1], msg[2])
-                            continue
-                        if msg[0] in ("v", "v0"):
-                            sent_now.setdefault(msg[1], {})[rank] = (
-                                msg[2] if msg[0] == "v" else None
-                            )
-                            if msg[0] == "v0":
-                                continue
-                        _handle(run, msg)
+                    receive(conn)
                 except (EOFError, OSError):
+                    finish(conn)
+                    continue
+                if ready is not conn:
                     finish(conn)
             settle_waits()
             now = time.monotonic()
-            for conn, (rank, proc, start) in list(running.items()):
-                if now - start > options.timeout + GRACE_SECONDS:
-                    _kill_session(proc.pid)
-                    run = runs[rank]
-                    run.end = {
-                        "kind": "timeout",
-                        "message": f"killed after {options.timeout:g} s (--timeout); "
-                        "it did not respond to the time limit",
-                        "site": _last_site(run),
-                    }
-                    run.ended = True
-                    finish(conn)
+            if now >= next_check:
+                next_check = now + tick
+                watch(now)
     finally:
-        for _, proc, _ in running.values():  # interrupted: leave nothing behind
-            _kill_session(proc.pid)
+        for r in running.values():  # interrupted: stop them at once (`Keeper.close`: the rest)
+            keeper.abandon(r.proc.pid, r.cgroup)
+        for r in running.values():
+            with contextlib.suppress(Exception):
+                r.proc.join(1.0)
+        if not running:
+            keeper.sweep()
     return runs
-
-
-def _kill_session(pid: int) -> int:
-    """Kill the rank's session (the rank and every process it started, whatever process
-    group they moved to); return how many live processes besides the rank were in it."""
-    others = []
-    marker = f"\0{SESSION_MARKER}={pid}\0".encode()
-    with contextlib.suppress(OSError):
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit() or int(entry) == pid:
-                continue
-            with contextlib.suppress(OSError, IndexError), open(f"/proc/{entry}/stat") as fh:
-                state, _ppid, pgrp, session = fh.read().rpartition(")")[2].split()[:4]
-                if state == "Z":
-                    continue
-                if str(pid) in (pgrp, session) or _inherits(entry, marker):
-                    others.append(int(entry))
-    for victim in others:
-        with contextlib.suppress(OSError):
-            os.kill(victim, signal.SIGKILL)
-    with contextlib.suppress(OSError):
-        os.killpg(pid, signal.SIGKILL)
-    return len(others)
-
-
-def _inherits(entry: str, marker: bytes) -> bool:
-    """A process whose environment carries the rank's session marker: started by the rank
-    (or its children) in a session of its own."""
-    try:
-        with open(f"/proc/{entry}/environ", "rb") as fh:
-            return marker in b"\0" + fh.read()
-    except OSError:
-        return False
 
 
 _FAULT_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)')
@@ -442,9 +548,14 @@ def dry_run(
     start = time.monotonic()
     mode = options.mode
     USER_PROGRAMS.update({options.program, os.path.abspath(options.program)})
-    warm_up(mode)
-    with _frozen_heap(), tempfile.TemporaryDirectory(prefix="commlint-dryrun-") as scratch:
-        return _dry_run(options, mode, start, on_start_pass, on_done, scratch)
+    with procs.interruptible():  # SIGTERM, SIGHUP, SIGINT: the run's processes end first
+        warm_up(mode)
+        with (
+            _frozen_heap(),
+            tempfile.TemporaryDirectory(prefix="commlint-dryrun-") as scratch,
+            procs.kept(),  # nothing the ranks start outlives the run
+        ):
+            return _dry_run(options, mode, start, on_start_pass, on_done, scratch)
 
 
 def _keep_debug_notes(scratch: str, rank: int) -> None:
@@ -803,97 +914,6 @@ def _explore(
             }
         )
     return found
-
-
-def warm_up(mode: str = "fake") -> None:
-    """Import in the parent what every rank needs, so each forked child starts warm."""
-    import importlib
-
-    for name in (
-        "torch.distributed",
-        "torch.nn.parallel",
-        "torch.distributed.device_mesh",
-        "torch.distributed.tensor",
-        "torch.distributed.tensor.parallel",
-        "torch.distributed.fsdp",
-        "torch.distributed.pipelining",
-        "torch.distributed._functional_collectives",
-        "torch.optim",
-        # imported by the first data-dependent size; under the CUDA stand-ins (a
-        # `torch.version.cuda`) its import warns that triton is missing, into the program's output
-        "torch.utils.flop_counter",
-    ):
-        with contextlib.suppress(ImportError):
-            importlib.import_module(name)
-    if mode == "fake" and not _WARM:
-        _warm_fake_tensors()
-        with contextlib.suppress(Exception):
-            _warm_distributed()
-        _WARM.append(True)
-
-
-_WARM: list[bool] = []
-
-
-def _warm_fake_tensors() -> None:
-    """The first operations under fake tensors load torch's decompositions and meta kernels
-    (~5 s); do it once here (once per process) so no forked rank pays for it."""
-    import torch
-    import torch.nn.functional as F
-    from torch import nn
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
-
-    shape_env = ShapeEnv(allow_scalar_outputs=False)
-    with FakeTensorMode(allow_non_fake_inputs=True, shape_env=shape_env, static_shapes=True):
-        (torch.randn(8) > 0).nonzero().sum()  # a data-dependent size: sympy's first use
-        emb = nn.Embedding(16, 8)
-        layer = nn.Sequential(nn.LayerNorm(8), nn.Linear(8, 8), nn.GELU(), nn.Dropout(0.1))
-        idx = torch.randint(0, 16, (2, 4))
-        x = layer(emb(idx))
-        q = x.view(2, 4, 2, 4).transpose(1, 2)
-        a = F.scaled_dot_product_attention(q, q, q, is_causal=True).transpose(1, 2).reshape(2, 4, 8)
-        loss = F.cross_entropy(a.reshape(-1, 8), idx.view(-1) % 8) + F.mse_loss(x, a)
-        loss.backward()
-        torch.optim.AdamW(layer.parameters()).step()
-
-
-def _warm_distributed() -> None:
-    """One tiny tensor-parallel + FSDP2 step on fake tensors, in a fake 4-rank world (torch's
-    `fake` process group: no communication), so no forked rank pays DTensor's and FSDP2's
-    first-call costs (~10 % of a TP×FSDP rank). Nothing of it stays: the world is destroyed
-    and DTensor's random-number tracker, set by the first sharded module, is reset."""
-    import torch
-    import torch.distributed as dist
-    from torch import nn
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-    from torch.distributed.tensor import _random
-    from torch.distributed.tensor.parallel import (
-        ColwiseParallel,
-        RowwiseParallel,
-        parallelize_module,
-    )
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    if dist.is_initialized():
-        return
-    mesh_init = DeviceMesh.__init__
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
-    DeviceMesh.__init__ = real_tensors(mesh_init)  # as in a rank: the mesh needs values
-    try:
-        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
-        with FakeTensorMode(allow_non_fake_inputs=True), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8))
-            parallelize_module(model, mesh["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
-            fully_shard(model, mesh=mesh["dp"])
-            model(torch.randn(2, 8)).sum().backward()
-    finally:
-        DeviceMesh.__init__ = mesh_init
-        dist.destroy_process_group()
-        _random._rng_tracker = None
 
 
 def default_jobs() -> int:
