@@ -106,7 +106,10 @@ def _died_reason(log: str, rank: int) -> str:
 
 
 def run_once(
-    program: Path, nproc: int, group_timeout: float = GROUP_TIMEOUT_S, outer: float = OUTER_TIMEOUT_S
+    program: Path,
+    nproc: int,
+    group_timeout: float = GROUP_TIMEOUT_S,
+    outer: float = OUTER_TIMEOUT_S,
 ) -> dict:
     """One torchrun launch of `program`; its label and what each rank did."""
     with tempfile.TemporaryDirectory(prefix="real_issue_") as tmp:
@@ -144,7 +147,13 @@ def run_once(
         ]
         began = time.monotonic()
         proc = subprocess.run(
-            cmd, cwd=work, env=env, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL
+            cmd,
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            stdin=subprocess.DEVNULL,
         )
         seconds = time.monotonic() - began
         log = proc.stdout + proc.stderr
@@ -221,7 +230,9 @@ def main(argv: list[str] | None = None) -> int:
             save_labels(labels)
     wall = time.monotonic() - began
     print(f"{len(todo)} programs in {wall:.0f}s; differ from the manifest: {differ or 'none'}")
-    print(" labels:", dict(Counter(labels[e["name"]]["label"] for e in todo if e["name"] in labels)))
+    print(
+        " labels:", dict(Counter(labels[e["name"]]["label"] for e in todo if e["name"] in labels))
+    )
     return 1 if differ else 0
 
 
