@@ -7,13 +7,15 @@
 
 Each program runs alone (one torchrun launch at a time, `nice -n 10`) as
 
-    CASE_TIMEOUT_S=6 timeout 60 torchrun --nproc-per-node N -m bench.accuracy.real_launch PROG DIR
+    CASE_TIMEOUT_S=6 timeout 120 torchrun --nproc-per-node N -m bench.accuracy.real_launch PROG DIR
 
 and is labelled from what its ranks did (see real_launch.py), never from torchrun's exit code:
 - fail: some rank raised an error of its own, or died (gloo aborts on some size mismatches);
 - hang: no rank failed on its own and some rank was still waiting in communication — its wait
   timed out, its peer closed the connection while it waited, or it never returned at all;
-- ok: every rank returned.
+- ok: every rank returned;
+- unknown: some rank had not even started the program when the outer timeout fired (a loaded
+  machine); such a launch is repeated.
 A program labelled hang is run a second time; the label holds only if both runs agree.
 Labels go to bench/accuracy/real_issues/labels.json (with the program's hash).
 """
@@ -42,7 +44,7 @@ REAL = HERE / "real_issues"
 MANIFEST = REAL / "manifest.yaml"
 LABELS = REAL / "labels.json"
 GROUP_TIMEOUT_S = 6.0
-OUTER_TIMEOUT_S = 60.0
+OUTER_TIMEOUT_S = 120.0
 LABELS_OF_RUNS = ("ok", "hang", "fail")
 
 
@@ -80,6 +82,8 @@ def save_labels(labels: dict) -> None:
 def label_of(ranks: list[dict]) -> str:
     """ok / hang / fail from what each rank did."""
     statuses = [r["status"] for r in ranks]
+    if any(s == "not_started" for s in statuses):
+        return "unknown"  # the machine was too slow to even start a rank: run it again
     if any(s in ("error", "died") for s in statuses):
         return "fail"
     if any(s != "ok" for s in statuses):
@@ -162,6 +166,8 @@ def run_once(
             f = out_dir / f"rank{r}.json"
             if f.exists():
                 ranks.append(json.loads(f.read_text()))
+            elif not (out_dir / f"rank{r}.started").exists():
+                ranks.append({"rank": r, "status": "not_started"})
             elif proc.returncode in (124, 137):
                 ranks.append({"rank": r, "status": "stuck"})
             else:
@@ -173,6 +179,10 @@ def label_program(entry: dict) -> dict:
     """Run a program (twice if it hangs); the stored label record."""
     path = REAL / f"{entry['name']}.py"
     runs = [run_once(path, entry["nproc"])]
+    for _ in range(2):  # a launch too slow to start its ranks says nothing
+        if runs[-1]["label"] != "unknown":
+            break
+        runs[-1] = run_once(path, entry["nproc"])
     if runs[0]["label"] == "hang":
         runs.append(run_once(path, entry["nproc"]))
     outcomes = [r["label"] for r in runs]

@@ -51,6 +51,11 @@ def _where(exc: BaseException, program: str) -> str:
 def run_rank(program: str, out_dir: Path) -> dict:
     """Run the program on this rank; its outcome."""
     rank = int(os.environ.get("RANK", "0"))
+    # Import torch before the program starts and say so: on a loaded machine the imports
+    # alone can outlast the outer timeout, and a rank that never started did not hang.
+    import torch.distributed  # noqa: F401
+
+    (out_dir / f"rank{rank}.started").touch()
     result: dict = {"rank": rank}
     began = time.monotonic()
     sys.argv = [program]
