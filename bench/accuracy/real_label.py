@@ -204,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--check", action="store_true", help="re-run, compare with stored labels")
     args = p.parse_args(argv)
     manifest = load_manifest()
-    labels = load_labels()
+    # Labels of programs no longer in the manifest are dropped at the next write.
+    labels = {k: v for k, v in load_labels().items() if k in {e["name"] for e in manifest}}
     todo = manifest
     if args.names:
         todo = [e for e in todo if e["name"] in set(args.names)]

@@ -195,6 +195,14 @@ def summary(tool: str) -> dict | None:
     }
 
 
+def load_causes() -> dict:
+    """Hand-written causes of misses and false alarms (real_issues/causes.yaml)."""
+    import yaml
+
+    path = REAL / "causes.yaml"
+    return yaml.safe_load(path.read_text()) if path.exists() else {}
+
+
 def render_section() -> str:
     """The "Real-issue reproductions" section of docs/accuracy.md."""
     progs = labelled_programs()
@@ -239,13 +247,22 @@ def render_section() -> str:
         if s is None:
             continue
         lines += ["", f"### Misses and false alarms of `commlint {tool}` on the reproductions", ""]
+        causes = load_causes()
+        why_missed = causes.get("causes", {})
         for e, lab, _ in s["misses"]:
             vis = "decidable" if e["static_visible"] else "needs execution"
             lines.append(f"- miss ({lab['label']}, {vis}): `{e['name']}` — {e['why']}")
+            if e["name"] in why_missed:
+                lines.append(f"  - why missed: {why_missed[e['name']]}")
         for e, _, r in s["false"]:
             vis = "decidable" if e["static_visible"] else "needs execution"
             codes = ", ".join(r["codes"]) or "exit 1"
             lines.append(f"- false alarm ({vis}, {codes}): `{e['name']}` — {e['why']}")
+            if e["name"] in why_missed:
+                lines.append(f"  - why flagged: {why_missed[e['name']]}")
+        if tool == "check":
+            for name, note in causes.get("flagged_for_another_reason", {}).items():
+                lines.append(f"- found for another reason: `{name}` — {note}")
         for e, r in s["errors"]:
             lines.append(f"- error (exit {r['exit']}): `{e['name']}` — {r['error']}")
         if not (s["misses"] or s["false"] or s["errors"]):

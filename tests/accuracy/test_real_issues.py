@@ -86,6 +86,12 @@ def test_label_is_decided_by_what_the_ranks_did(ranks, expected):
     assert label_of(ranks) == expected
 
 
+def test_hand_written_causes_name_programs_of_the_manifest():
+    causes = real_score.load_causes()
+    named = set(causes.get("causes", {})) | set(causes.get("flagged_for_another_reason", {}))
+    assert named and named <= set(BY_NAME), named - set(BY_NAME)
+
+
 def test_score_confusion_and_doc_splice():
     c = real_score.confusion([(True, True), (True, False), (False, True), (False, False)])
     assert (c["tp"], c["fn"], c["fp"], c["tn"]) == (1, 1, 1, 1)
