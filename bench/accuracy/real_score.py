@@ -238,8 +238,9 @@ def render_section() -> str:
         if s is None:
             continue
         v, a = s["visible"], s["all"]
+        scored = str(s["n"]) if s["n"] == len(progs) else f"{s['n']} of {len(progs)} (partial)"
         lines.append(
-            f"| `commlint {tool}` (installed, {', '.join(s['commits'])}) | {s['n']} | "
+            f"| `commlint {tool}` (installed, {', '.join(s['commits'])}) | {scored} | "
             f"{v['precision']} | {v['recall']} | {v['tp']} | {v['fp']} | {v['fn']} | {v['tn']} "
             f"| {a['precision']} | {a['recall']} |"
         )
@@ -248,7 +249,7 @@ def render_section() -> str:
             continue
         lines += ["", f"### Misses and false alarms of `commlint {tool}` on the reproductions", ""]
         causes = load_causes()
-        why_missed = causes.get("causes", {})
+        why_missed = causes.get("causes", {}) if tool == "check" else {}
         for e, lab, _ in s["misses"]:
             vis = "decidable" if e["static_visible"] else "needs execution"
             lines.append(f"- miss ({lab['label']}, {vis}): `{e['name']}` — {e['why']}")
