@@ -586,7 +586,10 @@ def main(argv: list[str] | None = None) -> int:
         for tool in tools:
             score_tool(tool, todo, args.rerun, args.isolated, args.limit, args.keep_stale)
     results = {t: load_results(t)["results"] for t in TOOLS + EXTRA_TOOLS}
-    DOC.write_text(render(programs, labels, results))
+    # The real-issue reproductions keep their own section (bench/accuracy/real_score.py).
+    from bench.accuracy.real_score import render_section, splice
+
+    DOC.write_text(splice(render(programs, labels, results), render_section()))
     print(f"wrote {DOC.relative_to(ROOT)}")
     for tool in TOOLS + EXTRA_TOOLS:
         rows = [

@@ -1,0 +1,36 @@
+# Reduced from https://github.com/OpenBMB/BMTrain/issues/108
+# Fix (maintainer's answer): reduce the loss across ranks first (bmt.sum_loss); the reduced
+# loss is the same everywhere, so every rank skips the step or none does.
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+
+def sum_loss(loss: torch.Tensor) -> torch.Tensor:
+    total = loss.detach().clone()
+    dist.all_reduce(total)
+    return total
+
+
+def main() -> None:
+    timeout = timedelta(seconds=float(os.environ.get("CASE_TIMEOUT_S", "6")))
+    dist.init_process_group("gloo", timeout=timeout)
+    rank = dist.get_rank()
+    w = torch.ones(8)
+    for step in range(3):
+        x = torch.randn(4, 8)
+        if rank == 0 and step == 1:
+            x[0, 0] = float("nan")
+        loss = (x @ w).pow(2).mean()
+        if torch.isnan(sum_loss(loss)):
+            continue
+        grad = torch.autograd.functional.jacobian(lambda v: (x @ v).pow(2).mean(), w)
+        dist.all_reduce(grad)
+        w -= 0.01 * grad
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

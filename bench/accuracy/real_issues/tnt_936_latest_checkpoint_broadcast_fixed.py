@@ -1,0 +1,38 @@
+# Reduced from https://github.com/meta-pytorch/tnt/pull/936
+# Fix: a torch.distributed-unaware _get_latest_checkpoint_path for single-rank callers; the
+# broadcasting version is kept for callers on every rank.
+import os
+import tempfile
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+
+def _get_latest_checkpoint_path(dirpath: str) -> str | None:
+    names = sorted(n for n in os.listdir(dirpath) if n.startswith("epoch_"))
+    return os.path.join(dirpath, names[-1]) if names else None
+
+
+def get_latest_checkpoint_path(dirpath: str) -> str | None:
+    path = [_get_latest_checkpoint_path(dirpath) if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(path, src=0)
+    return path[0]
+
+
+def main() -> None:
+    timeout = timedelta(seconds=float(os.environ.get("CASE_TIMEOUT_S", "6")))
+    dist.init_process_group("gloo", timeout=timeout)
+    dirpath = tempfile.mkdtemp()
+    for e in range(3):
+        os.makedirs(os.path.join(dirpath, f"epoch_{e}"))
+    if dist.get_rank() == 0:
+        latest = _get_latest_checkpoint_path(dirpath)
+        print("uploading", latest)
+    g = torch.ones(2)
+    dist.all_reduce(g)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
