@@ -254,6 +254,7 @@ class TorchApi:
                 peer = None  # recv from any source
                 raise Abort("a receive from any source", line)
         if fact.kind in ("send", "recv"):
+            self.peer_in_world(peer, line)
             if peer == self.rank or peer not in group.members:
                 raise Stop("exception", line, "ValueError")
             action["peer"] = peer
@@ -326,6 +327,7 @@ class TorchApi:
             group = self.group_of(p.group, e.lineno)
             if not isinstance(p.peer, int):
                 raise Abort("a peer this rank cannot know", e.lineno)
+            self.peer_in_world(p.peer, e.lineno)
             handle = f"h{self.handle_count}"
             self.handle_count += 1
             action = {"op": p.op, "peer": p.peer, "handle": handle, "batch": name}
@@ -340,6 +342,14 @@ class TorchApi:
             self.record(action, e.lineno)
             works.append(Work([handle]))
         return works
+
+    def peer_in_world(self, peer: object, line: int) -> None:
+        """A peer computed outside 0 … world-1 at a world size larger than the smallest one
+        evaluated (`peer = 1 - rank` at 4 ranks) says the program is written for fewer ranks,
+        not that it is wrong: that world size is not judged. At the smallest size it is the
+        program's own error (the last rank sending to `rank + 1`), reported as torch raises."""
+        if isinstance(peer, int) and not 0 <= peer < self.world and self.world > self.ev.sizes[0]:
+            raise Abort(f"a peer outside the world of {self.world} ranks", line)
 
     def wait(self, work: Work, e: ast.Call) -> None:
         self.record({"op": "wait", "handles": list(work.handles)}, e.lineno)
