@@ -1158,13 +1158,25 @@ def _ddp_unfinished(text: str) -> str:
 
 class _PipeSend:
     """The rank's `conn.send`, shared (never copied) by `copy.deepcopy` of anything that
-    reaches it: a copied Connection closes the real pipe when it is collected."""
+    reaches it: a copied Connection closes the real pipe when it is collected.
+
+    One message at a time: a `Connection.send` of a large message is several writes, and two
+    threads of the rank (a worker thread that communicates on a side group) would interleave
+    their bytes — a stream the parent cannot unpickle. Under the lock each thread's messages
+    reach the parent whole and in that thread's order."""
 
     def __init__(self, conn: Any) -> None:
         self._send = conn.send
+        self._lock = threading.Lock()
+        # a process forked while another thread held the lock must not inherit it held
+        os.register_at_fork(after_in_child=self._unlock)
+
+    def _unlock(self) -> None:
+        self._lock = threading.Lock()
 
     def __call__(self, msg: Any) -> None:
-        self._send(msg)
+        with self._lock:
+            self._send(msg)
 
     def __copy__(self) -> _PipeSend:
         return self
