@@ -68,12 +68,50 @@ FAKE_LIMITS = (
 def _own(exc: BaseException) -> bool:
     """An exception no tensor could have caused: a missing module or name, an attribute a
     module lacks (torchtitan 0.3.0 calls `torch.distributed.set_timeout`, which torch 2.13
-    does not have). A real run raises it too: no need to see whether real tensors do."""
+    does not have), or any exception the fake tensors had no part in (`_no_tensor_caused`).
+    A real run raises it too: no need to see whether real tensors do."""
     if isinstance(exc, (ImportError, NameError, SyntaxError)):
         return True
     if isinstance(exc, AttributeError) and str(exc).startswith("module '"):
         return True
-    return _raised_by_the_program(exc)
+    return _raised_by_the_program(exc) or _no_tensor_caused(exc)
+
+
+# where fake tensors compute (an operation on a fake tensor always runs through the mode's
+# `__torch_dispatch__`): an exception raised under it may be theirs, not the program's
+_FAKE_MACHINERY = os.path.join("torch", "_subclasses", "")
+# words of the errors fake tensors raise outside it (a storage or data pointer they lack)
+_FAKE_WORDS = ("fake", "meta", "storage", "data_ptr", "data pointer", "unread")
+
+
+def _no_tensor_caused(exc: BaseException) -> bool:
+    """An exception raised with no fake tensor operation on its way and no fake tensor in
+    its words, nor in any exception it was raised from or while handling: the program's
+    own decision on facts the dry-run has exactly — its configuration, the environment, a
+    tensor's shape, dtype or device (Lightning refusing FSDP on a CPU accelerator, accelerate's
+    `KeyError`, torch's "Torch not compiled with CUDA enabled" on a CPU target). A value fake
+    tensors did not compute never decides silently: testing one stops the rank first
+    (`unread.py`, `flow.py`), a fake-tensor limit the program caught is noted (`_RAISED`)."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if type(e).__name__ in FAKE_LIMITS:
+            return False
+        text = str(e).lower()
+        if any(word in text for word in _FAKE_WORDS):
+            return False
+        tb = e.__traceback__
+        while tb is not None:
+            code = tb.tb_frame.f_code
+            if code.co_name == "__torch_dispatch__" or _FAKE_MACHINERY in code.co_filename:
+                return False
+            tb = tb.tb_next
+        todo += [e.__cause__, e.__context__]
+    return True
 
 
 _RAISE = dis.opmap["RAISE_VARARGS"]
@@ -109,6 +147,7 @@ class RankSpec:
     timeout: float = 60.0
     steps: int | None = None
     env: dict[str, str] = field(default_factory=dict)
+    device: str = "cuda"  # the job's machine: GPUs (stand-ins) or "cpu" (none, as torch says)
     output: str | None = None  # file for the rank's stdout and stderr (None: discarded)
     fault: str | None = None  # file faulthandler writes a crashing rank's Python stack to
     # Symbolic steering: comparisons of numbers fake tensors did not compute take the outcome
@@ -150,13 +189,32 @@ def _is_cuda(x: Any) -> bool:
 _DEVICE_TYPES = (str, torch.device)
 
 
+def _indexed_cpu(x: Any) -> bool:
+    if isinstance(x, torch.device):
+        return x.type == "cpu" and x.index is not None
+    return isinstance(x, str) and x.startswith("cpu:")
+
+
 def _cpu(x: Any) -> Any:
-    return torch.device("cpu") if _is_cuda(x) else x
+    """A device argument as the dry-run passes it on: a GPU becomes the CPU, and so does
+    `cpu:N` — the CPU torch gives every tensor made on `cpu:0` (accelerate's device on a CPU
+    job), where a fake tensor would keep the index and then refuse to meet a `cpu` one
+    (`FakeTensorDeviceMismatchError: cpu:0 and cpu`)."""
+    return torch.device("cpu") if _is_cuda(x) or _indexed_cpu(x) else x
+
+
+def no_gpu() -> None:
+    """What a CPU-only machine says when a program asks for a GPU (`--device cpu`)."""
+    torch.cuda._lazy_init()  # the CPU build's own: "Torch not compiled with CUDA enabled"
+    raise RuntimeError("Found no NVIDIA driver on your system (--device cpu: no GPU)")
 
 
 class CudaOnCpu(TorchFunctionMode):
     """Every tensor the script puts on a GPU stays on the CPU (or fake CPU) instead, and
-    reports the GPU to the script (`devices`)."""
+    reports the GPU to the script (`devices`). On a CPU target (`--device cpu`, `gpus`
+    False) a GPU asked for fails as it does on a machine without one."""
+
+    gpus = True
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -164,12 +222,14 @@ class CudaOnCpu(TorchFunctionMode):
             answer = devices.answer(func, args[0])
             return func(*args, **kwargs) if answer is NotImplemented else answer
         if func is torch.device:
-            if len(args) == 1 and not kwargs and type(args[0]) is int:
+            if self.gpus and len(args) == 1 and not kwargs and type(args[0]) is int:
                 # `torch.device(0)`: index 0 of the current accelerator, which a GPU machine
                 # has (FSDP's `device_id=local_rank`); the CPU build has none and raises
                 return func("cuda", args[0])
             return func(*args, **kwargs)
         if func is torch.Tensor.cuda:
+            if not self.gpus:
+                no_gpu()
             device = args[1] if len(args) > 1 else kwargs.get("device")
             devices.mark(args[0], devices.named("cuda" if device is None else device))
             return args[0]
@@ -198,6 +258,8 @@ class CudaOnCpu(TorchFunctionMode):
             if target is False:
                 target = devices.named(named[0])
             args = tuple(_cpu(a) for a in args)
+        if not self.gpus and target is not False and target is not None:
+            no_gpu()
         out = devices.place(func, args, kwargs, func(*args, **kwargs), target)
         if func in unread.INTO_TENSOR:  # a number not computed made data: no value known
             caller = sys._getframe(1)
@@ -411,14 +473,27 @@ def _install(spec: RankSpec, recorder: Recorder, private_root: bool = False) -> 
     dist.Backend.register_backend(
         BACKEND, make_backend(recorder), extended_api=True, devices=["cpu", "cuda"]
     )
-    _stub_cuda(spec.rank % spec.nproc_per_node, spec.nproc_per_node)
+    if spec.device == "cuda":
+        _stub_cuda(spec.rank % spec.nproc_per_node, spec.nproc_per_node)
+    else:  # a CPU machine: torch.cuda answers as the CPU build does (no GPU)
+        from commlint.plans.dryrun import cuda_standins
+
+        _CUDA_ON_CPU.gpus = False
+        cuda_standins.compile_on_cpu()
 
     default_backend = ["nccl"]  # the default group's backends, as torch gives them
 
     def make_init(orig: Any) -> Any:
         def init_process_group(backend: Any = None, init_method: Any = None, **kw: Any) -> Any:
+            if spec.device == "cpu" and str(backend or "").lower() == "nccl":
+                # torch's own words on a machine without GPUs
+                raise RuntimeError(
+                    "ProcessGroupNCCL is only supported with GPUs, no GPUs found! "
+                    "(--device cpu: the job runs on CPUs)"
+                )
             if recorder.requested_backend is None:
-                recorder.requested_backend = str(backend) if backend else "nccl"
+                gpu_default = "nccl" if spec.device == "cuda" else "gloo"
+                recorder.requested_backend = str(backend) if backend else gpu_default
                 recorder.send(("backend", recorder.requested_backend))
                 # no backend named: torch gives the group gloo for CPU tensors, NCCL for GPU
                 default_backend[0] = str(backend) if backend else "cpu:gloo,cuda:nccl"
@@ -870,6 +945,8 @@ def _modules_stay_on_cpu() -> None:
     to = module.to
 
     def on_gpu(self: Any, device: Any) -> Any:
+        if not _CUDA_ON_CPU.gpus:
+            no_gpu()
         idx = devices.named(device)
         for t in (*self.parameters(), *self.buffers()):
             devices.mark(t, idx)
@@ -1380,7 +1457,9 @@ def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
                 os.write(fd, traceback.format_exc().encode())
             finally:
                 os.close(fd)
-        if spec.mode == "fake" and not str(exc).startswith(_DDP_UNFINISHED) and not _own(exc):
+        if spec.mode == "fake" and (
+            limit or (not str(exc).startswith(_DDP_UNFINISHED) and not _own(exc))
+        ):
             # DDP's own check failed (its reducer state, not tensor data): no need to see
             # whether real tensors raise it too.
             recorder.send(("fake-limit", message, site, limit, live_fake_bytes()))

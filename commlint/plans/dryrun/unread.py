@@ -491,6 +491,33 @@ def install(
     torch.Tensor.item = _when_fake(torch.Tensor.item, unread_item)
     torch.Tensor.tolist = _when_fake(torch.Tensor.tolist, unread_list)
     torch.Tensor.__bool__ = _when_fake(torch.Tensor.__bool__, decided_bool)  # type: ignore[method-assign]
+
+    def decided_equal(compare: Callable[..., bool]) -> Callable[..., bool]:
+        # `torch.equal(a, b)` of fake tensors is a test of their values, as `bool(t)`: the
+        # fake limit (a test), a decision under symbolic steering (taken as equal: what the
+        # placeholders give); `assert torch.equal(...)` is taken to hold
+        def equal(a: Any, b: Any, *rest: Any, **k: Any) -> bool:
+            try:
+                return compare(a, b, *rest, **k)
+            except DataDependentOutputException:
+                tensors = [t for t in (a, b) if isinstance(t, torch.Tensor)]
+                if not any(_fake_underneath(t) for t in tensors):
+                    raise
+                if _decide is None:
+                    raise UnreadValueSteers(_ITEM) from None
+                held = assertion_outcome(_testing_frame())
+                alike = all(same(t) for t in tensors)
+                fps = [made(t) for t in tensors]  # made alike when both operands are
+                fp = None if None in fps else f"equal({', '.join(map(str, fps))})"
+                number = unread(torch.float32, on_read(), alike, fp)
+                got = _decide(number, True, held)
+                RAISED.clear()
+                return got
+
+        return equal
+
+    torch.equal = decided_equal(torch.equal)
+    torch.Tensor.equal = decided_equal(torch.Tensor.equal)  # type: ignore[method-assign]
     to_numpy = torch.Tensor.numpy
 
     def fake_numpy(self: torch.Tensor, *, force: bool = False) -> Any:
