@@ -38,6 +38,7 @@ def test_a_test_that_decides_no_communication_stays_on_fake_tensors(tmp_path: Pa
         "    print('low loss')\n"
         "dist.all_reduce(torch.ones(2))\n"
         "assert torch.equal(torch.ones(2) * loss, loss * torch.ones(2))\n"
+        "assert torch.allclose(loss * 2, loss) is False, 'a check as accelerate writes it'\n"
         "dist.barrier()\n"
     )
     result, trace = record(program)

@@ -7,7 +7,6 @@ actions to the parent as it goes, so a rank that is killed still leaves its trac
 from __future__ import annotations
 
 import contextlib
-import dis
 import faulthandler
 import functools
 import io
@@ -18,7 +17,6 @@ import runpy
 import signal
 import sys
 import tempfile
-import threading
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +32,8 @@ from torch.overrides import TorchFunctionMode
 
 from commlint.plans.dryrun import devices, fingerprint, gpu_paths, unread
 from commlint.plans.dryrun import recorder as rec_mod
+from commlint.plans.dryrun.causes import FAKE_LIMITS, own
+from commlint.plans.dryrun.channel import Live, PipeSend
 from commlint.plans.dryrun.files import FileView
 from commlint.plans.dryrun.overlay import enter_private_root
 from commlint.plans.dryrun.recorder import (
@@ -50,87 +50,6 @@ from commlint.plans.dryrun.recorder import (
 )
 from commlint.plans.dryrun.unread import RAISED as _RAISED
 from commlint.plans.dryrun.values import ValueTable
-
-# Exceptions that mean "fake tensors cannot answer this", not "the program is wrong".
-FAKE_LIMITS = (
-    "DataDependentOutputException",
-    "UnreadValueSteers",
-    "DynamicOutputShapeException",
-    "UnsupportedOperatorException",
-    "UnsupportedFakeTensorException",
-    # a data-dependent size (an unbacked symbol) tested, or given where a number is needed
-    "GuardOnDataDependentSymNode",
-    "PendingUnbackedSymbolNotFound",
-    "DataDependentSize",
-)
-
-
-def _own(exc: BaseException) -> bool:
-    """An exception no tensor could have caused: a missing module or name, an attribute a
-    module lacks (torchtitan 0.3.0 calls `torch.distributed.set_timeout`, which torch 2.13
-    does not have), or any exception the fake tensors had no part in (`_no_tensor_caused`).
-    A real run raises it too: no need to see whether real tensors do."""
-    if isinstance(exc, (ImportError, NameError, SyntaxError)):
-        return True
-    if isinstance(exc, AttributeError) and str(exc).startswith("module '"):
-        return True
-    return _raised_by_the_program(exc) or _no_tensor_caused(exc)
-
-
-# where fake tensors compute (an operation on a fake tensor always runs through the mode's
-# `__torch_dispatch__`): an exception raised under it may be theirs, not the program's
-_FAKE_MACHINERY = os.path.join("torch", "_subclasses", "")
-# words of the errors fake tensors raise outside it (a storage or data pointer they lack)
-_FAKE_WORDS = ("fake", "meta", "storage", "data_ptr", "data pointer", "unread")
-
-
-def _no_tensor_caused(exc: BaseException) -> bool:
-    """An exception raised with no fake tensor operation on its way and no fake tensor in
-    its words, nor in any exception it was raised from or while handling: the program's
-    own decision on facts the dry-run has exactly — its configuration, the environment, a
-    tensor's shape, dtype or device (Lightning refusing FSDP on a CPU accelerator, accelerate's
-    `KeyError`, torch's "Torch not compiled with CUDA enabled" on a CPU target). A value fake
-    tensors did not compute never decides silently: testing one stops the rank first
-    (`unread.py`, `flow.py`), a fake-tensor limit the program caught is noted (`_RAISED`)."""
-    seen: set[int] = set()
-    todo: list[BaseException | None] = [exc]
-    while todo:
-        e = todo.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
-        if type(e).__name__ in FAKE_LIMITS:
-            return False
-        text = str(e).lower()
-        if any(word in text for word in _FAKE_WORDS):
-            return False
-        tb = e.__traceback__
-        while tb is not None:
-            code = tb.tb_frame.f_code
-            if code.co_name == "__torch_dispatch__" or _FAKE_MACHINERY in code.co_filename:
-                return False
-            tb = tb.tb_next
-        todo += [e.__cause__, e.__context__]
-    return True
-
-
-_RAISE = dis.opmap["RAISE_VARARGS"]
-
-
-def _raised_by_the_program(exc: BaseException) -> bool:
-    """A `raise` (or `assert`) statement of the user's own file, not while handling another
-    exception: its condition was computed from values the dry-run has (a fake tensor's value
-    is never tested silently: a test stops the rank, `unread.py`), so real tensors would
-    raise it too. Not an error raised by an operation (`1 / n` of a placeholder count)."""
-    if exc.__cause__ is not None or exc.__context__ is not None:
-        return False
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    if tb is None or not is_user_file(tb.tb_frame.f_code.co_filename):
-        return False
-    code = tb.tb_frame.f_code.co_code
-    return 0 <= tb.tb_lasti < len(code) and code[tb.tb_lasti] == _RAISE
 
 
 @dataclass
@@ -1042,8 +961,14 @@ def _skip_computation_without_communication() -> None:
         if cls is None:
             continue
 
-        def step(self: Any, closure: Any = None) -> Any:
-            out = closure() if closure is not None else None
+        def step(self: Any, closure: Any = None, _step: Any = cls.step) -> Any:
+            if not self.__dict__.get("_commlint_stepped"):
+                # the first step makes the optimizer's state (`exp_avg`, `momentum_buffer`,
+                # on fake tensors), which programs read (`opt.state[p]["exp_avg"]`): it runs
+                self._commlint_stepped = True
+                out = _step(self, closure)
+            else:
+                out = closure() if closure is not None else None
             fingerprint.stepped(self)  # the parameters hold what a real step makes them
             return out
 
@@ -1233,64 +1158,7 @@ def _ddp_unfinished(text: str) -> str:
     )
 
 
-class _PipeSend:
-    """The rank's `conn.send`, shared (never copied) by `copy.deepcopy` of anything that
-    reaches it: a copied Connection closes the real pipe when it is collected.
-
-    One message at a time: a `Connection.send` of a large message is several writes, and two
-    threads of the rank (a worker thread that communicates on a side group) would interleave
-    their bytes — a stream the parent cannot unpickle. Under the lock each thread's messages
-    reach the parent whole and in that thread's order."""
-
-    def __init__(self, conn: Any) -> None:
-        self._send = conn.send
-        self._lock = threading.Lock()
-        # a process forked while another thread held the lock must not inherit it held
-        os.register_at_fork(after_in_child=self._unlock)
-
-    def _unlock(self) -> None:
-        self._lock = threading.Lock()
-
-    def __call__(self, msg: Any) -> None:
-        with self._lock:
-            self._send(msg)
-
-    def __copy__(self) -> _PipeSend:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> _PipeSend:
-        return self
-
-
 SESSION_MARKER = "COMMLINT_DRYRUN_SESSION"
-
-
-class _Live:
-    """Values peers send in this very pass, asked of the parent when a receive needs them:
-    with every rank running at once, a rank gets what its peers send now (as in a real
-    run), not what they sent in the previous pass, so a chain of values over many steps
-    settles in one pass instead of one pass per step. The parent answers with what it has
-    once every sender has sent it, has ended, or every running rank waits (a peer that will
-    not send it: the previous pass's value, as without this). Shared, never copied, by
-    `copy.deepcopy` (as `_PipeSend`)."""
-
-    def __init__(self, send: Callable[[Any], None], replies: Any, timeout: float) -> None:
-        self._send, self._replies, self._timeout = send, replies, timeout
-        self._pid = os.getpid()
-
-    def __call__(self, key: Any, senders: list[int]) -> dict[int, Any] | None:
-        if threading.current_thread() is not threading.main_thread() or os.getpid() != self._pid:
-            return None  # one question at a time: the main thread's (not a helper process's)
-        self._send(("want", key, senders))
-        if not self._replies.poll(self._timeout):
-            return None
-        return self._replies.recv()
-
-    def __copy__(self) -> _Live:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> _Live:
-        return self
 
 
 def run_rank(spec: RankSpec, table: ValueTable, conn: Any, replies: Any = None) -> None:
@@ -1324,10 +1192,10 @@ def run_rank(spec: RankSpec, table: ValueTable, conn: Any, replies: Any = None) 
         os.environ.update(worker_env(spec.rank, spec.world_size, spec.nproc_per_node))
         os.environ.update(spec.env)
 
-        send = _PipeSend(conn)
+        send = PipeSend(conn)
         recorder = Recorder(spec.rank, spec.world_size, table, send)
         if replies is not None:
-            recorder.live = _Live(send, replies, spec.timeout)
+            recorder.live = Live(send, replies, spec.timeout)
         _RECORDER = recorder
         _install(spec, recorder, private_root)
         end = _run_program(spec, recorder)
@@ -1458,7 +1326,7 @@ def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
             finally:
                 os.close(fd)
         if spec.mode == "fake" and (
-            limit or (not str(exc).startswith(_DDP_UNFINISHED) and not _own(exc))
+            limit or (not str(exc).startswith(_DDP_UNFINISHED) and not own(exc))
         ):
             # DDP's own check failed (its reducer state, not tensor data): no need to see
             # whether real tensors raise it too.

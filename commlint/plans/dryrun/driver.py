@@ -202,7 +202,7 @@ def _run_pass(
     pending = list(ranks)
     running: dict[Any, tuple[int, Any, float]] = {}
     runs: dict[int, RankRun] = {r: RankRun() for r in ranks}
-    # Live delivery (`child._Live`): what each rank sent in this pass, and the receives
+    # Live delivery (`channel.Live`): what each rank sent in this pass, and the receives
     # waiting for it (rank -> (key, senders)), answered through each rank's reply pipe.
     sent_now: dict[Any, dict[int, Any]] = {}
     waiting: dict[int, tuple[Any, list[int]]] = {}

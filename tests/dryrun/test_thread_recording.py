@@ -8,14 +8,14 @@ import threading
 from pathlib import Path
 
 from commlint.graph.check import check_trace
-from commlint.plans.dryrun.child import _PipeSend
+from commlint.plans.dryrun.channel import PipeSend
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def test_two_threads_sending_large_messages_on_one_pipe_never_interleave():
     reader, writer = multiprocessing.Pipe(duplex=False)
-    send = _PipeSend(writer)
+    send = PipeSend(writer)
     n, size = 60, 200_000  # each message needs several writes: a pipe holds 64 KiB
 
     def talk(name: str) -> None:
