@@ -89,6 +89,14 @@ def test_transformers_trainer_ddp_is_clean_on_fake_tensors(tmp_path):
     assert "no NaN/inf in the value tested at" in saved
 
 
+def test_transformers_trainer_told_to_use_the_cpu_stays_on_fake_tensors(tmp_path):
+    """`TrainingArguments(use_cpu=True)`: accelerate's device is `cpu:0`, which fake tensors
+    once kept apart from `cpu` (FakeTensorDeviceMismatchError, then real compute)."""
+    pytest.importorskip("transformers")
+    saved = assert_clean_on_fake_tensors(FIXTURES / "hf_trainer_ddp.py", "use_cpu", cwd=tmp_path)
+    assert "DDP gradient bucket" in saved
+
+
 def test_transformers_rank0_only_callback_collective_is_caught_at_its_line(tmp_path):
     pytest.importorskip("transformers")
     assert_rank0_call_is_caught(FIXTURES / "hf_trainer_ddp.py", tmp_path)
