@@ -962,11 +962,22 @@ def _skip_computation_without_communication() -> None:
             continue
 
         def step(self: Any, closure: Any = None, _step: Any = cls.step) -> Any:
-            if not self.__dict__.get("_commlint_stepped"):
+            rates = [g.get("lr") for g in self.param_groups]
+            if not self.__dict__.get("_commlint_stepped") and all(
+                type(lr) in (float, int) for lr in rates
+            ):
                 # the first step makes the optimizer's state (`exp_avg`, `momentum_buffer`,
                 # on fake tensors), which programs read (`opt.state[p]["exp_avg"]`): it runs
+                # at a learning rate of 0, so the parameters stay as every skipped step
+                # leaves them (a value the dry-run knows stays the same on every rank)
                 self._commlint_stepped = True
-                out = _step(self, closure)
+                for g in self.param_groups:
+                    g["lr"] = 0.0
+                try:
+                    out = _step(self, closure)
+                finally:
+                    for g, lr in zip(self.param_groups, rates, strict=True):
+                        g["lr"] = lr
             else:
                 out = closure() if closure is not None else None
             fingerprint.stepped(self)  # the parameters hold what a real step makes them
