@@ -99,6 +99,11 @@ class Report(BaseModel):
     findings: list[Finding] = Field(default_factory=list)
     errors: list[InputError] = Field(default_factory=list)
     checked: int = Field(default=0, description="Files/traces that were checked.")
+    target: str | None = Field(
+        default=None,
+        description="A dry-run's target: the device it played for the program (`cuda`, `cpu`) "
+        "and why; the verdict holds for that device. None for other commands.",
+    )
 
     def extend(self, other: Report) -> None:
         self.findings.extend(other.findings)
@@ -114,6 +119,7 @@ class Report(BaseModel):
             "by_code": dict(sorted(by_code.items())),
             "checked": self.checked,
             "input_errors": len(self.errors),
+            **({"target": self.target} if self.target else {}),
         }
 
     def exit_code(self) -> int:

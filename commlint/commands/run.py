@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +160,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="ranks recorded at once (default: the number of CPUs)",
     )
     p.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        default=None,
+        help="the machine the job runs on: cuda (GPUs, played by stand-ins; the default) or "
+        "cpu (no GPU: torch.cuda.is_available() is False). Without it, ACCELERATE_USE_CPU "
+        "set true in the environment means cpu, as accelerate takes it",
+    )
+    p.add_argument(
         "--tensors",
         choices=("fake", "real"),
         default="fake",
@@ -250,6 +260,7 @@ def run(args: argparse.Namespace) -> int:
     note = launch.note()
     if note:
         print(f"commlint: note: {note}", file=sys.stderr)
+    device, report.target = resolve_target(args.device, {**os.environ, **launch.env})
 
     from commlint.plans.dryrun.driver import DryRunOptions, default_jobs
 
@@ -266,6 +277,7 @@ def run(args: argparse.Namespace) -> int:
         model=args.model,
         module=launch.module,
         env=launch.env,
+        device=device,
         **({"max_passes": args.max_passes} if "max_passes" in args else {}),
         **({"real_budget": args.real_budget} if "real_budget" in args else {}),
     )
@@ -362,6 +374,25 @@ def run(args: argparse.Namespace) -> int:
         else:
             report.errors.append(crashed)
     return emit(report, args)
+
+
+_TRUE = ("1", "y", "yes", "t", "true", "on")  # accelerate's `str_to_bool`
+
+
+def resolve_target(explicit: str | None, env: Mapping[str, str]) -> tuple[str, str]:
+    """The device the job runs on, and the words the verdict line gives it.
+
+    An explicit `--device` wins: it says what the machine has, and a variable left over in
+    the shell must not overrule what was typed (the program still sees the variable:
+    accelerate on GPUs told `ACCELERATE_USE_CPU=1` computes on the CPU, and so does the
+    dry-run). Without it, `ACCELERATE_USE_CPU` set true means a CPU job — the job the
+    command line describes — else GPUs, the job being gated."""
+    if explicit:
+        return explicit, f"{explicit} (--device {explicit})"
+    value = env.get("ACCELERATE_USE_CPU", "")
+    if value.strip().lower() in _TRUE:
+        return "cpu", f"cpu (ACCELERATE_USE_CPU={value}; --device cuda checks it on GPUs)"
+    return "cuda", "cuda (the default; --device cpu checks a CPU job)"
 
 
 def _clean_exit(end: dict) -> bool:

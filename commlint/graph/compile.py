@@ -78,6 +78,9 @@ class Graph:
     barrier_paired: dict[str, list[tuple[int, list, list]]] = field(default_factory=dict)
     # per rank: steps `arg << 3 | kind`; arg is an op id, or an index into `waits`
     steps: dict[int, list[int]] = field(default_factory=dict)
+    # under gloo, per rank whose actions come from more than one host thread: the action
+    # indices of each thread, the main thread's first (each a program of its own: `simulate`)
+    threads: dict[int, list[list[int]]] = field(default_factory=dict)
     waits: list[tuple[int, ...]] = field(default_factory=list)
     to_check: set[int] = field(default_factory=set)  # instances whose members differ
     problems: list[Problem] = field(default_factory=list)
@@ -113,6 +116,13 @@ def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
     op_fails.extend([False] * capacity)
     to_check = g.to_check
     nccl_like = model != "gloo"
+    # Under gloo each host thread of a rank is a program of its own (`Graph.threads`): a
+    # thread blocked in a call does not stop the others, and which of two threads issued
+    # first is a race, not an order. Under nccl and single-queue the device runs the rank's
+    # communication in the order it was enqueued (the compute stream every synchronous call
+    # makes wait; one queue), whatever the thread: the recorded order is that order, one
+    # sample of a race whose other outcomes the reordering analysis (CL209) explores.
+    host_lanes = model == "gloo"
     # what an action means under this model, worked out once per distinct action object:
     # plans share one frozen object between the ranks and steps that repeat an action
     info_of: dict[int, tuple] = {}
@@ -128,11 +138,18 @@ def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
         seqs: dict[str, int] = {}
         last_on_queue: dict[object, int] = {}
         batch: tuple | None = None  # (name, queue key, op before the batch)
+        lanes: dict[str | None, list[int]] | None = None  # thread -> its action indices
         for i, a in enumerate(actions):
+            thread = None
             if rows is not None:  # a compact row: its op's meaning, its own handle
                 what, op, group, sig, is_async, _, batch_name, qkey = row_info[a[0]]
                 handle = a[2]
             else:
+                thread = a.thread if host_lanes else None
+                if thread is not None or lanes is not None:
+                    if lanes is None:
+                        lanes = {None: list(range(i))}
+                    lanes.setdefault(thread, []).append(i)
                 info = info_of.get(id(a))
                 if info is None:
                     info = _action_info(a, model)
@@ -230,6 +247,8 @@ def compile_trace(trace: Trace, model: str = "gloo") -> Graph:
                 handles[handle] = op_id
             steps.append(op_id << 3 | (ISSUE if is_async else BLOCK))
         g.steps[rank] = steps
+        if lanes is not None and len(lanes) > 1:
+            g.threads[rank] = [idx for idx in lanes.values() if idx]
     n_ops = len(op_rank)
     del op_next[n_ops:], op_waited[n_ops:], op_fails[n_ops:]
     g.problems.extend(_per_call(trace, pending))

@@ -5,6 +5,12 @@ An op *starts* when its rank issues it and the op before it on the same queue ha
 `single-queue`). An instance completes when all the ops it needs have started. A rank's
 frontier passes an async op at once, a blocking op or a `wait` when the op completed, and a
 `sync` (nccl, single-queue) when every op it issued completed.
+
+Under gloo, a rank whose actions come from several host threads (`Action.thread`) runs one
+program per thread (a *lane*, `Graph.threads`): each thread's actions in their issue order,
+and a thread that blocks does not stop the others — which of two threads issued first is a
+race, not an order the run can rely on. A `sync` waits for everything the rank issued,
+whatever the thread.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ class State:
     started: list[bool]
     done: list[bool]
     failed: dict[int, int] = field(default_factory=dict)  # rank -> action index where it raised
+    # a rank of several threads that did not finish: where each unfinished thread stands
+    lanes: dict[int, list[int]] = field(default_factory=dict)
 
     def finished(self, g: Graph, rank: int) -> bool:
         return rank not in self.failed and self.pc[rank] >= len(g.steps.get(rank, ()))
@@ -43,20 +51,41 @@ def simulate(g: Graph) -> State:
     waits = g.waits
     ranks = sorted(g.steps)
     size = max(ranks, default=-1) + 1
+    # lanes: one per rank (lane id = rank), plus one per further thread of a threaded rank
     steps: list[list[int]] = [g.steps.get(r, []) for r in range(size)]
-    pc = [0] * size  # lists indexed by rank: faster than dicts in this loop
-    wait_pos = [0] * size
-    outstanding = [0] * size
+    lane_rank = list(range(size))
+    lane_actions: dict[int, list[int]] = {}  # a threaded rank's lane -> its action indices
+    lanes_of: dict[int, list[int]] = {}  # a threaded rank -> its lanes
+    for r, parts in g.threads.items():
+        ids = []
+        for k, idx in enumerate(parts):
+            lane = r if k == 0 else len(steps)
+            if k:
+                steps.append([])
+                lane_rank.append(r)
+            steps[lane] = [g.steps[r][j] for j in idx]
+            lane_actions[lane] = idx
+            ids.append(lane)
+        lanes_of[r] = ids
+    n_lanes = len(steps)
+    pc = [0] * n_lanes  # lists indexed by lane: faster than dicts in this loop
+    wait_pos = [0] * n_lanes
+    outstanding = [0] * size  # indexed by rank
     waiting = [False] * size
-    failed: dict[int, int] = {}
+    failed: dict[int, int] = {}  # rank -> the step of its lane where it raised
+    failed_in: dict[int, int] = {}  # rank -> that lane
     ready = deque(ranks)
+    ready.extend(lane for r in ranks for lane in lanes_of.get(r, ())[1:])
     to_start: list[int] = []
 
     while ready:
-        r = ready.popleft()
-        prog = steps[r]
+        lane = ready.popleft()
+        r = lane_rank[lane]
+        if failed and r in failed:
+            continue  # another thread of the rank raised
+        prog = steps[lane]
         n = len(prog)
-        i = pc[r]
+        i = pc[lane]
         while i < n:
             step = prog[i]
             kind = step & 7
@@ -82,7 +111,10 @@ def simulate(g: Graph) -> State:
                                     outstanding[mr] -= 1
                                 if waiting[mr]:
                                     waiting[mr] = False
-                                    ready.append(mr)
+                                    if lanes_of and mr in lanes_of:
+                                        ready.extend(lanes_of[mr])  # each looks again
+                                    else:
+                                        ready.append(mr)
                                 nxt = op_next[m]
                                 if nxt != -1:
                                     if issued[nxt] and not started[nxt]:
@@ -105,27 +137,44 @@ def simulate(g: Graph) -> State:
                         break
                     if op_fails[op]:
                         failed[r] = i
+                        failed_in[r] = lane
                         break
             elif kind == WAIT:
                 ops = waits[step >> 3]
-                j = wait_pos[r]
+                j = wait_pos[lane]
                 while j < len(ops) and done[ops[j]] and not op_fails[ops[j]]:
                     j += 1
-                wait_pos[r] = j
+                wait_pos[lane] = j
                 if j < len(ops):
                     if done[ops[j]]:  # a waited op that raises
                         failed[r] = i
+                        failed_in[r] = lane
                         break
                     waiting[r] = True
                     break
-                wait_pos[r] = 0
+                wait_pos[lane] = 0
             elif kind == SYNC:
                 if outstanding[r]:
                     waiting[r] = True
                     break
             elif kind == FAIL:
                 failed[r] = i
+                failed_in[r] = lane
                 break
             i += 1
-        pc[r] = i
-    return State({r: pc[r] for r in ranks}, issued, started, done, failed)
+        pc[lane] = i
+    if not lanes_of:
+        return State({r: pc[r] for r in ranks}, issued, started, done, failed)
+    at = {r: pc[r] for r in ranks}
+    stands: dict[int, list[int]] = {}
+    for r, ids in lanes_of.items():
+        where = [lane_actions[lane][pc[lane]] for lane in ids if pc[lane] < len(steps[lane])]
+        if where:
+            at[r], stands[r] = min(where), sorted(where)
+        else:
+            at[r] = len(g.steps[r])
+    raised = {
+        r: lane_actions[failed_in[r]][i] if failed_in[r] in lane_actions else i
+        for r, i in failed.items()
+    }
+    return State(at, issued, started, done, raised, stands)

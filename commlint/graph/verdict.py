@@ -105,21 +105,26 @@ def blocked_ranks(g: Graph, st: State) -> list[Blocked]:
         i = st.pc[r]
         if i >= len(prog) or r in st.failed:
             continue
-        kind, arg = prog[i] & 7, prog[i] >> 3
         b = Blocked(r, i)
-        if kind == BLOCK:
-            ops = [arg]
-        elif kind == WAIT:
-            ops = [o for o in g.waits[arg] if not st.done[o]][:1]
-        else:
-            assert kind == SYNC
-            ops = [o for o in range(len(g.op_rank)) if g.op_rank[o] == r and st.issued[o]]
-            ops = [o for o in ops if not st.done[o]]
-        for op in ops:
-            for t, why in _culprits(g, st, op, memo).items():
-                b.targets.setdefault(t, why)
+        # a rank of several threads waits for what each of its stuck threads waits for
+        for j in st.lanes.get(r, (i,)):
+            for op in _blocking_ops(g, st, r, prog[j]):
+                for t, why in _culprits(g, st, op, memo).items():
+                    b.targets.setdefault(t, why)
         out.append(b)
     return out
+
+
+def _blocking_ops(g: Graph, st: State, r: int, step: int) -> list[int]:
+    """The ops a rank's step waits for."""
+    kind, arg = step & 7, step >> 3
+    if kind == BLOCK:
+        return [arg]
+    if kind == WAIT:
+        return [o for o in g.waits[arg] if not st.done[o]][:1]
+    assert kind == SYNC
+    ops = [o for o in range(len(g.op_rank)) if g.op_rank[o] == r and st.issued[o]]
+    return [o for o in ops if not st.done[o]]
 
 
 def outcomes(g: Graph, st: State) -> dict[int, RankOutcome]:

@@ -51,17 +51,19 @@ def summary_line(report: Report) -> str:
     # an input that could not be read was not checked: never call that a pass
     k = len(report.errors)
     unread = f"; {k} input{'s' if k != 1 else ''} could not be checked (errors above)" if k else ""
+    # a dry-run's verdict holds for the device it played
+    target = f"; target: {report.target}" if report.target else ""
     if not n:
         if k:
-            return f"No findings in {report.checked} checked{unread}."
+            return f"No findings in {report.checked} checked{unread}{target}."
         if not report.checked:  # a pass over nothing is no pass (a partial dry-run, no files)
-            return "Nothing was checked."
-        return f"All checks passed ({report.checked} checked)."
+            return f"Nothing was checked{target}."
+        return f"All checks passed ({report.checked} checked{target})."
     return (
         f"Found {n} finding{'s' if n != 1 else ''} "
         f"({s['errors']} error{'s' if s['errors'] != 1 else ''}, "
         f"{s['warnings']} warning{'s' if s['warnings'] != 1 else ''}) "
-        f"in {report.checked} checked{unread}."
+        f"in {report.checked} checked{unread}{target}."
     )
 
 

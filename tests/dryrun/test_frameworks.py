@@ -52,6 +52,19 @@ def test_lightning_trainer_fsdp_is_clean_on_fake_tensors(tmp_path):
     assert "all_gather" in saved and "reduce_scatter" in saved
 
 
+def test_lightning_refusing_fsdp_on_cpu_needs_no_real_compute(tmp_path):
+    """Lightning refuses strategy="fsdp" on a CPU accelerator (its own configuration check
+    raises, no tensor involved): every rank raises it, exit 2, and nothing was computed for
+    real to find that out (before: every rank recorded again with real tensors)."""
+    pytest.importorskip("lightning")
+    script = FIXTURES / "lightning_ddp.py"
+    proc = dry_run(script, "fsdp", "cpu", cwd=tmp_path, save=tmp_path / "trace")
+    assert proc.returncode == 2, (proc.stdout + proc.stderr)[-3000:]
+    assert "every rank raised ValueError: The strategy `fsdp` requires a GPU" in proc.stderr
+    saved = (tmp_path / "trace" / "rank-00000.yaml").read_text()
+    assert '"tensors": "fake"' in saved
+
+
 def assert_rank0_call_is_caught(script: Path, cwd: Path) -> None:
     """The fixture run with `rank0` injects a collective on rank 0 only (the line marked
     `# rank 0 only`): the dry-run reports a CL2xx error at that line and exits 1."""
@@ -74,6 +87,14 @@ def test_transformers_trainer_ddp_is_clean_on_fake_tensors(tmp_path):
     assert "DDP gradient bucket" in saved
     # what the dry-run took instead of computing is said, with the line that tested it
     assert "no NaN/inf in the value tested at" in saved
+
+
+def test_transformers_trainer_told_to_use_the_cpu_stays_on_fake_tensors(tmp_path):
+    """`TrainingArguments(use_cpu=True)`: accelerate's device is `cpu:0`, which fake tensors
+    once kept apart from `cpu` (FakeTensorDeviceMismatchError, then real compute)."""
+    pytest.importorskip("transformers")
+    saved = assert_clean_on_fake_tensors(FIXTURES / "hf_trainer_ddp.py", "use_cpu", cwd=tmp_path)
+    assert "DDP gradient bucket" in saved
 
 
 def test_transformers_rank0_only_callback_collective_is_caught_at_its_line(tmp_path):

@@ -786,9 +786,22 @@ def test_data_loader_workers_and_samplers_stay_on_fake_tensors():
 def test_gradient_buckets_are_delivered_when_the_program_checks_them():
     # Under real tensors DDP's bucket all-reduce delivers the peers' gradients: the program's
     # own check that every rank holds the same averaged gradient passes.
-    result, trace = record(str(PROGRAMS / "ok_grad_sync_check.py"))
+    from commlint.plans.dryrun.driver import DryRunOptions, dry_run
+
+    program = str(PROGRAMS / "ok_grad_sync_check.py")
+    options = DryRunOptions(
+        program=program, args=[], world_size=2, nproc_per_node=2, ranks=[0, 1], timeout=20,
+        jobs=2, mode="real",
+    )  # fmt: skip
+    result = dry_run(options)
+    trace = result.trace(options)
     assert not trace.ends and result.converged, trace.ends
     assert result.mode == "real"
+    assert check_trace(trace, None).findings == []
+    # by default that check (an `allclose` of values no communication depends on) is decided
+    # on fake tensors: no real compute (issue 30, item 5)
+    result, trace = record(program)
+    assert result.mode == "fake" and not trace.ends, result.notes
     assert check_trace(trace, None).findings == []
 
 

@@ -7,7 +7,6 @@ actions to the parent as it goes, so a rank that is killed still leaves its trac
 from __future__ import annotations
 
 import contextlib
-import dis
 import faulthandler
 import functools
 import io
@@ -18,7 +17,6 @@ import runpy
 import signal
 import sys
 import tempfile
-import threading
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +32,8 @@ from torch.overrides import TorchFunctionMode
 
 from commlint.plans.dryrun import devices, fingerprint, gpu_paths, unread
 from commlint.plans.dryrun import recorder as rec_mod
+from commlint.plans.dryrun.causes import FAKE_LIMITS, own
+from commlint.plans.dryrun.channel import Live, PipeSend
 from commlint.plans.dryrun.files import FileView
 from commlint.plans.dryrun.overlay import enter_private_root
 from commlint.plans.dryrun.procs import SESSION_MARKER, STOP_MESSAGES, STOP_SIGNALS
@@ -52,49 +52,6 @@ from commlint.plans.dryrun.recorder import (
 from commlint.plans.dryrun.unread import RAISED as _RAISED
 from commlint.plans.dryrun.values import ValueTable
 
-# Exceptions that mean "fake tensors cannot answer this", not "the program is wrong".
-FAKE_LIMITS = (
-    "DataDependentOutputException",
-    "UnreadValueSteers",
-    "DynamicOutputShapeException",
-    "UnsupportedOperatorException",
-    "UnsupportedFakeTensorException",
-    # a data-dependent size (an unbacked symbol) tested, or given where a number is needed
-    "GuardOnDataDependentSymNode",
-    "PendingUnbackedSymbolNotFound",
-    "DataDependentSize",
-)
-
-
-def _own(exc: BaseException) -> bool:
-    """An exception no tensor could have caused: a missing module or name, an attribute a
-    module lacks (torchtitan 0.3.0 calls `torch.distributed.set_timeout`, which torch 2.13
-    does not have). A real run raises it too: no need to see whether real tensors do."""
-    if isinstance(exc, (ImportError, NameError, SyntaxError)):
-        return True
-    if isinstance(exc, AttributeError) and str(exc).startswith("module '"):
-        return True
-    return _raised_by_the_program(exc)
-
-
-_RAISE = dis.opmap["RAISE_VARARGS"]
-
-
-def _raised_by_the_program(exc: BaseException) -> bool:
-    """A `raise` (or `assert`) statement of the user's own file, not while handling another
-    exception: its condition was computed from values the dry-run has (a fake tensor's value
-    is never tested silently: a test stops the rank, `unread.py`), so real tensors would
-    raise it too. Not an error raised by an operation (`1 / n` of a placeholder count)."""
-    if exc.__cause__ is not None or exc.__context__ is not None:
-        return False
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    if tb is None or not is_user_file(tb.tb_frame.f_code.co_filename):
-        return False
-    code = tb.tb_frame.f_code.co_code
-    return 0 <= tb.tb_lasti < len(code) and code[tb.tb_lasti] == _RAISE
-
 
 @dataclass
 class RankSpec:
@@ -110,6 +67,7 @@ class RankSpec:
     timeout: float = 60.0
     steps: int | None = None
     env: dict[str, str] = field(default_factory=dict)
+    device: str = "cuda"  # the job's machine: GPUs (stand-ins) or "cpu" (none, as torch says)
     output: str | None = None  # file for the rank's stdout and stderr (None: discarded)
     fault: str | None = None  # file faulthandler writes a crashing rank's Python stack to
     # Symbolic steering: comparisons of numbers fake tensors did not compute take the outcome
@@ -151,13 +109,32 @@ def _is_cuda(x: Any) -> bool:
 _DEVICE_TYPES = (str, torch.device)
 
 
+def _indexed_cpu(x: Any) -> bool:
+    if isinstance(x, torch.device):
+        return x.type == "cpu" and x.index is not None
+    return isinstance(x, str) and x.startswith("cpu:")
+
+
 def _cpu(x: Any) -> Any:
-    return torch.device("cpu") if _is_cuda(x) else x
+    """A device argument as the dry-run passes it on: a GPU becomes the CPU, and so does
+    `cpu:N` — the CPU torch gives every tensor made on `cpu:0` (accelerate's device on a CPU
+    job), where a fake tensor would keep the index and then refuse to meet a `cpu` one
+    (`FakeTensorDeviceMismatchError: cpu:0 and cpu`)."""
+    return torch.device("cpu") if _is_cuda(x) or _indexed_cpu(x) else x
+
+
+def no_gpu() -> None:
+    """What a CPU-only machine says when a program asks for a GPU (`--device cpu`)."""
+    torch.cuda._lazy_init()  # the CPU build's own: "Torch not compiled with CUDA enabled"
+    raise RuntimeError("Found no NVIDIA driver on your system (--device cpu: no GPU)")
 
 
 class CudaOnCpu(TorchFunctionMode):
     """Every tensor the script puts on a GPU stays on the CPU (or fake CPU) instead, and
-    reports the GPU to the script (`devices`)."""
+    reports the GPU to the script (`devices`). On a CPU target (`--device cpu`, `gpus`
+    False) a GPU asked for fails as it does on a machine without one."""
+
+    gpus = True
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -165,12 +142,14 @@ class CudaOnCpu(TorchFunctionMode):
             answer = devices.answer(func, args[0])
             return func(*args, **kwargs) if answer is NotImplemented else answer
         if func is torch.device:
-            if len(args) == 1 and not kwargs and type(args[0]) is int:
+            if self.gpus and len(args) == 1 and not kwargs and type(args[0]) is int:
                 # `torch.device(0)`: index 0 of the current accelerator, which a GPU machine
                 # has (FSDP's `device_id=local_rank`); the CPU build has none and raises
                 return func("cuda", args[0])
             return func(*args, **kwargs)
         if func is torch.Tensor.cuda:
+            if not self.gpus:
+                no_gpu()
             device = args[1] if len(args) > 1 else kwargs.get("device")
             devices.mark(args[0], devices.named("cuda" if device is None else device))
             return args[0]
@@ -199,6 +178,8 @@ class CudaOnCpu(TorchFunctionMode):
             if target is False:
                 target = devices.named(named[0])
             args = tuple(_cpu(a) for a in args)
+        if not self.gpus and target is not False and target is not None:
+            no_gpu()
         out = devices.place(func, args, kwargs, func(*args, **kwargs), target)
         if func in unread.INTO_TENSOR:  # a number not computed made data: no value known
             caller = sys._getframe(1)
@@ -412,14 +393,27 @@ def _install(spec: RankSpec, recorder: Recorder, private_root: bool = False) -> 
     dist.Backend.register_backend(
         BACKEND, make_backend(recorder), extended_api=True, devices=["cpu", "cuda"]
     )
-    _stub_cuda(spec.rank % spec.nproc_per_node, spec.nproc_per_node)
+    if spec.device == "cuda":
+        _stub_cuda(spec.rank % spec.nproc_per_node, spec.nproc_per_node)
+    else:  # a CPU machine: torch.cuda answers as the CPU build does (no GPU)
+        from commlint.plans.dryrun import cuda_standins
+
+        _CUDA_ON_CPU.gpus = False
+        cuda_standins.compile_on_cpu()
 
     default_backend = ["nccl"]  # the default group's backends, as torch gives them
 
     def make_init(orig: Any) -> Any:
         def init_process_group(backend: Any = None, init_method: Any = None, **kw: Any) -> Any:
+            if spec.device == "cpu" and str(backend or "").lower() == "nccl":
+                # torch's own words on a machine without GPUs
+                raise RuntimeError(
+                    "ProcessGroupNCCL is only supported with GPUs, no GPUs found! "
+                    "(--device cpu: the job runs on CPUs)"
+                )
             if recorder.requested_backend is None:
-                recorder.requested_backend = str(backend) if backend else "nccl"
+                gpu_default = "nccl" if spec.device == "cuda" else "gloo"
+                recorder.requested_backend = str(backend) if backend else gpu_default
                 recorder.send(("backend", recorder.requested_backend))
                 # no backend named: torch gives the group gloo for CPU tensors, NCCL for GPU
                 default_backend[0] = str(backend) if backend else "cpu:gloo,cuda:nccl"
@@ -871,6 +865,8 @@ def _modules_stay_on_cpu() -> None:
     to = module.to
 
     def on_gpu(self: Any, device: Any) -> Any:
+        if not _CUDA_ON_CPU.gpus:
+            no_gpu()
         idx = devices.named(device)
         for t in (*self.parameters(), *self.buffers()):
             devices.mark(t, idx)
@@ -966,8 +962,25 @@ def _skip_computation_without_communication() -> None:
         if cls is None:
             continue
 
-        def step(self: Any, closure: Any = None) -> Any:
-            out = closure() if closure is not None else None
+        def step(self: Any, closure: Any = None, _step: Any = cls.step) -> Any:
+            rates = [g.get("lr") for g in self.param_groups]
+            if not self.__dict__.get("_commlint_stepped") and all(
+                type(lr) in (float, int) for lr in rates
+            ):
+                # the first step makes the optimizer's state (`exp_avg`, `momentum_buffer`,
+                # on fake tensors), which programs read (`opt.state[p]["exp_avg"]`): it runs
+                # at a learning rate of 0, so the parameters stay as every skipped step
+                # leaves them (a value the dry-run knows stays the same on every rank)
+                self._commlint_stepped = True
+                for g in self.param_groups:
+                    g["lr"] = 0.0
+                try:
+                    out = _step(self, closure)
+                finally:
+                    for g, lr in zip(self.param_groups, rates, strict=True):
+                        g["lr"] = lr
+            else:
+                out = closure() if closure is not None else None
             fingerprint.stepped(self)  # the parameters hold what a real step makes them
             return out
 
@@ -1157,54 +1170,6 @@ def _ddp_unfinished(text: str) -> str:
     )
 
 
-class _PipeSend:
-    """The rank's `conn.send`, shared (never copied) by `copy.deepcopy` of anything that
-    reaches it: a copied Connection closes the real pipe when it is collected."""
-
-    def __init__(self, conn: Any) -> None:
-        self._send = conn.send
-
-    def __call__(self, msg: Any) -> None:
-        self._send(msg)
-
-    def __copy__(self) -> _PipeSend:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> _PipeSend:
-        return self
-
-
-class _Live:
-    """Values peers send in this very pass, asked of the parent when a receive needs them:
-    with every rank running at once, a rank gets what its peers send now (as in a real
-    run), not what they sent in the previous pass, so a chain of values over many steps
-    settles in one pass instead of one pass per step. The parent answers with what it has
-    once every sender has sent it, has ended, or every running rank waits (a peer that will
-    not send it: the previous pass's value, as without this). Shared, never copied, by
-    `copy.deepcopy` (as `_PipeSend`)."""
-
-    def __init__(self, send: Callable[[Any], None], replies: Any, timeout: float) -> None:
-        self._send, self._replies, self._timeout = send, replies, timeout
-        self._pid = os.getpid()
-
-    def __call__(self, key: Any, senders: list[int]) -> dict[int, Any] | None:
-        if threading.current_thread() is not threading.main_thread() or os.getpid() != self._pid:
-            return None  # one question at a time: the main thread's (not a helper process's)
-        self._send(("want", key, senders))
-        # the parent answers once the senders sent, or ended, or every rank waits: however
-        # long a busy machine makes that (a rank that waits for its peers is not stuck)
-        try:
-            return self._replies.recv()
-        except EOFError:
-            return None
-
-    def __copy__(self) -> _Live:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> _Live:
-        return self
-
-
 def run_rank(spec: RankSpec, table: ValueTable, conn: Any, replies: Any = None) -> None:
     """Child entry point: never returns (leaves with os._exit so torch's atexit cannot hang)."""
     global _RECORDER
@@ -1236,10 +1201,10 @@ def run_rank(spec: RankSpec, table: ValueTable, conn: Any, replies: Any = None) 
         os.environ.update(worker_env(spec.rank, spec.world_size, spec.nproc_per_node))
         os.environ.update(spec.env)
 
-        send = _PipeSend(conn)
+        send = PipeSend(conn)
         recorder = Recorder(spec.rank, spec.world_size, table, send)
         if replies is not None:
-            recorder.live = _Live(send, replies, spec.timeout)
+            recorder.live = Live(send, replies, spec.timeout)
         _RECORDER = recorder
         _install(spec, recorder, private_root)
         end = _run_program(spec, recorder)
@@ -1372,7 +1337,9 @@ def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
                 os.write(fd, traceback.format_exc().encode())
             finally:
                 os.close(fd)
-        if spec.mode == "fake" and not str(exc).startswith(_DDP_UNFINISHED) and not _own(exc):
+        if spec.mode == "fake" and (
+            limit or (not str(exc).startswith(_DDP_UNFINISHED) and not own(exc))
+        ):
             # DDP's own check failed (its reducer state, not tensor data): no need to see
             # whether real tensors raise it too.
             recorder.send(("fake-limit", message, site, limit, live_fake_bytes()))

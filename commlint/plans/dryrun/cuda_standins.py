@@ -163,6 +163,12 @@ def _autocast_on_cpu() -> None:
     autocast.__init__ = on_cpu  # type: ignore[method-assign]
 
 
+def compile_on_cpu() -> None:
+    """`torch.compile` runs eagerly on a CPU target too: fake tensors never reach a compiler."""
+    torch.compile = compile_eagerly
+    torch.nn.Module.compile = lambda self, *a, **k: None
+
+
 def install(local_rank: int, local_world: int, sync: Callable[[str], None]) -> None:
     """Replace the parts of `torch.cuda` / `torch.accelerator` / `torch.compile` listed in
     the module docstring."""
@@ -307,5 +313,4 @@ def install(local_rank: int, local_world: int, sync: Callable[[str], None]) -> N
 
     dist.is_nccl_available = lambda: True
     _autocast_on_cpu()
-    torch.compile = compile_eagerly
-    torch.nn.Module.compile = lambda self, *a, **k: None
+    compile_on_cpu()

@@ -96,6 +96,8 @@ class DryRunOptions:
     module: str | None = None
     # variables every rank sees over the ones torchrun sets (`--master-addr`, `--role` ...)
     env: dict[str, str] = field(default_factory=dict)
+    # the machine the job runs on: "cuda" (GPUs, played by stand-ins) or "cpu" (none)
+    device: str = "cuda"
 
 
 @dataclass
@@ -156,6 +158,7 @@ class DryRunResult:
             "args": options.args,
             "nproc_per_node": options.nproc_per_node,
             "tensors": self.mode,
+            "device": options.device,
             "passes": self.passes,
             "recorded_ranks": rank_spec(ranks),
         }
@@ -251,7 +254,7 @@ def _pass(
     # a rank process's exit (`_exit_fd`) -> its pipe
     sentinels: dict[int, Any] = {}
     runs: dict[int, RankRun] = {r: RankRun() for r in ranks}
-    # Live delivery (`child._Live`): what each rank sent in this pass, and the receives
+    # Live delivery (`channel.Live`): what each rank sent in this pass, and the receives
     # waiting for it (rank -> (key, senders)), answered through each rank's reply pipe. Each
     # wait keeps the senders it still misses, and each key its waiters: a value that arrives
     # or a rank that ends costs only the waits it concerns (1,024 ranks each waiting for all).
@@ -411,6 +414,7 @@ def _pass(
                     program=options.program,
                     module=options.module,
                     env=options.env,
+                    device=options.device,
                     args=options.args,
                     rank=rank,
                     world_size=options.world_size,
@@ -602,6 +606,7 @@ def _dry_run(
     stable = 0  # passes in a row whose reruns recorded the same communication as before
     fallback_note = ""
     symbolic = False  # comparisons of uncomputed numbers are decisions (over the budget)
+    decided_first = False  # ... chosen within the budget (real tensors if they steer)
     settled_at: int | None = None  # the pass after which only values, not traces, changed
     exact_from: int | None = None  # the pass after which model data's values counted too
     exact_unsettled = False  # ... and they had not settled when the exact phase ended
@@ -676,6 +681,20 @@ def _dry_run(
             rank, (message, site, _) = min((hard or limited).items())
             where = f" at {site}" if site else ""
             need = max(runs[r].fake_bytes for r in limited)
+            within = options.real_budget is None or need <= options.real_budget
+            if message.startswith(_STEERS) and not symbolic and within:
+                # A test of a number fake tensors did not compute: decided first, as past the
+                # budget, and explored where rank-local (`_explore`). Real tensors are needed
+                # only if the value turns out to decide what a rank communicates.
+                symbolic = decided_first = True
+                notes.append(
+                    f"rank {rank} tested a number fake tensors did not compute{where}: every "
+                    "rank took the outcome its placeholder gives there, and the other outcome "
+                    "of each test of a rank-local value was recorded too"
+                )
+                table, runs, todo = ValueTable(), {}, list(options.ranks)
+                converged, stable, settled_at = False, 0, None
+                continue
             if options.real_budget is not None and need > options.real_budget:
                 # Real tensors of this size cost the real model's memory and compute on
                 # every rank: never done unasked. A comparison of a number fake tensors did
@@ -709,7 +728,8 @@ def _dry_run(
                 break
             fallback_note = (
                 f"rank {rank} stopped under fake tensors{where} ({message}); every rank was "
-                "recorded again with small real CPU tensors"
+                f"recorded again with small real CPU tensors ({len(limited)} of {len(runs)} "
+                f"rank{'s' if len(runs) != 1 else ''} needed real values)"
             )
             notes.append(fallback_note)
             if not hard:
@@ -748,9 +768,39 @@ def _dry_run(
                 run.stopped = f"fake tensors cannot run it ({run.fake_limit[0]})"
     unsettled = [] if converged else sorted(todo)
     steering = _explore(options, runs, table, scratch, notes) if symbolic else []
+    if decided_first and steering and mode == "fake":
+        sites = {s["test"] for s in steering}
+        needed = [r for r, run in runs.items() if any(d[2] in sites for d in run.decisions)]
+        return _real_for_steering(options, start, on_start_pass, on_done, scratch, steering, needed)
     return DryRunResult(
         runs, passes, mode, notes, converged, time.monotonic() - start, unsettled, steering
     )
+
+
+def _real_for_steering(
+    options: DryRunOptions,
+    start: float,
+    on_start_pass: Callable[[int, int], None] | None,
+    on_done: Callable[[int], None] | None,
+    scratch: str,
+    steering: list[dict[str, Any]],
+    needed: list[int],
+) -> DryRunResult:
+    """A value fake tensors did not compute decides what a rank communicates (`_explore`
+    found both outcomes of its test communicate differently), and the real re-run is within
+    the budget: record every rank with small real CPU tensors, where the test takes the
+    outcome the real values give (exact: one that is the same on every rank is no finding)."""
+    first = steering[0]
+    result = _dry_run(options, "real", start, on_start_pass, on_done, scratch)
+    n = len(options.ranks)
+    result.notes.insert(
+        0,
+        f"rank {first['rank']} stopped under fake tensors at {first['test'] or '?'}: the "
+        f"value read at {first['read'] or '?'} decides what it communicates there; every rank "
+        f"was recorded again with small real CPU tensors ({len(needed) or 1} of {n} "
+        f"rank{'s' if n != 1 else ''} needed real values)",
+    )
+    return result
 
 
 # findings that hold whatever a rank does after its recorded actions: a wait-for cycle, calls

@@ -738,7 +738,7 @@ class Recorder(_Shared):
 
     def receive(self, key: Key, senders: list[int] | None = None) -> dict[int, Any]:
         """What the other ranks sent for `key`: asked live of the parent when the senders
-        are known and the pass runs them at once (`child._Live`), else the previous pass's."""
+        are known and the pass runs them at once (`channel.Live`), else the previous pass's."""
         others = [r for r in senders or () if r != self.rank]
         got = self.live(key, others) if self.live is not None and others else None
         if got is not None:

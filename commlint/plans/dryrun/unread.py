@@ -18,6 +18,7 @@ placeholder only where the program's bytecode shows the number never steers (`fl
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dis
 import operator
@@ -103,7 +104,9 @@ def assertion_outcome(frame: Any) -> bool | None:
     listed, at = cached
     k = at.get(frame.f_lasti)
     if k is None:
-        return None
+        # inside a call, 3.11's `f_lasti` is the call's inline cache, not an instruction
+        k = bisect.bisect_right([ins.offset for ins in listed], frame.f_lasti) - 1
+        return _compared_with_a_constant(listed, k) if k >= 0 else None
     for j in (k, k + 1):  # the test is the jump itself, or the comparison just before it
         if j + 1 >= len(listed):
             return None
@@ -112,7 +115,33 @@ def assertion_outcome(frame: Any) -> bool | None:
             if listed[j + 1].opname == "LOAD_ASSERTION_ERROR":
                 return name.endswith("IF_TRUE")
             return None
-    return None
+    return _compared_with_a_constant(listed, k)
+
+
+def _compared_with_a_constant(listed: list[dis.Instruction], k: int) -> bool | None:
+    """`assert torch.allclose(a, b) is False` (accelerate's gradient-sync checks): the result
+    of the call running at `k`, compared with True or False, decides the assertion; the result
+    that makes it hold."""
+    j = k + 1 if listed[k].opname == "PRECALL" else k
+    if j + 4 >= len(listed) or listed[j].opname != "CALL":
+        return None
+    const, op, jump, then = listed[j + 1 : j + 5]
+    jumps = jump.opname.startswith("POP_JUMP") and jump.opname.endswith(("IF_TRUE", "IF_FALSE"))
+    if (
+        const.opname != "LOAD_CONST"
+        or not isinstance(const.argval, bool)
+        or not jumps
+        or then.opname != "LOAD_ASSERTION_ERROR"
+    ):
+        return None
+    if op.opname == "IS_OP":
+        negated = bool(op.arg)
+    elif op.opname == "COMPARE_OP" and op.argval in ("==", "!="):
+        negated = op.argval == "!="
+    else:
+        return None
+    holds = jump.opname.endswith("IF_TRUE")  # the comparison's result that skips the raise
+    return const.argval if holds != negated else not const.argval
 
 
 def provenance(value: Any) -> bool:
@@ -491,6 +520,54 @@ def install(
     torch.Tensor.item = _when_fake(torch.Tensor.item, unread_item)
     torch.Tensor.tolist = _when_fake(torch.Tensor.tolist, unread_list)
     torch.Tensor.__bool__ = _when_fake(torch.Tensor.__bool__, decided_bool)  # type: ignore[method-assign]
+
+    def decided_equal(compare: Callable[..., bool]) -> Callable[..., bool]:
+        # `torch.equal(a, b)` (`allclose`) of fake tensors tests their values, as `bool(t)`: the
+        # fake limit (a test), a decision under symbolic steering (taken as equal: what the
+        # placeholders give); `assert torch.equal(...)` is taken to hold
+        def equal(a: Any, b: Any, *rest: Any, **k: Any) -> bool:
+            try:
+                return compare(a, b, *rest, **k)
+            except DataDependentOutputException:
+                tensors = [t for t in (a, b) if isinstance(t, torch.Tensor)]
+                if not any(_fake_underneath(t) for t in tensors):
+                    raise
+                if _decide is None:
+                    raise UnreadValueSteers(_ITEM) from None
+                held = assertion_outcome(_testing_frame())
+                alike = all(same(t) for t in tensors)
+                fps = [made(t) for t in tensors]  # made alike when both operands are
+                fp = None if None in fps else f"equal({', '.join(map(str, fps))})"
+                number = unread(torch.float32, on_read(), alike, fp)
+                got = _decide(number, True, held)
+                RAISED.clear()
+                return got
+
+        return equal
+
+    for name in ("equal", "allclose"):
+        setattr(torch, name, decided_equal(getattr(torch, name)))
+        setattr(torch.Tensor, name, decided_equal(getattr(torch.Tensor, name)))
+
+    from torch.utils._pytree import tree_leaves
+
+    def held_or_steers(check: Callable[..., Any]) -> Callable[..., Any]:
+        # `torch.testing.assert_close(actual, expected)` of fake tensors: an assertion of
+        # their values (it only raises AssertionError), taken to hold as an `assert` of one is
+        # (symbolic steering); without it, the test it is (a fake limit)
+        def assert_close(actual: Any, expected: Any, *a: Any, **k: Any) -> Any:
+            tensors = [t for t in tree_leaves((actual, expected)) if isinstance(t, torch.Tensor)]
+            if not any(_fake_underneath(t) for t in tensors):
+                return check(actual, expected, *a, **k)
+            if _decide is None:
+                raise UnreadValueSteers(_ITEM)
+            number = unread(torch.float32, on_read(), all(same(t) for t in tensors))
+            _decide(number, True, True)
+            return None
+
+        return assert_close
+
+    torch.testing.assert_close = held_or_steers(torch.testing.assert_close)
     to_numpy = torch.Tensor.numpy
 
     def fake_numpy(self: torch.Tensor, *, force: bool = False) -> Any:
