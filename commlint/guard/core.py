@@ -133,7 +133,9 @@ class Guard:
         self.ended = False
         self.leaving = False
         # False: calls pass straight through (the overhead bench compares both in one job)
-        self.enabled = True
+        self._enabled = True
+        # why the side channel failed (then every call passes straight through), or None
+        self.degraded: str | None = None
         self.fp_seconds = 0.0  # time spent on the side channel's fingerprints (bench figure)
         self.fp_calls = 0
         self.fp_trusted = 0  # of which only published (`--check auto`, a path seen matched)
@@ -143,6 +145,32 @@ class Guard:
         self._start_lock = threading.Lock()
         # DDP modules whose forward ran since the last backward() and will sync gradients
         self.ddp_pending: list[Any] = []
+
+    @property
+    def enabled(self) -> bool:
+        """Calls are recorded and checked: on (unless the bench turned it off) and not degraded."""
+        return self._enabled and self.degraded is None
+
+    @enabled.setter
+    def enabled(self, value: bool) -> None:
+        self._enabled = value
+
+    def degrade(self, why: str) -> None:
+        """A guard operation failed (the store's host left, a thread died): say so in one line
+        and let the program go on exactly as unguarded — the guard must never break a job."""
+        if self.degraded is not None or self.leaving:
+            return
+        self.degraded = why
+        with contextlib.suppress(Exception):
+            print(f"commlint guard degraded: {why}", file=sys.stderr, flush=True)
+        self.ended = True  # the watchdog and the publisher stop at their next turn
+        w = self.watchdog
+        if w is not None:
+            w.wake.set()
+        pub = self.publisher
+        if pub is not None:
+            pub.stopping = True
+            pub.wake.set()
 
     # -- side channel -------------------------------------------------------------------------
 
@@ -181,6 +209,13 @@ class Guard:
 
                 self.watchdog = Watchdog(self, ring)
                 self.ring = ring
+                try:
+                    # this thread's client now, while the store's host surely is up (a client
+                    # made after it left would retry its connection for the whole timeout)
+                    self.store()
+                except Exception as exc:
+                    self.degrade(f"cannot reach the job's store: {_brief(exc)}")
+                    return True
                 self.watchdog.start()
         return True
 
@@ -356,6 +391,10 @@ class Guard:
         t0 = time.perf_counter()
         try:
             self.fingerprint(e, call)
+        except CommlintGuardError:
+            raise
+        except Exception as exc:
+            self.degrade(f"fingerprint check failed: {_brief(exc)}")
         finally:
             self.fp_seconds += time.perf_counter() - t0
             self.fp_calls += 1
@@ -501,6 +540,10 @@ class Guard:
                         self.p2p_fingerprint(e, call, key)
                 else:
                     self.fingerprint(e, call)
+            except CommlintGuardError:
+                raise
+            except Exception as exc:  # the side channel failed: go on as unguarded
+                self.degrade(f"fingerprint check failed: {_brief(exc)}")
             finally:
                 self.fp_seconds += time.perf_counter() - t0
                 self.fp_calls += 1
@@ -836,7 +879,7 @@ class _Publisher(threading.Thread):
             del store  # close the client here, not during interpreter shutdown
         except Exception as exc:  # the guard must never take the job down by itself
             if not self.guard.ended:
-                print(f"commlint guard: publisher stopped: {exc!r}", file=sys.stderr, flush=True)
+                self.guard.degrade(f"publisher stopped: {_brief(exc)}")
 
 
 def _ddp_buckets(ddp: Any, probe_bytes: int) -> list[tuple[int, str]]:
@@ -855,6 +898,12 @@ def _ddp_buckets(ddp: Any, probe_bytes: int) -> list[tuple[int, str]]:
     size = first.element_size() if first is not None else 1
     dtype = str(first.dtype).removeprefix("torch.") if first is not None else "uint8"
     return [(int(b) // size, dtype) for b in str(sizes).replace(" ", "").split(",") if b]
+
+
+def _brief(exc: BaseException) -> str:
+    """An exception in one line: its type and the first line of its text."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:200]}" if text else type(exc).__name__
 
 
 def _tracing() -> bool:

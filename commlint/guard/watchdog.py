@@ -52,7 +52,9 @@ class Watchdog(threading.Thread):
             del store  # close the client here, not during interpreter shutdown
         except Exception as exc:  # the guard must never take the job down by itself
             if not self.guard.ended:
-                print(f"commlint guard: watchdog stopped: {exc!r}", file=sys.stderr, flush=True)
+                from commlint.guard.core import _brief
+
+                self.guard.degrade(f"watchdog stopped: {_brief(exc)}")
 
     def step(self, store: Any) -> None:
         rank = self.ring.rank
