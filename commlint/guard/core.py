@@ -62,6 +62,7 @@ class Options:
     save_trace: str | None = None
     ring_size: int = 512
     ddp: bool = True
+    kill_stalled: bool = False  # end the job on a stall no finding proves (after one report)
 
     @classmethod
     def from_env(cls) -> Options:
@@ -72,6 +73,7 @@ class Options:
             save_trace=env.get("COMMLINT_GUARD_SAVE_TRACE") or None,
             ring_size=int(env.get("COMMLINT_GUARD_RING", "512")),
             ddp=env.get("COMMLINT_GUARD_DDP", "1") not in ("0", "false", "no"),
+            kill_stalled=env.get("COMMLINT_GUARD_KILL_STALLED", "0") in ("1", "true", "yes"),
         )
 
     def sample_every(self) -> int:
@@ -136,6 +138,8 @@ class Guard:
         self._enabled = True
         # why the side channel failed (then every call passes straight through), or None
         self.degraded: str | None = None
+        # the text of the verdict this rank raised or printed (the summary), once there is one
+        self.verdict_text: str | None = None
         self.fp_seconds = 0.0  # time spent on the side channel's fingerprints (bench figure)
         self.fp_calls = 0
         self.fp_trusted = 0  # of which only published (`--check auto`, a path seen matched)

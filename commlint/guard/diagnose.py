@@ -71,18 +71,21 @@ def build_trace(states: dict[int, dict[str, Any]], world_size: int, backend: str
             continue
         first: dict[str, int] = {}
         for e in s["entries"]:
+            if _created(e):
+                continue
             if "key" in e and e["key"] not in first:
                 first[e["key"]] = e["seq"]
         for k, n in s.get("next_seq", {}).items():
-            first.setdefault(k, n)
+            if not k.startswith("create:"):
+                first.setdefault(k, n)
         oldest[r] = first
     frontier: dict[int, dict[str, int]] = {}
     for r, s in states.items():
         if "entries" not in s:
             continue
-        front = dict(s.get("next_seq", {}))
+        front = {k: n for k, n in s.get("next_seq", {}).items() if not k.startswith("create:")}
         for e in s["entries"]:
-            if "key" in e and e.get("state") != "done":
+            if "key" in e and e.get("state") != "done" and not _created(e):
                 front[e["key"]] = min(front.get(e["key"], e["seq"]), e["seq"])
         frontier[r] = front
     keys = {k for first in oldest.values() for k in first}
@@ -103,7 +106,7 @@ def build_trace(states: dict[int, dict[str, Any]], world_size: int, backend: str
         actions: list[Action] = []
         kept_handles: set[str] = set()
         for e in s.get("entries", []):
-            if e.get("nonmember"):
+            if e.get("nonmember") or _created(e):
                 continue
             if e["op"] == "wait":
                 handles = [h for h in e.get("handles", []) if h in kept_handles]
@@ -130,6 +133,11 @@ def build_trace(states: dict[int, dict[str, Any]], world_size: int, backend: str
     return trace, pending
 
 
+def _created(e: dict[str, Any]) -> bool:
+    """A group creation (`commlint.guard.groups`): checked when made, not a trace action."""
+    return str(e.get("key", "")).startswith("create:")
+
+
 def _end_of(s: dict[str, Any]) -> RankEnd | None:
     status = s.get("status")
     if status == "running":
@@ -137,10 +145,12 @@ def _end_of(s: dict[str, Any]) -> RankEnd | None:
             kind="timeout",
             message="it is still running outside any communication call; it may get there",
         )
+    if status == "stopped":
+        return RankEnd(kind="timeout", message=s.get("why") or "its process is stopped")
     if status == "dead":
         return RankEnd(
-            kind="exception",
-            message=s.get("why") or "the process is gone: no heartbeat and no exit recorded",
+            kind="exit",
+            message=s.get("why") or "exited without recording how (no heartbeat, no exit)",
         )
     end = s.get("end")
     if end and end.get("kind") in ("exception", "exit"):
@@ -159,7 +169,7 @@ def diagnose(states: dict[int, dict[str, Any]], world_size: int, backend: str = 
     trace, pending = build_trace(states, world_size, backend)
     model = "nccl" if "nccl" in backend else "gloo"
     result = check_trace(trace, model, reorder=False, symmetry=False)
-    running = {r for r, s in states.items() if s.get("status") == "running"}
+    running = {r for r, s in states.items() if s.get("status") in ("running", "stopped")}
     hang = []
     for f in result.findings:
         if f.severity != "error" or f.code not in STALL_CODES:
@@ -192,6 +202,42 @@ def format_report(
     return "\n".join(lines)
 
 
+def stall_report(
+    states: dict[int, dict[str, Any]],
+    timeout: float,
+    after: float,
+    next_in: float | None,
+    killed: bool,
+) -> str:
+    """A stall no finding proves (a rank blocked, another still running, stopped or silent):
+    what every rank is doing now — blocked in which call where, or running at which line."""
+    blocked = sorted(r for r, s in states.items() if s.get("status") == "blocked")
+    others = sorted(r for r, s in states.items() if s.get("status") in ("running", "stopped"))
+    who = ", ".join(map(str, blocked))
+    lines = [
+        f"commlint guard: stall: rank{'s' if len(blocked) > 1 else ''} {who} blocked for more "
+        f"than {timeout:g} s ({after:.1f} s since the first call blocked); no hang is proven "
+        + (
+            f"while rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} "
+            "may yet get there. Each rank now:"
+            if others
+            else "yet. Each rank now:"
+        )
+    ]
+    for r in sorted(states):
+        lines.append(f"  rank {r}: {_rank_line(states[r])}")
+        where = states[r].get("where") or []
+        if states[r].get("status") == "running" and len(where) > 1:
+            lines.extend(f"      called from {w}" for w in where[1:])
+    if killed:
+        lines.append("  the job is ended (--kill-stalled).")
+    elif next_in is not None:
+        lines.append(
+            f"  next report in {next_in:g} s; pass --kill-stalled to end a stalled job instead."
+        )
+    return "\n".join(lines)
+
+
 def _rank_line(s: dict[str, Any]) -> str:
     status = s.get("status")
     if status == "blocked":
@@ -199,8 +245,10 @@ def _rank_line(s: dict[str, Any]) -> str:
         what = _describe(e)
         return f"blocked {s.get('blocked_for', 0):.1f} s in {what}"
     if status == "running":
-        return "running (not in a communication call)"
-    if status == "dead":
+        where = s.get("where") or []
+        at = f" at {where[0]}" if where else ""
+        return s.get("why") or f"running{at} (not in a communication call)"
+    if status in ("dead", "stopped"):
         return s.get("why") or "gone (no heartbeat)"
     end = s.get("end") or {}
     kind = end.get("kind", "finished")
@@ -219,8 +267,8 @@ def _describe(e: dict[str, Any]) -> str:
         data = {"op": "wait", "handles": e.get("handles", [])}
     try:
         text = Action.model_validate(data).describe()
-    except Exception:
-        text = str(e.get("op"))
+    except Exception:  # not a trace action (a group creation): its own words
+        text = str(e.get("label") or e.get("op"))
     return text + (f" @{e['site']}" if e.get("site") else "")
 
 

@@ -63,3 +63,59 @@ def test_store_host_leaving_first_degrades_instead_of_breaking_the_job() -> None
     assert degraded and all(line.startswith("commlint guard degraded: ") for line in degraded), (
         degraded
     )
+
+
+def _torchrun(
+    program: Path, guard: list[str] | None, nproc: int = 2
+) -> subprocess.CompletedProcess:
+    from bench.guard_jobs import command, job_env
+
+    cmd = command(program, [], guard=guard, nproc=nproc)
+    return subprocess.run(cmd, env=job_env(), capture_output=True, text=True, timeout=300)
+
+
+def _finished(proc: subprocess.CompletedProcess) -> bool:
+    """Every rank ran to its end: exit 0, or a SIGABRT after that (torch/gloo's shutdown race)."""
+    return proc.returncode == 0 or "Signal 6 (SIGABRT)" in proc.stderr
+
+
+def test_join_uneven_inputs_run_unchanged() -> None:
+    """Under `Join`, a rank that ran out of batches shadows the others' bucket all-reduces with
+    Join's own all-reduces (other ops, sizes, dtypes): the guard stands down inside the block,
+    and the job ends exactly as unguarded."""
+    plain = _torchrun(PROGRAMS / "join_uneven.py", None)
+    guarded = _torchrun(PROGRAMS / "join_uneven.py", ["--timeout", "2"])
+    assert _finished(plain), plain.stderr[-3000:]
+    assert _finished(guarded), guarded.stderr[-3000:]
+    assert "CL2" not in guarded.stderr and "degraded" not in guarded.stderr, guarded.stderr[-3000:]
+    assert sorted(guarded.stdout.splitlines()) == sorted(plain.stdout.splitlines())
+    assert len(plain.stdout.splitlines()) == 2
+
+
+def _created_at(stderr: str) -> float:
+    """When the last rank reached its group creation (the program prints it)."""
+    stamps = [
+        float(line.rsplit(" ", 1)[1]) for line in stderr.splitlines() if " creating at " in line
+    ]
+    assert stamps, stderr[-2000:]
+    return max(stamps)
+
+
+@pytest.mark.parametrize("run", range(3))
+def test_group_created_by_some_ranks_only_is_cl212_at_the_creating_line(run: int) -> None:
+    """`if rank in eval_ranks: new_group(eval_ranks)` then `new_group()` on every rank: the
+    ranks' k-th creations differ, which is CL212 at the creating line on every run, within 4×
+    the guard timeout of the last rank reaching it (unguarded: a hang until the timeout)."""
+    import time
+
+    from bench.guard_jobs import command, job_env
+
+    cmd = command(PROGRAMS / "group_setup.py", ["lazy"], guard=["--timeout", "2"])
+    proc = subprocess.run(cmd, env=job_env(), capture_output=True, text=True, timeout=300)
+    ended = time.time()
+    err = proc.stderr
+    assert proc.returncode != 0
+    assert "CL212 group-name-mismatch" in err, err[-3000:]
+    assert "rank 0: new_group(ranks=[0]) @" in err and "group_setup.py:22" in err, err[-3000:]
+    assert "rank 1: new_group(ranks=[0, 1]) @" in err and "group_setup.py:23" in err
+    assert ended - _created_at(err) < 4 * 2.0, ended - _created_at(err)
