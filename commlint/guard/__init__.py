@@ -35,6 +35,7 @@ def install(
     timeout: float | None = None,
     check: str | None = None,
     save_trace: str | None = None,
+    kill_stalled: bool | None = None,
 ) -> Guard:
     """Wrap `torch.distributed` in this process; arguments override `COMMLINT_GUARD_*`.
 
@@ -51,6 +52,8 @@ def install(
         options.check = check
     if save_trace is not None:
         options.save_trace = save_trace
+    if kill_stalled is not None:
+        options.kill_stalled = kill_stalled
     guard = Guard(options)
     _patch(guard)
     _GUARD = guard
@@ -59,7 +62,12 @@ def install(
 
     def excepthook(kind: Any, value: Any, tb: Any) -> None:
         record_exception(value)
-        previous_hook(kind, value, tb)
+        if previous_hook is sys.__excepthook__:
+            from commlint.guard.summary import print_exception
+
+            print_exception(value)  # without the guard's frames; its verdict block last
+        else:
+            previous_hook(kind, value, tb)
 
     sys.excepthook = excepthook
     return guard

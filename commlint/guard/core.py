@@ -666,7 +666,11 @@ class Guard:
         same fingerprint after the same previous one on this group) only publishes — a set,
         which does not wait for the store's answer; any other call waits (up to `FP_WAIT`)
         for every member's fingerprint and compares before it enters."""
-        fp = {k: e[k] for k in ("op", "root", "reduce_op", "shape", "dtype", "site") if k in e}
+        fp = {
+            k: e[k]
+            for k in ("op", "root", "reduce_op", "shape", "dtype", "site", "label")
+            if k in e
+        }
         if call.obj:
             fp.pop("shape", None)
         if e["op"] == "all_to_all":
@@ -704,10 +708,11 @@ class Guard:
             if stream is not None and key is not None:
                 stream.step(key, complete)
             return
-        from commlint.guard.diagnose import mismatch_text
+        from commlint.guard.diagnose import mismatch_text, mismatch_trace
 
         text = mismatch_text(group, members, seq, seen, self.world_size)
         self.ring.finish(e, FAILED)  # type: ignore[union-attr]
+        self.found(text, mismatch_trace(group, members, seen, self.world_size))
         with contextlib.suppress(Exception):
             store.set("fperr", json.dumps({"rank": self.rank, "text": text}))
         raise CommlintGuardError(text)
@@ -781,9 +786,28 @@ class Guard:
         else:
             text = p2p_mismatch_text(e, peer_fp, call.root, self.rank, self.world_size)
         self.ring.finish(e, FAILED)  # type: ignore[union-attr]
+        self.found(text, None)
         with contextlib.suppress(Exception):
             store.set("fperr", json.dumps({"rank": self.rank, "text": text}))
         raise CommlintGuardError(text)
+
+    def found(self, text: str, trace: Any) -> None:
+        """This rank found a mismatch before a call (raised next): keep the verdict, and save
+        the trace it came from (`--save-trace`; without one, this rank's ring)."""
+        from commlint.guard.summary import save
+
+        self.verdict_text = text
+        if self.options.save_trace:
+            save(self.options.save_trace, trace or self.own_trace(), text.splitlines()[:1])
+
+    def own_trace(self) -> Any:
+        """This rank's ring as a trace (the others' unknown)."""
+        from commlint.guard.diagnose import build_trace
+
+        assert self.ring is not None
+        snap = self.ring.snapshot()
+        snap.update(status="blocked", groups={n: r for n, r in self.groups.values()})
+        return build_trace({self.rank: snap}, self.world_size, self.backend)[0]
 
     def publish(self, key: str, fp: dict[str, Any]) -> None:
         """Publish a fingerprint from the publisher thread, in call order (this thread only
@@ -807,10 +831,30 @@ class Guard:
         try:
             snap = self.ring.snapshot()
             snap["end"] = {"kind": kind, "message": message, "site": site}
-            self.store().set(f"end/{self.rank}", json.dumps(snap, default=str))
+            snap["groups"] = {name: ranks for name, ranks in self.groups.values()}
+            store = self.store()
+            store.set(f"end/{self.rank}", json.dumps(snap, default=str))
+            if self.options.save_trace and kind == "finished" and not self.leaving:
+                self.save_at_end(store)
         except Exception:  # the store's host may already be gone at shutdown
             pass
         self.stop_watchdog()
+
+    def save_at_end(self, store: Any) -> None:
+        """`--save-trace` at a clean end: the last rank to finish (it sees every rank's exit
+        record; the store's counter picks one if two finish together) writes the job's trace."""
+        from commlint.guard.diagnose import build_trace
+        from commlint.guard.summary import save
+
+        keys = [f"end/{r}" for r in range(self.world_size)]
+        if not store.check(keys) or int(store.add("saved", 1)) != 1:
+            return
+        states = {}
+        for r, raw in enumerate(store.multi_get(keys)):
+            states[r] = json.loads(raw)
+            states[r]["status"] = "ended"
+        trace, _ = build_trace(states, self.world_size, self.backend)
+        save(self.options.save_trace, trace, [])
 
     def stop_watchdog(self) -> None:
         """Let the watchdog finish its tick and end before the process tears torch down: a

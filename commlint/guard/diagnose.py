@@ -10,7 +10,6 @@ forward from there, exactly as it runs a dry-run's trace.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -276,29 +275,73 @@ def _fields(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if k in ACTION_FIELDS and v is not None}
 
 
-def mismatch_text(
-    group: str, members: list[int], seq: int, seen: dict[int, dict[str, Any]], world_size: int
-) -> str:
-    """The checker's CL203/CL204 text for one collective whose members disagree."""
-    from commlint.graph.check import check_trace
-
-    trace = Trace(world_size=world_size, groups={} if group == WORLD else {group: members})
+def mismatch_trace(
+    group: str, members: list[int], seen: dict[int, dict[str, Any]], world_size: int
+) -> Trace:
+    """One collective per member that published its fingerprint: what `commlint plan` needs
+    to find the same mismatch again."""
+    trace = Trace(
+        world_size=world_size,
+        groups={} if group == WORLD else {group: members},
+        source="guard",
+    )
     for r in range(world_size):
         fp = seen.get(r)
         trace.ranks[r] = (
             [Action.model_validate({**_fields(fp), "group": group})] if fp is not None else []
         )
+    return trace
+
+
+def _fp_line(fp: dict[str, Any], group: str) -> str:
+    """One rank's side of a mismatch: the call as the checker words it, and where."""
+    try:
+        text = Action.model_validate({**_fields(fp), "group": group}).describe()
+    except Exception:
+        text = str(fp.get("op"))
+    for k in ("shape", "dtype"):
+        if fp.get(k) is not None and str(fp[k]) not in text:
+            text += f" {k} {fp[k]}"
+    if fp.get("label") and fp["label"] != fp.get("op"):
+        text += f" ({fp['label']})"
+    return text + (f" @{fp['site']}" if fp.get("site") else "")
+
+
+def mismatch_text(
+    group: str, members: list[int], seq: int, seen: dict[int, dict[str, Any]], world_size: int
+) -> str:
+    """The CL203/CL204 block for one collective whose members disagree: the checker's
+    findings, a line per rank, the fix."""
+    from commlint.graph.check import check_trace
+    from commlint.rules import all_rules
+
+    trace = mismatch_trace(group, members, seen, world_size)
     result = check_trace(trace, "gloo", reorder=False, symmetry=False)
     found = [f for f in result.findings if f.code in ("CL203", "CL204")]
-    if not found:  # the checker tolerates it (e.g. a reduce op spelled two ways): say what differs
-        return f"collective #{seq + 1} on group '{group}' differs across ranks: " + json.dumps(
-            seen, sort_keys=True
-        )
-    parts = []
+    heads, fixes = [], []
     for f in found:
         msg = f.message.replace(" #1 on group", f" #{seq + 1} on group")
-        parts.append(f"{f.code} {f.name}: {msg}" + (f" Fix: {f.fix}" if f.fix else ""))
-    return "commlint guard: " + " ".join(parts)
+        heads.append(f"{f.code} {f.name}: {msg}")
+        if f.fix and f.fix not in fixes:
+            fixes.append(f.fix)
+    if not heads:
+        # the checker tolerates what the fingerprints tell apart (a call it cannot size, such
+        # as DDP's own broadcasts): the guard words it in the same codes
+        kinds = {(fp.get("op"), fp.get("root"), fp.get("reduce_op")) for fp in seen.values()}
+        code = "CL203" if len(kinds) > 1 else "CL204"
+        rule = all_rules()[code]
+        heads.append(
+            f"{code} {rule.name}: collective #{seq + 1} on group '{group}' differs across "
+            f"ranks ({'op, root or reduce op' if code == 'CL203' else 'shape or dtype'})."
+        )
+        fixes.append(
+            "Issue the collectives of this group in the same order, with the same arguments, "
+            "on every rank."
+        )
+    lines = [f"commlint guard: {heads[0]}", *(f"  {h}" for h in heads[1:])]
+    lines += [f"  rank {r}: {_fp_line(fp, group)}" for r, fp in sorted(seen.items())]
+    lines += [f"  fix: {fix}" for fix in fixes]
+    return "\n".join(lines)
 
 
 def p2p_mismatch_text(
@@ -320,7 +363,16 @@ def p2p_mismatch_text(
         trace.groups[group] = sorted({src, dst})
     result = check_trace(trace, "gloo", reorder=False, symmetry=False)
     found = [f for f in result.findings if f.code == "CL204"]
+    at = {r: f" @{a['site']}" if a.get("site") else "" for r, a in ((src, send), (dst, got))}
+    sides = [
+        f"  rank {src}: send(→{dst}) shape {send.get('shape')} {send.get('dtype')}{at[src]}",
+        f"  rank {dst}: recv(←{src}) shape {got.get('shape')} {got.get('dtype')}{at[dst]}",
+    ]
     if not found:
-        return f"send {sent} from rank {src} and recv {recv} on rank {dst} differ"
-    f = found[0]
-    return f"commlint guard: {f.code} {f.name}: {f.message}" + (f" Fix: {f.fix}" if f.fix else "")
+        from commlint.rules import all_rules
+
+        head = f"CL204 {all_rules()['CL204'].name}: the send and its receive differ."
+        fix = "Send and receive tensors of one shape and dtype."
+    else:
+        head, fix = f"{found[0].code} {found[0].name}: {found[0].message}", found[0].fix
+    return "\n".join([f"commlint guard: {head}", *sides, *([f"  fix: {fix}"] if fix else [])])

@@ -151,7 +151,7 @@ def check_creation(guard: Any, e: dict[str, Any], members: list[int]) -> None:
         return
     text = creation_mismatch_text(group, seq, seen)
     guard.ring.finish(e, FAILED)
-    guard.verdict_text = text
+    guard.found(text, None)
     # if the store fails, the peers' watchdogs do not hear of it; this rank still stops
     with contextlib.suppress(Exception):
         store.set("fperr", json.dumps({"rank": guard.rank, "text": text}))

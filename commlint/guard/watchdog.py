@@ -173,7 +173,7 @@ class Watchdog(threading.Thread):
             codes = sorted({f.code for f in d.hang})
         self.guard.leaving = True
         self.guard.verdict_text = text
-        self.save(d)  # before the verdict: the others' exits make the launcher end this one
+        self.save(d, text)  # before the verdict: the others' exits make the launcher end this one
         store.set(f"verdict/{rnd}", json.dumps({"coordinator": self.ring.rank, "codes": codes}))
         print(text, file=sys.stderr, flush=True)
         time.sleep(2 * self.tick)  # the others leave first, on the verdict, not on our exit
@@ -198,20 +198,11 @@ class Watchdog(threading.Thread):
         print(text, file=sys.stderr, flush=True)
         return False
 
-    def save(self, d: Any) -> None:
-        folder = self.guard.options.save_trace
-        if not folder:
-            return
-        from commlint.plans.io import dump_trace
+    def save(self, d: Any, text: str) -> None:
+        from commlint.guard.summary import save
 
-        os.makedirs(folder, exist_ok=True)
-        d.trace.meta = {
-            "argv": list(sys.argv),
-            "diagnosis": [f"{f.code}: {f.message}" for f in d.hang],
-        }
-        path = os.path.join(folder, "commlint-guard-trace.yaml")
-        dump_trace(d.trace, path)
-        print(f"commlint guard: trace written to {path}", file=sys.stderr, flush=True)
+        lines = [f"{f.code}: {f.message}" for f in d.hang] or text.splitlines()[:1]
+        save(self.guard.options.save_trace, d.trace, lines)
 
     def leave(self, text: str) -> None:
         self.guard.leaving = True

@@ -119,3 +119,40 @@ def test_group_created_by_some_ranks_only_is_cl212_at_the_creating_line(run: int
     assert "rank 0: new_group(ranks=[0]) @" in err and "group_setup.py:22" in err, err[-3000:]
     assert "rank 1: new_group(ranks=[0, 1]) @" in err and "group_setup.py:23" in err
     assert ended - _created_at(err) < 4 * 2.0, ended - _created_at(err)
+
+
+def test_stall_names_the_running_ranks_line_and_lets_it_finish(tmp_path: Path) -> None:
+    """Rank 1 sleeps 9 s outside communication while rank 0 waits in all_reduce (guard timeout
+    2 s): no hang is proven, so nothing is killed, but the guard reports every rank's state —
+    rank 1 running at the sleeping line — and again at a growing interval; the job ends as
+    unguarded and its trace is saved at the clean exit."""
+    from bench.guard_jobs import command, job_env
+
+    cmd = command(
+        PROGRAMS / "stall.py", ["9"], guard=["--timeout", "2", "--save-trace", str(tmp_path)]
+    )
+    proc = subprocess.run(cmd, env=job_env(), capture_output=True, text=True, timeout=300)
+    err = proc.stderr
+    assert _finished(proc), err[-3000:]
+    assert sorted(proc.stdout.splitlines()) == [f"rank {r} result [4.0, 4.0, 4.0]" for r in (0, 1)]
+    reports = [line for line in err.splitlines() if "commlint guard: stall:" in line]
+    assert len(reports) >= 2, err[-3000:]  # repeated, not once
+    assert "rank 0: blocked" in err and "all_reduce(WORLD) @" in err and "stall.py:18" in err
+    assert "rank 1: running at " in err and "stall.py:17 in <module>" in err, err[-3000:]
+    assert "next report in 2 s" in err and "next report in 4 s" in err, err[-3000:]
+    assert (tmp_path / "commlint-guard-trace.yaml").is_file()
+
+
+def test_kill_stalled_ends_the_job_with_one_summary_and_a_saved_trace(tmp_path: Path) -> None:
+    """`--kill-stalled`: the same stall ends the job (exit 1 on every rank) with the states as
+    the coordinator's last lines, and the trace is written before the ranks leave."""
+    from bench.guard_jobs import command, job_env
+
+    guard = ["--timeout", "2", "--kill-stalled", "--save-trace", str(tmp_path)]
+    cmd = command(PROGRAMS / "stall.py", ["60"], guard=guard)
+    proc = subprocess.run(cmd, env=job_env(), capture_output=True, text=True, timeout=300)
+    err = proc.stderr
+    assert proc.returncode != 0
+    assert "the job is ended (--kill-stalled)" in err, err[-3000:]
+    assert "stall.py:17 in <module>" in err
+    assert (tmp_path / "commlint-guard-trace.yaml").is_file(), err[-3000:]
