@@ -66,11 +66,11 @@ def test_store_host_leaving_first_degrades_instead_of_breaking_the_job() -> None
 
 
 def _torchrun(
-    program: Path, guard: list[str] | None, nproc: int = 2
+    program: Path, guard: list[str] | None, nproc: int = 2, args: list[str] | None = None
 ) -> subprocess.CompletedProcess:
     from bench.guard_jobs import command, job_env
 
-    cmd = command(program, [], guard=guard, nproc=nproc)
+    cmd = command(program, args or [], guard=guard, nproc=nproc)
     return subprocess.run(cmd, env=job_env(), capture_output=True, text=True, timeout=300)
 
 
@@ -157,3 +157,29 @@ def test_kill_stalled_ends_the_job_with_one_summary_and_a_saved_trace(tmp_path: 
     assert "the job is ended (--kill-stalled)" in err, err[-3000:]
     assert "stall.py:17 in <module>" in err
     assert (tmp_path / "commlint-guard-trace.yaml").is_file(), err[-3000:]
+
+
+def test_device_mesh_shapes_that_differ_are_cl212_and_equal_creations_run() -> None:
+    """`init_device_mesh` is a group creation too (its inner `new_group`s are not counted
+    again): a 2-D mesh on rank 0 against a 1-D one on rank 1 stops at that line; a program
+    that builds a mesh, subgroups and a group alike on every rank runs to its end."""
+    from bench.guard_jobs import command, job_env
+
+    bad = subprocess.run(
+        command(PROGRAMS / "group_setup.py", ["mesh"], guard=["--timeout", "2"]),
+        env=job_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bad.returncode != 0
+    assert "CL212 group-name-mismatch" in bad.stderr, bad.stderr[-3000:]
+    assert 'init_device_mesh(device_type="cpu", mesh_shape=[1, 2]) @' in bad.stderr
+    assert "group_setup.py:29" in bad.stderr
+    good = _torchrun(PROGRAMS / "group_setup.py", ["--timeout", "2"], args=["same"])
+    assert _finished(good), good.stderr[-3000:]
+    assert "CL2" not in good.stderr and "degraded" not in good.stderr, good.stderr[-3000:]
+    assert sorted(x for x in good.stdout.splitlines() if x) == [
+        "rank 0 result [8.0, 8.0]",
+        "rank 1 result [8.0, 8.0]",
+    ]

@@ -1,7 +1,7 @@
 """Group creation that diverges across ranks: `lazy` creates an evaluation group only on the
 ranks that evaluate (rank 0), so the metrics group every rank creates next gets another name
 on rank 0 than on rank 1 and its rendezvous hangs; `mesh` builds a 2-D device mesh on rank 0
-and a 1-D one on rank 1."""
+and a 1-D one on rank 1; `same` creates a mesh, subgroups and a group alike on every rank."""
 
 from __future__ import annotations
 
@@ -28,5 +28,13 @@ elif sys.argv[1] == "mesh":
     shape = (1, 2) if rank == 0 else (2,)
     mesh = init_device_mesh("cpu", shape)
     dist.all_reduce(t)
+elif sys.argv[1] == "same":  # correct: every rank creates the same groups in one order
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cpu", (1, 2), mesh_dim_names=("dp", "tp"))
+    dist.all_reduce(t, group=mesh.get_group("tp"))
+    mine, _ = dist.new_subgroups(group_size=1)
+    pair = dist.new_group([0, 1])
+    dist.all_reduce(t, group=pair)
 print(f"rank {rank} result {t.tolist()}", flush=True)
 dist.destroy_process_group()
