@@ -10,6 +10,7 @@ forward from there, exactly as it runs a dry-run's trace.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,7 +106,13 @@ def build_trace(states: dict[int, dict[str, Any]], world_size: int, backend: str
         actions: list[Action] = []
         kept_handles: set[str] = set()
         for e in s.get("entries", []):
-            if e.get("nonmember") or _created(e):
+            if _created(e):
+                creating = _creating(e, r, trace)
+                if creating is not None:
+                    pending.add((r, len(actions)))
+                    actions.append(creating)
+                continue
+            if e.get("nonmember"):
                 continue
             if e["op"] == "wait":
                 handles = [h for h in e.get("handles", []) if h in kept_handles]
@@ -135,6 +142,21 @@ def build_trace(states: dict[int, dict[str, Any]], world_size: int, backend: str
 def _created(e: dict[str, Any]) -> bool:
     """A group creation (`commlint.guard.groups`): checked when made, not a trace action."""
     return str(e.get("key", "")).startswith("create:")
+
+
+def _creating(e: dict[str, Any], rank: int, trace: Trace) -> Action | None:
+    """A `new_group` this rank is still inside: it waits there for the new group's members,
+    as in a barrier among them (a group of its own in the trace); a finished creation, or one
+    whose members are not known, is no action."""
+    members = e.get("members")
+    if e.get("state") == "done" or not members or rank not in members:
+        return None
+    name = "new_group" + json.dumps(members, separators=(",", ":"))
+    trace.groups[name] = list(members)
+    data = {"op": "barrier", "group": name, "label": e.get("label")}
+    if e.get("site"):
+        data["site"] = e["site"]
+    return Action.model_validate(data)
 
 
 def _end_of(s: dict[str, Any]) -> RankEnd | None:

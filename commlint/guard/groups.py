@@ -50,9 +50,10 @@ def _value(name: str, value: Any, world_size: int) -> Any:
 
 def describe_creation(
     api: str, fn: Any, args: tuple, kwargs: dict, world_size: int
-) -> tuple[str, Any] | None:
-    """(`new_group(ranks=[0, 1])`, the parent group argument), or None when the call is made
-    by its members only (`use_local_synchronization=True`) or its arguments do not bind."""
+) -> tuple[str, Any, list[int] | None] | None:
+    """(`new_group(ranks=[0, 1])`, the parent group argument, the new group's members when
+    known), or None when the call is made by its members only (`use_local_synchronization`)
+    or its arguments do not bind."""
     agree, parent_arg = CREATORS[api]
     try:
         bound = inspect.signature(fn).bind(*args, **kwargs)
@@ -67,7 +68,8 @@ def describe_creation(
             value = json.dumps(_value(name, given.get(name), world_size))
             parts.append(f"{name}={value}")
     parent = given.get(parent_arg) if parent_arg else None
-    return f"{api}({', '.join(parts)})", parent
+    members = _value("ranks", given.get("ranks"), world_size) if api == "new_group" else None
+    return f"{api}({', '.join(parts)})", parent, members
 
 
 def wrap_creator(guard: Any, api: str, fn: Any) -> Any:
@@ -84,17 +86,22 @@ def wrap_creator(guard: Any, api: str, fn: Any) -> Any:
             described = None
         if described is None or guard.ring is None:
             return guard.call_inner(fn, args, kwargs)
-        return create(guard, described[0], described[1], fn, args, kwargs)
+        return create(guard, described, fn, args, kwargs)
 
     guarded.__commlint_guard__ = True  # type: ignore[attr-defined]
     return guarded
 
 
-def create(guard: Any, what: str, parent: Any, fn: Any, args: tuple, kwargs: dict) -> Any:
+def create(guard: Any, described: tuple, fn: Any, args: tuple, kwargs: dict) -> Any:
+    """Record the creation (blocking: gloo connects the members in it), check it, make it."""
+    what, parent, new_members = described
     ring = guard.ring
     name, members = guard.group_of(parent)
     e: dict[str, Any] = {"op": what.split("(")[0], "group": name, "label": what}
     e["state"] = PENDING
+    if new_members is not None:
+        # a rank stuck in it waits for these (the stall check sees it as their barrier)
+        e["members"] = new_members
     site, stack = guard.site()
     if site:
         e["site"] = site

@@ -100,3 +100,41 @@ def test_a_silent_rank_is_stopped_or_exited_with_its_signal_not_raised() -> None
     # the checker's words for it: an exit, not "raised"
     trace, _ = build_trace({0: {"status": "dead", "why": why}}, 1)
     assert trace.ends[0].kind == "exit" and trace.ends[0].message == why
+
+
+def test_a_rank_stuck_creating_a_group_its_peer_never_creates_is_a_cycle() -> None:
+    """Rank 0 creates a group with rank 1 that rank 1 never creates (it went on to an
+    all_reduce): rank 0 waits in new_group's rendezvous for rank 1, which waits for rank 0."""
+    from commlint.guard.diagnose import diagnose
+    from commlint.guard.ring import Ring
+
+    rings = {r: Ring(r) for r in (0, 1)}
+    for ring in rings.values():
+        first = ring.add({"op": "all_reduce", "group": "WORLD", "state": "pending"}, "coll:WORLD")
+        ring.finish(first)
+    stuck = rings[0].add(
+        {
+            "op": "new_group",
+            "group": "WORLD",
+            "label": "new_group(ranks=[0, 1])",
+            "members": [0, 1],
+            "site": "train.py:12",
+            "state": "pending",
+        },
+        "create:WORLD",
+    )
+    rings[0].block(stuck)
+    other = rings[1].add(
+        {"op": "all_reduce", "group": "WORLD", "site": "train.py:20", "state": "pending"},
+        "coll:WORLD",
+    )
+    rings[1].block(other)
+    states = {}
+    for r, ring in rings.items():
+        snap = ring.snapshot()
+        snap.update(status="blocked", inflight=dict(ring.inflight), blocked_for=3.0, groups={})
+        states[r] = snap
+    d = diagnose(states, 2)
+    assert [f.code for f in d.hang] == ["CL201"], d.findings
+    text = d.hang[0].message
+    assert "barrier(new_group[0,1])" in text and "train.py:12" in text and "train.py:20" in text
