@@ -1,7 +1,7 @@
 """The runtime guard: a hang in a real job becomes a diagnosed crash in seconds.
 
-    torchrun --nproc-per-node 4 -m commlint.guard [--timeout S] [--check all|sample:N|off]
-        [--save-trace DIR] train.py ARGS...
+    torchrun --nproc-per-node 4 -m commlint.guard [--timeout S] [--check auto|all|sample:N|off]
+        [--save-trace DIR] [--kill-stalled] (train.py | -m module) ARGS...
 
 or, in code that starts its own processes, `commlint.guard.install()` before the first
 communication call. The program runs for real on its own backend; the guard records its
