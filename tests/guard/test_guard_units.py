@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -138,3 +139,18 @@ def test_a_rank_stuck_creating_a_group_its_peer_never_creates_is_a_cycle() -> No
     assert [f.code for f in d.hang] == ["CL201"], d.findings
     text = d.hang[0].message
     assert "barrier(new_group[0,1])" in text and "train.py:12" in text and "train.py:20" in text
+
+
+def test_the_saved_mismatch_trace_gives_the_same_finding(tmp_path: Path) -> None:
+    """`--save-trace` after a fingerprint mismatch: `commlint plan` on the file finds it."""
+    from commlint.cli import main as commlint_main
+    from commlint.guard.diagnose import mismatch_trace
+    from commlint.guard.summary import save
+
+    seen = {
+        0: {"op": "all_reduce", "shape": [4], "dtype": "float32", "site": "a.py:3"},
+        1: {"op": "all_reduce", "shape": [8], "dtype": "float32", "site": "a.py:5"},
+    }
+    path = save(str(tmp_path), mismatch_trace("WORLD", [0, 1], seen, 2), ["CL204: ..."])
+    assert path is not None
+    assert commlint_main(["plan", path]) == 1
