@@ -318,6 +318,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return emit(report, args)
 
+    from commlint.graph.align import explain
     from commlint.graph.check import check_trace
 
     trace = result.trace(options)
@@ -325,6 +326,7 @@ def run(args: argparse.Namespace) -> int:
     for f in checked.findings:
         locate_at_site(f, trace)
         f.path = f.path or program
+    explain(checked.findings, trace)
     report.findings.extend(fold_follow_ons(checked.findings, trace))
     report.checked += 1
     if crashed:

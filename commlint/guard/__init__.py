@@ -12,7 +12,6 @@ stall runs the commlint checker on every rank's recent calls. See docs/guard.md.
 from __future__ import annotations
 
 import atexit
-import os
 import sys
 import threading
 import traceback
@@ -132,11 +131,11 @@ def _patch(guard: Guard) -> None:
             or threading.current_thread() is not threading.main_thread()
         ):
             return backward(*args, **kwargs)
-        site, _ = guard.site()
-        ring.enter_backward(site)
+        where = guard.site()
+        ring.enter_backward(where.site)
         buckets: list[dict[str, Any]] = []
         try:
-            guard.record_ddp_buckets(site, buckets)
+            guard.record_ddp_buckets(where, buckets)
             result = backward(*args, **kwargs)
         except BaseException:
             for e in buckets:
@@ -316,12 +315,13 @@ def _patch_ddp(guard: Guard) -> None:
 
 
 def _user_site(tb: Any) -> str | None:
+    """The innermost frame of the user's program in a traceback (`commlint.callsites`)."""
+    from commlint.callsites import is_user_file
     from commlint.guard.core import short_path
 
-    skip = (os.path.dirname(os.path.abspath(__file__)) + os.sep, "<frozen ", "runpy.py")
     site = None
     for frame in traceback.extract_tb(tb):
-        if not frame.filename.startswith(skip) and "/torch/" not in frame.filename:
+        if is_user_file(frame.filename):
             site = f"{short_path(frame.filename)}:{frame.lineno}"
     return site
 

@@ -120,6 +120,11 @@ def main(argv: list[str] | None = None) -> None:
         ).options.sample_every()
     except ValueError as exc:
         p.error(str(exc))
+    from commlint.callsites import USER_PROGRAMS
+
+    # the program is the user's even when it lives among installed packages
+    if os.path.isfile(target):
+        USER_PROGRAMS.add(os.path.abspath(target))
     sys.argv = [target, *program]
     try:
         if opts.module is not None:

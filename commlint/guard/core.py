@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from commlint.callsites import CallSite, user_call_site
 from commlint.guard.calls import Call, describe, describe_funcol
 from commlint.guard.ring import DONE, FAILED, PENDING, Ring
 
@@ -89,13 +90,6 @@ class Options:
         raise ValueError(f"--check must be auto, all, sample:N (N ≥ 1) or off, not {self.check!r}")
 
 
-def _site_skips() -> tuple[str, ...]:
-    import torch
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    return (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep, here + os.sep)
-
-
 @functools.lru_cache(maxsize=8192)
 def short_path(filename: str) -> str:
     """`filename` relative to the working directory when it lies under it (cached: the
@@ -131,7 +125,6 @@ class Guard:
             os.environ.get("TORCHELASTIC_RUN_ID", "job"),
             os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"),
         )
-        self.skips = _site_skips()
         self.ended = False
         self.leaving = False
         # False: calls pass straight through (the overhead bench compares both in one job)
@@ -239,22 +232,12 @@ class Guard:
             known = self.groups[id(pg)] = (name, ranks)
         return known
 
-    def site(self, depth: int = 2) -> tuple[str | None, list[str]]:
-        """The first frame outside torch and the guard (`depth` frames up from here), with
-        three frames of its callers."""
-        f = sys._getframe(depth)
-        skips = self.skips
-        while f is not None and f.f_code.co_filename.startswith(skips):
-            f = f.f_back
-        if f is None:
-            return None, []
-        site = f"{short_path(f.f_code.co_filename)}:{f.f_lineno}"
-        stack = []
-        g = f.f_back
-        while g is not None and len(stack) < 3:
-            stack.append(f"{short_path(g.f_code.co_filename)}:{g.f_lineno} in {g.f_code.co_name}")
-            g = g.f_back
-        return site, stack
+    def site(self, depth: int = 2) -> CallSite:
+        """Where the call `depth` frames up from here was made: the innermost frame of the
+        user's program (not an installed package, the standard library, torch or commlint),
+        the user's frames outward, and the framework frame that made the call, if one did
+        (`commlint.callsites`, as the dry-run names it)."""
+        return user_call_site(_outward(sys._getframe(depth)), short_path, depth=4)
 
     # -- recording ------------------------------------------------------------------------
 
@@ -339,7 +322,7 @@ class Guard:
         if not what:
             return
         name, members = self.group_of(ddp.process_group)
-        site, stack = self.site(3)
+        where = self.site(3)
         e: dict[str, Any] = {
             "op": "broadcast",
             "group": name,
@@ -347,17 +330,14 @@ class Guard:
             "root": members[0],
             "label": f"DDP forward syncs its {' and '.join(what)} from rank {members[0]}",
         }
-        if site:
-            e["site"] = site
-        if stack:
-            e["stack"] = stack
+        _place(e, where)
         out.append(ring.add(e, f"coll:{name}"))
         if self.rank in members:
             call = Call(op="broadcast", group=ddp.process_group, is_async=False, root=members[0])
             self.sampled_fingerprint(e, call)
         ring.block(e)
 
-    def record_ddp_buckets(self, site: str | None, out: list[dict[str, Any]]) -> None:
+    def record_ddp_buckets(self, where: CallSite, out: list[dict[str, Any]]) -> None:
         """At backward(): one async all_reduce entry per bucket of each queued DDP module, in
         bucket order (appended to `out`), pending until backward() returns; each one
         fingerprinted as a `dist.*` call is (the reducer launches them inside backward(): a
@@ -382,8 +362,7 @@ class Guard:
                     "handle": ring.new_handle(),
                     "label": f"DDP gradient bucket {k}",
                 }
-                if site:
-                    e["site"] = site
+                _place(e, where)
                 out.append(ring.add(e, f"coll:{name}"))
                 if self.rank in members:
                     self.sampled_fingerprint(e, call)
@@ -526,11 +505,7 @@ class Guard:
         ring = self.ring
         assert ring is not None
         e, key = self.entry(call)
-        site, stack = self.site()
-        if site:
-            e["site"] = site
-        if stack:
-            e["stack"] = stack
+        _place(e, self.site())
         if api != e["op"]:
             e["label"] = api
         if call.is_async:
@@ -593,7 +568,7 @@ class Guard:
         ring = self.ring
         assert ring is not None
         e: dict[str, Any] = {"op": "wait", "handles": [op_entry["handle"]], "state": PENDING}
-        site, _ = self.site(3)
+        site = self.site(3).site
         if site:
             e["site"] = site
         ring.add(e, None)
@@ -623,7 +598,7 @@ class Guard:
         dist = self.dist
         batch = f"b{ring.new_handle()}"
         entries = []
-        site, _ = self.site()
+        site = self.site().site
         for p in p2p_op_list:
             kind = "send" if getattr(p.op, "__name__", "") in ("isend", "send") else "recv"
             peer = p.peer if p.peer is not None else None
@@ -666,11 +641,7 @@ class Guard:
         same fingerprint after the same previous one on this group) only publishes — a set,
         which does not wait for the store's answer; any other call waits (up to `FP_WAIT`)
         for every member's fingerprint and compares before it enters."""
-        fp = {
-            k: e[k]
-            for k in ("op", "root", "reduce_op", "shape", "dtype", "site", "label")
-            if k in e
-        }
+        fp = {k: e[k] for k in _FP_FIELDS if k in e}
         if call.obj:
             fp.pop("shape", None)
         if e["op"] == "all_to_all":
@@ -710,12 +681,37 @@ class Guard:
             return
         from commlint.guard.diagnose import mismatch_text, mismatch_trace
 
-        text = mismatch_text(group, members, seq, seen, self.world_size)
+        history = self.history(store, group, seq, seen)
+        text = mismatch_text(group, members, seq, seen, self.world_size, history)
         self.ring.finish(e, FAILED)  # type: ignore[union-attr]
-        self.found(text, mismatch_trace(group, members, seen, self.world_size))
+        self.found(text, mismatch_trace(group, members, seq, seen, self.world_size, history))
         with contextlib.suppress(Exception):
             store.set("fperr", json.dumps({"rank": self.rank, "text": text}))
         raise CommlintGuardError(text)
+
+    HISTORY = 8  # earlier fingerprints read per rank to find where the calls parted
+
+    def history(
+        self, store: Any, group: str, seq: int, seen: dict[int, dict[str, Any]]
+    ) -> dict[int, list[dict[str, Any]]]:
+        """Each rank's fingerprints of the calls just before `seq` on `group` (oldest first,
+        as far as the slots still hold them): the aligner finds in them the call one rank
+        made that the others did not, which may lie before the call that mismatches. Read
+        only on a mismatch, and only when every call is fingerprinted (`--check all|auto`)."""
+        out: dict[int, list[dict[str, Any]]] = {}
+        if self.every != 1:
+            return out
+        want = list(range(max(0, seq - min(self.HISTORY, FP_KEEP - 1)), seq))
+        for r in seen:
+            keys = [f"fp/{group}/{self.slot(n)[0]}/{r}" for n in want]
+            try:
+                if not keys or not store.check(keys):
+                    continue
+                fps = [json.loads(v) for v in store.multi_get(keys)]
+            except Exception:  # the history only words the diagnosis
+                continue
+            out[r] = [fp for n, fp in zip(want, fps, strict=True) if fp.get("seq") == n]
+        return out
 
     def slot(self, seq: int) -> tuple[int, bool]:
         """Fingerprints live in FP_KEEP slots per stream, overwritten in turn (no deletes, a
@@ -835,26 +831,12 @@ class Guard:
             store = self.store()
             store.set(f"end/{self.rank}", json.dumps(snap, default=str))
             if self.options.save_trace and kind == "finished" and not self.leaving:
-                self.save_at_end(store)
+                from commlint.guard.summary import save_at_end
+
+                save_at_end(self, store)
         except Exception:  # the store's host may already be gone at shutdown
             pass
         self.stop_watchdog()
-
-    def save_at_end(self, store: Any) -> None:
-        """`--save-trace` at a clean end: the last rank to finish (it sees every rank's exit
-        record; the store's counter picks one if two finish together) writes the job's trace."""
-        from commlint.guard.diagnose import build_trace
-        from commlint.guard.summary import save
-
-        keys = [f"end/{r}" for r in range(self.world_size)]
-        if not store.check(keys) or int(store.add("saved", 1)) != 1:
-            return
-        states = {}
-        for r, raw in enumerate(store.multi_get(keys)):
-            states[r] = json.loads(raw)
-            states[r]["status"] = "ended"
-        trace, _ = build_trace(states, self.world_size, self.backend)
-        save(self.options.save_trace, trace, [])
 
     def stop_watchdog(self) -> None:
         """Let the watchdog finish its tick and end before the process tears torch down: a
@@ -968,10 +950,33 @@ def _peer_gone(exc: BaseException) -> bool:
 
 
 def _fp_key(fp: dict[str, Any]) -> tuple:
-    """A fingerprint as a hashable key (its sequence number left out)."""
+    """A fingerprint as a hashable key (its sequence number and call chain left out: the
+    chain only words a diagnosis)."""
     return tuple(
-        (k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(fp.items()) if k != "seq"
+        (k, tuple(v) if isinstance(v, list) else v)
+        for k, v in sorted(fp.items())
+        if k not in ("seq", "stack", "via", "label")
     )
+
+
+# what a collective's fingerprint carries: what must agree, and where it was called from
+_FP_FIELDS = ("op", "root", "reduce_op", "shape", "dtype", "site", "stack", "via", "label")
+
+
+def _outward(frame: Any) -> Any:
+    while frame is not None:
+        yield frame
+        frame = frame.f_back
+
+
+def _place(e: dict[str, Any], where: CallSite) -> None:
+    """Put a call site on a ring entry."""
+    if where.site:
+        e["site"] = where.site
+    if where.stack:
+        e["stack"] = where.stack
+    if where.via:
+        e["via"] = where.via
 
 
 def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:

@@ -11,6 +11,7 @@ forward from there, exactly as it runs a dry-run's trace.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,7 @@ ACTION_FIELDS = (
     "reduce_op",
     "site",
     "stack",
+    "via",
     "label",
     "thread",
 )
@@ -202,6 +204,9 @@ def diagnose(states: dict[int, dict[str, Any]], world_size: int, backend: str = 
             if targets & running:
                 continue
         hang.append(f)
+    from commlint.graph.align import explain
+
+    explain(hang, trace)  # at the user's line, once the hang is proven on the checker's words
     return Diagnosis(trace, result.findings, hang, pending)
 
 
@@ -297,11 +302,32 @@ def _fields(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if k in ACTION_FIELDS and v is not None}
 
 
+def _window(
+    seq: int, seen: dict[int, dict[str, Any]], history: dict[int, list[dict[str, Any]]]
+) -> int:
+    """The first call of the window every rank's history covers (`seq` alone when one has a
+    gap): the latest call all of them still hold."""
+    first = max((h[0]["seq"] for h in history.values() if h), default=seq)
+    if any(not h or h[-1].get("seq") != seq - 1 for r, h in history.items() if r in seen):
+        first = seq  # a gap in some rank's history: compare the call itself only
+    if set(history) != set(seen):
+        first = seq
+    return first
+
+
 def mismatch_trace(
-    group: str, members: list[int], seen: dict[int, dict[str, Any]], world_size: int
+    group: str,
+    members: list[int],
+    seq: int,
+    seen: dict[int, dict[str, Any]],
+    world_size: int,
+    history: dict[int, list[dict[str, Any]]] | None = None,
 ) -> Trace:
-    """One collective per member that published its fingerprint: what `commlint plan` needs
-    to find the same mismatch again."""
+    """Each member's calls on the group from the window's first (`history`: each rank's
+    earlier fingerprints on the group, oldest first) to the one that mismatches: what the
+    checker and the aligner word, and what `commlint plan` finds again from a saved file."""
+    history = history or {}
+    first = _window(seq, seen, history)
     trace = Trace(
         world_size=world_size,
         groups={} if group == WORLD else {group: members},
@@ -309,9 +335,13 @@ def mismatch_trace(
     )
     for r in range(world_size):
         fp = seen.get(r)
-        trace.ranks[r] = (
-            [Action.model_validate({**_fields(fp), "group": group})] if fp is not None else []
-        )
+        if fp is None:
+            trace.ranks[r] = []
+            continue
+        past = [h for h in history.get(r, []) if first <= h.get("seq", -1) < seq]
+        trace.ranks[r] = [
+            Action.model_validate({**_fields(h), "group": group}) for h in [*past, fp]
+        ]
     return trace
 
 
@@ -330,31 +360,49 @@ def _fp_line(fp: dict[str, Any], group: str) -> str:
 
 
 def mismatch_text(
-    group: str, members: list[int], seq: int, seen: dict[int, dict[str, Any]], world_size: int
+    group: str,
+    members: list[int],
+    seq: int,
+    seen: dict[int, dict[str, Any]],
+    world_size: int,
+    history: dict[int, list[dict[str, Any]]] | None = None,
 ) -> str:
     """The CL203/CL204 block for one collective whose members disagree: the checker's
-    findings, a line per rank, the fix."""
+    findings worded at the user's line (`commlint.graph.align`) from the calls just before
+    it, a line per rank, the fix."""
+    from commlint.graph.align import explain
     from commlint.graph.check import check_trace
     from commlint.rules import all_rules
 
-    trace = mismatch_trace(group, members, seen, world_size)
+    history = history or {}
+    first = _window(seq, seen, history)
+    trace = mismatch_trace(group, members, seq, seen, world_size, history)
+    offset = seq - first
     result = check_trace(trace, "gloo", reorder=False, symmetry=False)
-    found = [f for f in result.findings if f.code in ("CL203", "CL204")]
-    heads, fixes = [], []
+    found = [
+        f
+        for f in result.findings
+        if f.code in ("CL203", "CL204") and f.actions and f.actions[0].action == offset
+    ]
+    heads: list[str] = []
+    fixes: list[str] = []
+    if found:
+        explain(found, trace)
     for f in found:
-        msg = f.message.replace(" #1 on group", f" #{seq + 1} on group")
+        # the window's numbers are the job's, shifted by the calls before it
+        msg = _NUMBER.sub(lambda m: f"#{int(m.group(1)) + first}{m.group(2)}", f.message)
+        fix = _NUMBER.sub(lambda m: f"#{int(m.group(1)) + first}{m.group(2)}", f.fix or "")
         heads.append(f"{f.code} {f.name}: {msg}")
-        if f.fix and f.fix not in fixes:
-            fixes.append(f.fix)
+        if fix and fix not in fixes:
+            fixes.append(fix)
     if not heads:
         # the checker tolerates what the fingerprints tell apart (a call it cannot size, such
         # as DDP's own broadcasts): the guard words it in the same codes
         kinds = {(fp.get("op"), fp.get("root"), fp.get("reduce_op")) for fp in seen.values()}
         code = "CL203" if len(kinds) > 1 else "CL204"
-        rule = all_rules()[code]
         heads.append(
-            f"{code} {rule.name}: collective #{seq + 1} on group '{group}' differs across "
-            f"ranks ({'op, root or reduce op' if code == 'CL203' else 'shape or dtype'})."
+            f"{code} {all_rules()[code].name}: collective #{seq + 1} on group '{group}' differs "
+            f"across ranks ({'op, root or reduce op' if code == 'CL203' else 'shape or dtype'})."
         )
         fixes.append(
             "Issue the collectives of this group in the same order, with the same arguments, "
@@ -364,6 +412,9 @@ def mismatch_text(
     lines += [f"  rank {r}: {_fp_line(fp, group)}" for r, fp in sorted(seen.items())]
     lines += [f"  fix: {fix}" for fix in fixes]
     return "\n".join(lines)
+
+
+_NUMBER = re.compile(r"#(\d+)( on group| on ')")
 
 
 def p2p_mismatch_text(

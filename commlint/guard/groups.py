@@ -21,6 +21,7 @@ import json
 import time
 from typing import Any
 
+from commlint.guard.core import _place
 from commlint.guard.ring import DONE, FAILED, PENDING
 
 # function -> the arguments every rank must pass alike, and the one naming the parent group
@@ -102,11 +103,7 @@ def create(guard: Any, described: tuple, fn: Any, args: tuple, kwargs: dict) -> 
     if new_members is not None:
         # a rank stuck in it waits for these (the stall check sees it as their barrier)
         e["members"] = new_members
-    site, stack = guard.site()
-    if site:
-        e["site"] = site
-    if stack:
-        e["stack"] = stack
+    _place(e, guard.site())
     ring.add(e, f"create:{name}")
     if guard.every and len(members) > 1 and guard.rank in members:
         from commlint.guard.core import CommlintGuardError, _brief

@@ -14,36 +14,19 @@ import os
 import signal
 import socket
 import sys
-import sysconfig
 import threading
 from typing import Any
 
-_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # commlint/
-_STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
-
-
-def _not_the_programs(filename: str, torch_dir: str) -> bool:
-    if filename.startswith(("<", _HERE, torch_dir)):
-        return True
-    return filename.startswith(_STDLIB) and "site-packages" not in filename
-
 
 def main_thread_stack(limit: int = 4) -> list[str]:
-    """Where the main thread is now, innermost first: the program's frames (not torch's, not
-    commlint's, not the standard library's), `path:line in function`."""
-    import torch
+    """Where the main thread is now, innermost first: the program's own frames (not an
+    installed package's, torch's, commlint's or the standard library's, as
+    `commlint.callsites` tells them), `path:line in function`."""
+    from commlint.callsites import user_call_site
+    from commlint.guard.core import _outward, short_path
 
-    from commlint.guard.core import short_path
-
-    torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
     frame = sys._current_frames().get(threading.main_thread().ident or -1)
-    lines: list[str] = []
-    while frame is not None and len(lines) < limit:
-        code = frame.f_code
-        if not _not_the_programs(code.co_filename, torch_dir):
-            lines.append(f"{short_path(code.co_filename)}:{frame.f_lineno} in {code.co_name}")
-        frame = frame.f_back
-    return lines
+    return user_call_site(_outward(frame), short_path, depth=limit).stack
 
 
 def identity() -> dict[str, Any]:

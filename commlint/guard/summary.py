@@ -10,6 +10,7 @@ and when the job ends cleanly.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 import traceback
@@ -70,3 +71,19 @@ def save(folder: str | None, trace: Any, diagnosis: list[str]) -> str | None:
         return None
     print(f"commlint guard: trace written to {path}", file=sys.stderr, flush=True)
     return path
+
+
+def save_at_end(guard: Any, store: Any) -> None:
+    """`--save-trace` at a clean end: the last rank to finish (it sees every rank's exit
+    record; the store's counter picks one if two finish together) writes the job's trace."""
+    from commlint.guard.diagnose import build_trace
+
+    keys = [f"end/{r}" for r in range(guard.world_size)]
+    if not store.check(keys) or int(store.add("saved", 1)) != 1:
+        return
+    states = {}
+    for r, raw in enumerate(store.multi_get(keys)):
+        states[r] = json.loads(raw)
+        states[r]["status"] = "ended"
+    trace, _ = build_trace(states, guard.world_size, guard.backend)
+    save(guard.options.save_trace, trace, [])

@@ -23,6 +23,7 @@ from commlint.lint.ir import (
     Loop,
     Node,
     Pos,
+    Spawn,
     Try,
     iter_nodes,
 )
@@ -311,6 +312,11 @@ class Program:
             ]
         if isinstance(n, Try):
             return self.tokens(n.body, fn) + self.tokens(n.orelse, fn) + self.tokens(n.final, fn)
+        if isinstance(n, Spawn):
+            # a thread's collectives are this rank's too: a thread started on some ranks only
+            # leaves the others without the partner of its collectives (when, among the main
+            # thread's, is CL112's question)
+            return self._node_tokens(n.target, fn)
         return []
 
     def comm_tok(self, c: Comm, path: str) -> Tok:

@@ -197,6 +197,11 @@ def _judge(fe: FileEval, runs: list[WorldRun]) -> list[RawFinding]:
         )
         seen.add(("CL118", line))
     for run in runs:
+        if run.steering is not None and not run.refute_only:
+            found = _steering_finding(fe, run)
+            if (found.code, found.pos.line) not in seen:
+                seen.add((found.code, found.pos.line))
+                out.append(found)
         if not run.complete:
             continue
         if run.creation_mismatch is not None and run.refute_only:
@@ -329,6 +334,60 @@ def _local_sites(run: WorldRun, short: str, finding) -> list[tuple[int, str]]:
     return out
 
 
+EXITS = {
+    "break": "leaves the loop (`break` at line {exit})",
+    "continue": "skips the rest of the iteration (`continue` at line {exit})",
+    "return": "returns early (`return` at line {exit})",
+    "if": "takes one arm of the `if`, whose arms communicate differently",
+    "while": "goes round the `while` loop, which communicates, once more or not",
+}
+
+
+def _steering_finding(fe: FileEval, run: WorldRun) -> RawFinding:
+    """A test of a rank-local value that decides what the ranks communicate (CL102, or CL103
+    when it decides an early exit)."""
+    st = run.steering
+    assert st is not None
+    where = st.where if st.where is not None else fe  # the file the test is in
+    a, b = st.pair
+    if st.origin is not None:
+        line = st.origin[0]
+        # a line of the evaluated file, or `file.py:line` of a followed one
+        at = (
+            line
+            if isinstance(line, str)
+            else f"line {line}"
+            if where is fe
+            else f"{fe.short}:{line}"
+        )
+    if st.origin is not None and st.origin[1]:
+        _line, va, vb = st.origin
+        why = f"at {at} the value is {va} on rank {a} and {vb} on rank {b}"
+    elif st.origin is not None:
+        why = f"they part at {at}"
+    else:
+        why = "the rank flows into it"
+    groups = len(set(st.ranks.values()))
+    code = "CL103" if st.kind in ("break", "continue", "return") else "CL102"
+    return RawFinding(
+        code,
+        f"with {run.world} ranks (evaluated rank by rank from `{run.entry}`): `{st.text}` at "
+        f"line {st.cond_line} tests a rank-local value — computed from each rank's own data, "
+        f"whose ingredients differ between ranks ({why}; {groups} different values over "
+        f"{len(st.ranks)} ranks) and that no collective over every rank agrees on first — and "
+        f"decides whether the rank {EXITS[st.kind].format(exit=st.exit_line)}: the first time "
+        "the ranks' values fall on different sides of the test, some ranks wait in a "
+        "collective the others never call (a hang, or a mismatch)",
+        where.path,
+        _pos(where, st.cond_line),
+        "Agree on the decision first: all-reduce the value (or a stop flag, op=MAX) over every "
+        "rank, or broadcast it from one rank, and test the agreed value.",
+        [(where.path, _pos(where, st.exit_line), "the exit it decides")]
+        if st.exit_line != st.cond_line
+        else [],
+    )
+
+
 def _ranks(rs: tuple[int, ...]) -> str:
     """`rank 0`, `ranks 1-3`, `ranks 0, 2` (the checker's own rank lists)."""
     from commlint.graph.verdict import format_ranks  # (loaded with the checker, when judged)
@@ -422,6 +481,31 @@ def proved_false(program: Program, f: RawFinding) -> bool:
             f.pos.line in r.executed for r in runs
         ):
             return True
+    return False
+
+
+def called_outside_subgroups(program: Program, path: str, line: int) -> bool:
+    """A rank that belongs to none of the subgroups the program creates calls the collective
+    at `path:line` on WORLD, in a run every rank finished: the call cannot have been meant for a
+    subgroup (that rank has none; with `group=` it would fail there)."""
+    v = verdicts(program).get(path)
+    if v is None:
+        return False
+    site = f"{v.fe.short}:{line}"
+    for run in v.runs:
+        trace = run.trace
+        if not run.complete or trace is None:
+            continue
+        subgroups = [
+            set(m) for name, m in trace.groups.items() if name != "WORLD" and len(m) < run.world
+        ]
+        if not subgroups:
+            continue
+        for rank, actions in trace.ranks.items():
+            if any(rank in g for g in subgroups):
+                continue
+            if any(a.site == site and (a.group or "WORLD") == "WORLD" for a in actions):
+                return True
     return False
 
 

@@ -35,6 +35,7 @@ class Unit:
         self.short = short
         self.source = source
         self.tree = ast.parse(source)
+        self.nodes = list(ast.walk(self.tree))
         self.comm_sites: set[tuple[int, int]] = set()
         self.comm_at: dict[tuple[int, int], Comm] = {}
         for fn in facts.functions.values():

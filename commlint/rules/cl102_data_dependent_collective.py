@@ -5,7 +5,12 @@ from commlint.rules import Rule
 
 
 def check(program):
-    return [f for f in branch_findings(program) if f.code == "CL102"]
+    from commlint.lint.perrank_check import perrank_findings
+
+    # the per-rank evaluation sees a rank-local value's test through objects and helpers the
+    # taint rules do not follow; one finding per cause (the taint one, when both see it)
+    found = [f for f in branch_findings(program) if f.code == "CL102"]
+    return found + perrank_findings(program, "CL102")
 
 
 RULE = Rule(

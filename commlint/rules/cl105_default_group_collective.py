@@ -10,6 +10,8 @@ EXEMPT = frozenset({"barrier", "all_gather_object (checkpoint planning)"})
 
 
 def check(program):
+    from commlint.lint.perrank_check import called_outside_subgroups
+
     required = bool(program.options.get("explicit_group_required"))
     out = []
     for f in program.files:
@@ -21,6 +23,8 @@ def check(program):
                     continue
                 if n.kind != "collective" or n.op in EXEMPT:
                     continue
+                if f.creates_subgroups and called_outside_subgroups(program, f.path, n.pos.line):
+                    continue  # a rank in no subgroup calls it: it is meant for every rank
                 why = (
                     "this file creates process groups"
                     if f.creates_subgroups
@@ -55,8 +59,10 @@ In code that builds tensor-, data- or pipeline-parallel groups, a collective wit
 silently runs on the default group (WORLD). That is almost always a forgotten argument: the
 reduction mixes ranks that hold different shards, and because every rank now has one more
 collective on WORLD than its subgroup peers expect, later collectives pair up with the wrong
-calls. `barrier()` is exempt. Set `explicit-group-required = true` in `[tool.commlint]` to
-require an explicit group everywhere.
+calls. `barrier()` is exempt, and so is a collective that the per-rank evaluation sees called
+by a rank that belongs to none of the subgroups (only some ranks evaluate on their own group,
+every rank all-reduces gradients): it is meant for every rank. Set
+`explicit-group-required = true` in `[tool.commlint]` to require an explicit group everywhere.
 """,
     severity="warning",
     kind="source",

@@ -151,6 +151,6 @@ def test_the_saved_mismatch_trace_gives_the_same_finding(tmp_path: Path) -> None
         0: {"op": "all_reduce", "shape": [4], "dtype": "float32", "site": "a.py:3"},
         1: {"op": "all_reduce", "shape": [8], "dtype": "float32", "site": "a.py:5"},
     }
-    path = save(str(tmp_path), mismatch_trace("WORLD", [0, 1], seen, 2), ["CL204: ..."])
+    path = save(str(tmp_path), mismatch_trace("WORLD", [0, 1], 0, seen, 2), ["CL204: ..."])
     assert path is not None
     assert commlint_main(["plan", path]) == 1

@@ -96,6 +96,7 @@ def merge_partial(traces: list[tuple[str, Trace]]) -> Trace:
 
 def check_parts(parts: list[tuple[str, Trace]], args: Any, report: Report) -> None:
     """Check the per-rank files of one dry-run as one job (used by `commlint plan`)."""
+    from commlint.graph.align import explain
     from commlint.graph.check import check_trace
 
     paths = [p for p, _ in parts]
@@ -135,6 +136,7 @@ def check_parts(parts: list[tuple[str, Trace]], args: Any, report: Report) -> No
     result = check_trace(trace, args.model, where, None, args.max_cycles)
     for f in result.findings:
         locate_at_site(f, trace)
+    explain(result.findings, trace)
     report.findings.extend(fold_follow_ons(result.findings, trace))
     report.checked += 1
     for path, t in parts:

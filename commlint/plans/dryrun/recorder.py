@@ -14,7 +14,6 @@ import contextlib
 import functools
 import os
 import sys
-import sysconfig
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +26,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
 from torch.futures import Future
 from torch.utils import _pytree as pytree
 
+from commlint import callsites
+from commlint.callsites import USER_PROGRAMS as USER_PROGRAMS
 from commlint.plans.dryrun import fingerprint
 from commlint.plans.dryrun.values import (
     MAX_FILE_BYTES,
@@ -41,14 +42,6 @@ from commlint.trace import TORCH_ISSUED
 BACKEND = "commlint"
 _open, _stat = open, os.stat  # the real ones: a rank's `open` is wrapped (see files.FileView)
 _TORCH_DIR = str(Path(torch.__file__).parent) + os.sep
-_COMMLINT_DIR = str(Path(__file__).parents[2]) + os.sep
-_STDLIB_DIRS = tuple(
-    {
-        str(Path(p)) + os.sep
-        for k, p in sysconfig.get_paths().items()
-        if k in ("stdlib", "purelib") and p
-    }
-)
 _C10D_FILE = os.sep + os.path.join("distributed", "distributed_c10d.py")
 
 _REDUCE_NAMES = {t: t.name.lower() for t in dist.ReduceOp.RedOpType.__members__.values()}
@@ -65,23 +58,10 @@ class StopRank(BaseException):
         self.message = message
 
 
-# The dry-run program itself is the user's even when it lives among installed packages
-# (a framework's own example or test script).
-USER_PROGRAMS: set[str] = set()
-
-
 def is_user_file(filename: str) -> bool:
-    """A frame of the user's program: not torch, not commlint, not the standard library."""
-    return filename in USER_PROGRAMS or _is_user_file(filename)
-
-
-@functools.lru_cache(maxsize=4096)
-def _is_user_file(filename: str) -> bool:
-    if filename.startswith("<") or filename.startswith(_TORCH_DIR):
-        return False
-    if filename.startswith(_COMMLINT_DIR) and os.sep + "plans" + os.sep + "dryrun" in filename:
-        return False
-    return not filename.startswith(_STDLIB_DIRS)
+    """A frame of the user's program: not torch, commlint, the standard library or an
+    installed package (`commlint.callsites`, shared with the guard)."""
+    return callsites.is_user_file(filename)
 
 
 def short_path(filename: str) -> str:
@@ -120,28 +100,12 @@ def user_site(frames: list[Any]) -> tuple[str | None, list[str]]:
 
 
 def framework_frame(frames: list[Any]) -> str | None:
-    """The innermost frame of an installed package (not torch) between the user's frame and
+    """The innermost installed-package frame (not torch) between the user's frame and
     torch's: the framework code that made the call for the user (Megatron's pipeline
     schedule, a trainer's all_gather), as `package/path.py:line in function`."""
-    for f in frames:
-        name = f.f_code.co_filename
-        if is_user_file(name):
-            return None
-        if name.startswith(_PURELIB) and not name.startswith(_TORCH_DIR):
-            if name.endswith(_DECORATOR_FILES) or os.sep + "wrapt" + os.sep in name:
-                continue  # a decorator's wrapper (`@deprecated`): the framework is outside
-            return f"{name[len(_PURELIB) :]}:{f.f_lineno} in {f.f_code.co_name}"
-    return None
+    return callsites.framework_frame(frames)
 
 
-_DECORATOR_FILES = (
-    "typing_extensions.py",
-    "decorator.py",
-    os.path.join("deprecated", "classic.py"),
-)
-
-
-_PURELIB = str(Path(sysconfig.get_paths()["purelib"])) + os.sep
 _RUNPY = os.sep + "runpy.py"
 _WRAPPER_FILES = ("c10d_logger.py", "functools.py", "contextlib.py", "_contextlib.py")
 

@@ -10,6 +10,7 @@ def main():
     mine = pairs[rank // 2]
     out = [None, None] if rank % 2 == 0 else None
     dist.gather_object({"rank": rank}, out, group=mine, group_dst=0)
+    dist.barrier()  # rank 0 hosts the store: nobody leaves before everyone is done
 
 
 if __name__ == "__main__":

@@ -1,0 +1,262 @@
+"""Calls of the per-rank interpreter (`perrank.Rank`): what a call expression calls, opaque
+calls, and interpreting the program's own functions and classes.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from commlint.lint import perrank_values as values
+from commlint.lint.perrank_builtins import _tensor_method
+from commlint.lint.perrank_model import (
+    MAX_DEPTH,
+    TRACE_OPS,
+    UNK,
+    Abort,
+    Builtin,
+    Cls,
+    EnvMethod,
+    Fn,
+    Group,
+    GroupMethod,
+    Mod,
+    Obj,
+    Property,
+    RankFlag,
+    Stop,
+    TensorMethod,
+    WorkMethod,
+    _bind,
+    _Break,
+    _class_attr,
+    _Continue,
+    _is_known,
+    _Return,
+)
+from commlint.lint.perrank_pipelining import ScheduleMethod
+
+
+class Calls:
+    """`Rank`'s calls of the program's functions, classes and builtins."""
+
+    # ------------------------------------------------------------------ calls
+    def call_expr(self, e: ast.Call, env: dict) -> object:
+        func = self.expr(e.func, env)
+        args: list = []
+        for a in e.args:
+            if isinstance(a, ast.Starred):
+                v = self.expr(a.value, env)
+                if not isinstance(v, list | tuple | range):
+                    return self.opaque(e)
+                args.extend(v)
+            else:
+                args.append(self.expr(a, env))
+        kwargs: dict = {}
+        for kw in e.keywords:
+            if kw.arg is None:
+                v = self.expr(kw.value, env)
+                if not isinstance(v, dict):
+                    return self.opaque(e)
+                kwargs.update(v)
+            else:
+                kwargs[kw.arg] = self.expr(kw.value, env)
+        outer, self.env = self.env, env
+        if self.cur is self.ev:
+            self.ev.recorded_lines.add(e.lineno)
+        try:
+            return values.call_origin(self, self.call(func, args, kwargs, e), func, args, kwargs, e)
+        finally:
+            self.env = outer
+
+    def opaque(self, e: ast.Call) -> object:
+        site = (e.lineno, e.col_offset + 1)
+        if site not in self.cur.comm_sites:
+            return UNK
+        comm = self.cur.comm_at.get(site)
+        if comm is not None and comm.kind == "collective" and comm.via:
+            # a wrapped module's forward (DDP, FSDP): one collective on its group, every call
+            group = self.wrapped_group(comm.group, e.lineno)
+            op = comm.op if comm.op in TRACE_OPS else "all_reduce"
+            action: dict = {"op": op, "label": comm.text}
+            if group.name != "WORLD":
+                action["group"] = group.name
+            self.record(action, e.lineno)
+            return UNK
+        raise Abort("a call that communicates in a way this rank cannot follow", e.lineno)
+
+    def wrapped_group(self, key: str, line: int) -> Group:
+        if key == "WORLD":
+            return self.group_of(None, line)
+        if key.isidentifier():
+            return self.group_of(self.lookup(key, self.env), line)
+        raise Abort("a process group this rank cannot know", line)
+
+    def call(self, func: object, args: list, kwargs: dict, e: ast.Call) -> object:
+        if isinstance(func, Fn):
+            return self.call_fn(func, args, kwargs, e)
+        if isinstance(func, Cls):
+            obj = Obj(func)
+            init = _class_attr(func, "__init__")
+            if isinstance(init, Fn):
+                self.call_fn(_bind(init, obj), args, kwargs, e)
+            return obj
+        if isinstance(func, Obj):
+            meth = _class_attr(func.cls, "__call__") or _class_attr(func.cls, "forward")
+            if isinstance(meth, Fn):
+                return self.call_fn(_bind(meth, func), args, kwargs, e)
+            return self.opaque(e)
+        if isinstance(func, Mod):
+            if not func.qname.startswith(
+                ("torch.multiprocessing", "torch.distributed")
+            ) and self.hands_over_communication(args, kwargs):
+                # `threading.Thread(target=worker)`, `functools.partial(sync)`: the library
+                # runs it when, where and as often as it decides
+                raise Abort(
+                    "a function that communicates is handed to a call it cannot follow", e.lineno
+                )
+            return self.call_api(func.qname, args, kwargs, e)
+        if isinstance(func, Builtin):
+            try:
+                return func.fn(self, args, kwargs, e)
+            except (Abort, Stop, _Return):
+                raise
+            except Exception:
+                return UNK
+        if isinstance(func, TensorMethod):
+            return _tensor_method(func, args, kwargs)
+        if isinstance(func, ScheduleMethod):
+            return self.schedule_call(func, e)
+        if isinstance(func, GroupMethod):
+            return self.group_method(func, args)
+        if isinstance(func, values.ParserMethod):
+            return values.call_parser(self, func, args, kwargs)
+        if isinstance(func, WorkMethod):
+            if func.attr == "wait":
+                self.wait(func.work, e)
+                return True
+            return UNK
+        if isinstance(func, EnvMethod):
+            if func.attr == "get" and args:
+                v = self.env_var(args[0])
+                return v if v is not UNK else (args[1] if len(args) > 1 else UNK)
+            return UNK
+        if isinstance(func, RankFlag):
+            return func.value
+        if callable(func) and not isinstance(func, type):
+            try:
+                if all(_is_known(a) for a in args):
+                    return func(*args, **kwargs)
+            except Exception:
+                return UNK
+            return UNK
+        if self.hands_over_communication(args, kwargs):
+            # `study.optimize(_objective)`: the callee runs it when and as often as it decides
+            raise Abort(
+                "a function that communicates is handed to a call it cannot follow", e.lineno
+            )
+        return self.opaque(e)
+
+    def hands_over_communication(self, args: list, kwargs: dict) -> bool:
+        """A function of the program that communicates is among the arguments."""
+        return any(
+            isinstance(a, Fn) and (a.unit if a.unit is not None else self.ev).communicates(a.node)
+            for a in (*args, *kwargs.values())
+        )
+
+    def defaults(self, a: ast.arguments, env: dict) -> dict[str, object]:
+        out: dict[str, object] = {}
+        pos = a.posonlyargs + a.args
+        for p, d in zip(pos[len(pos) - len(a.defaults) :], a.defaults, strict=True):
+            out[p.arg] = self.expr(d, env)
+        for p, d in zip(a.kwonlyargs, a.kw_defaults, strict=True):
+            if d is not None:
+                out[p.arg] = self.expr(d, env)
+        return out
+
+    def make_fn(self, s: ast.FunctionDef | ast.AsyncFunctionDef, env: dict, owner: str = "") -> Fn:
+        fn = Fn(s, self.g, self.defaults(s.args, env), f"{owner}{s.name}", unit=self._unit())
+        for d in s.decorator_list:
+            target = d.func if isinstance(d, ast.Call) else d
+            name = target.id if isinstance(target, ast.Name) else getattr(target, "attr", "")
+            if name in self.ev.table.rank_zero_decorators:
+                fn.only_rank = 0
+        return fn
+
+    def make_cls(self, s: ast.ClassDef, env: dict) -> Cls:
+        bases = [b for b in (self.expr(x, env) for x in s.bases) if isinstance(b, Cls)]
+        cls = Cls(s.name, {}, bases)
+        body_env: dict = {}
+        for item in s.body:
+            if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
+                fn = self.make_fn(item, env, f"{s.name}.")
+                if any(isinstance(d, ast.Name) and d.id == "property" for d in item.decorator_list):
+                    cls.attrs[item.name] = Property(fn)
+                else:
+                    cls.attrs[item.name] = fn
+            elif isinstance(item, ast.Assign | ast.AnnAssign):
+                try:
+                    self.stmt(item, body_env)
+                except (Abort, Stop):
+                    continue
+        for k, v in body_env.items():
+            cls.attrs.setdefault(k, v)
+        return cls
+
+    def call_fn(self, fn: Fn, args: list, kwargs: dict, e: ast.AST) -> object:
+        if fn.only_rank is not None and fn.only_rank != self.rank:
+            return None
+        if self.depth >= MAX_DEPTH:
+            raise Abort("calls nested too deeply", getattr(e, "lineno", 0))
+        node = fn.node
+        a = node.args
+        env: dict = {}
+        params = [p.arg for p in a.posonlyargs + a.args]
+        if fn.bound is not None:
+            args = [fn.bound, *args]
+        for k, p in enumerate(params):
+            if k < len(args):
+                env[p] = args[k]
+            elif p in kwargs:
+                env[p] = kwargs.pop(p)
+            elif p in fn.defaults:
+                env[p] = fn.defaults[p]
+            else:
+                env[p] = UNK
+        if a.vararg is not None:
+            env[a.vararg.arg] = tuple(args[len(params) :])
+        for p in a.kwonlyargs:
+            env[p.arg] = kwargs.pop(p.arg) if p.arg in kwargs else fn.defaults.get(p.arg, UNK)
+        if a.kwarg is not None:
+            env[a.kwarg.arg] = dict(kwargs)
+        if isinstance(node, ast.Lambda):
+            return self.expr(node.body, env)
+        self.depth += 1
+        self.stack.append((fn.qualname, self.cur.short, getattr(e, "lineno", 0)))
+        self.fn_nodes.append(node)
+        outer = self.cur, self.g
+        self.cur = fn.unit if fn.unit is not None else self.ev
+        self.g = fn.globals
+        try:
+            self.run_block(node.body, env)
+        except _Return as r:
+            return r.value
+        except (_Break, _Continue):
+            return None
+        except Abort as ab:
+            if ab.unit is None and self.cur is not self.ev:
+                ab.unit = self.cur  # its lines are that file's
+            raise
+        finally:
+            self.depth -= 1
+            self.stack.pop()
+            self.fn_nodes.pop()
+            self.cur, self.g = outer
+        return None
+
+    def group_method(self, m: GroupMethod, args: list) -> object:
+        g = m.group
+        if m.attr == "rank":
+            return g.members.index(self.rank) if self.rank in g.members else -1
+        if m.attr == "size":
+            return len(g.members)
+        return UNK

@@ -1,0 +1,364 @@
+"""Statements of the per-rank interpreter (`perrank.Rank`): the budget and the truth of a
+condition, blocks, assignments, `with`, `try`, loops, and the imports of the project's own
+modules (followed files are interpreted too).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+
+from commlint.lint import perrank_values as values
+from commlint.lint.perrank_model import (
+    MAX_STEPS,
+    MAX_WORK,
+    UNK,
+    Abort,
+    Cls,
+    Fn,
+    Interval,
+    Mod,
+    Obj,
+    ProjMod,
+    Stop,
+    Tensor,
+    Unknown,
+    Work,
+    _bind,
+    _Break,
+    _class_attr,
+    _Continue,
+    _is_known,
+    _load,
+    _Return,
+)
+
+
+class Statements:
+    """`Rank`'s statements, control flow and imports."""
+
+    # ------------------------------------------------------------------ helpers
+    def tick(self, line: int) -> None:
+        self.steps += 1
+        self.ev.work += 1
+        self.line = line
+        if self.steps > MAX_STEPS or self.ev.work > MAX_WORK:
+            raise Abort("evaluation budget exhausted", line)
+
+    def truth(self, v: object, node: ast.AST) -> bool:
+        line = getattr(node, "lineno", 0)
+        if isinstance(v, Unknown | Tensor | Interval | Mod | Work):
+            if line in self.cur.uniform_lines:
+                # the same on every rank (neither rank nor data decides it): every rank takes
+                # the arm that communicates; what the other arm does is not proved absent
+                self.ev.approx = True
+                return True
+            raise Abort("a condition whose value this rank cannot know", line, v)
+        try:
+            b = bool(v)
+        except Exception:
+            raise Abort("a condition whose value this rank cannot know", line) from None
+        self.decided.setdefault(line, set()).add(b)
+        return b
+
+    # ------------------------------------------------------------------ statements
+    def run_block(self, stmts: list[ast.stmt], env: dict) -> None:
+        for s in stmts:
+            self.stmt(s, env)
+
+    def stmt(self, s: ast.stmt, env: dict) -> None:
+        self.tick(s.lineno)
+        if isinstance(s, ast.Expr):
+            self.expr(s.value, env)
+        elif isinstance(s, ast.Assign):
+            v = self.expr(s.value, env)
+            for t in s.targets:
+                self.assign(t, v, env)
+        elif isinstance(s, ast.AnnAssign):
+            if s.value is not None:
+                self.assign(s.target, self.expr(s.value, env), env)
+        elif isinstance(s, ast.AugAssign):
+            cur = self.expr(_load(s.target), env)
+            v = self.binop(s.op, cur, self.expr(s.value, env))
+            self.assign(s.target, v, env)
+        elif isinstance(s, ast.If):
+            c = self.expr(s.test, env)
+            if isinstance(c, Unknown | Tensor | Interval) and not self.cur.communicates(s):
+                self.forget(s, env, c, s.test.lineno)
+                return
+            self.run_block(s.body if self.truth(c, s.test) else s.orelse, env)
+        elif isinstance(s, ast.For | ast.AsyncFor):
+            self.for_loop(s, env)
+        elif isinstance(s, ast.While):
+            self.while_loop(s, env)
+        elif isinstance(s, ast.Break):
+            raise _Break
+        elif isinstance(s, ast.Continue):
+            raise _Continue
+        elif isinstance(s, ast.Return):
+            raise _Return(self.expr(s.value, env) if s.value is not None else None)
+        elif isinstance(s, ast.Raise):
+            name = ""
+            if s.exc is not None:
+                e = s.exc.func if isinstance(s.exc, ast.Call) else s.exc
+                name = e.id if isinstance(e, ast.Name) else getattr(e, "attr", "")
+            raise Stop("exception", s.lineno, name)
+        elif isinstance(s, ast.Assert):
+            c = self.expr(s.test, env)
+            if _is_known(c) and not c:
+                raise Stop("exception", s.lineno, "AssertionError")
+        elif isinstance(s, ast.Try):
+            self.try_stmt(s, env)
+        elif isinstance(s, ast.With | ast.AsyncWith):
+            for item in s.items:
+                ctx = item.context_expr
+                f = ctx.func if isinstance(ctx, ast.Call) else ctx
+                if (getattr(f, "attr", None) or getattr(f, "id", None)) in ("join", "Join"):
+                    # DDP's join shadows the collectives of ranks that ran out of inputs
+                    raise Abort("uneven inputs under a join context", s.lineno)
+            self.with_items(s, list(s.items), env)
+        elif isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef):
+            env[s.name] = self.make_fn(s, env)
+        elif isinstance(s, ast.ClassDef):
+            env[s.name] = self.make_cls(s, env)
+        elif isinstance(s, ast.Import):
+            for a in s.names:
+                if a.asname:
+                    env[a.asname] = self.import_module(a.name, 0) or Mod(a.name)
+                else:
+                    top = a.name.split(".")[0]
+                    self.import_module(a.name, 0)  # runs its top level, as Python does
+                    env[top] = self.import_module(top, 0) or Mod(top)
+        elif isinstance(s, ast.ImportFrom):
+            self.import_from(s, env)
+        elif isinstance(s, ast.Global | ast.Nonlocal):
+            env.setdefault("__globals_names__", set()).update(s.names)
+        elif isinstance(s, ast.Pass | ast.Delete):
+            return
+        else:
+            if self.cur.communicates(s):
+                raise Abort(f"`{type(s).__name__}` statement", s.lineno)
+            self.forget(s, env)
+
+    def with_items(self, s: ast.With | ast.AsyncWith, items: list, env: dict) -> None:
+        """`with A() as a, B():` — a context manager of the project's classes runs its
+        `__enter__` and `__exit__` (a collective in `__exit__` runs on the ranks that entered)."""
+        if not items:
+            self.run_block(s.body, env)
+            return
+        item, rest = items[0], items[1:]
+        v = self.expr(item.context_expr, env)
+        enter = _class_attr(v.cls, "__enter__") if isinstance(v, Obj) else None
+        leave = _class_attr(v.cls, "__exit__") if isinstance(v, Obj) else None
+        got = (
+            self.call_fn(_bind(enter, v), [], {}, item.context_expr) if isinstance(enter, Fn) else v
+        )
+        if item.optional_vars is not None:
+            self.assign(item.optional_vars, got if isinstance(got, Obj) else UNK, env)
+        if not isinstance(leave, Fn):
+            self.with_items(s, rest, env)
+            return
+        try:
+            self.with_items(s, rest, env)
+        except Stop as stop:
+            if stop.kind != "exception":
+                raise
+            if self.call_fn(_bind(leave, v), [UNK, UNK, UNK], {}, item.context_expr) is not True:
+                raise
+            return
+        self.call_fn(_bind(leave, v), [None, None, None], {}, item.context_expr)
+
+    # ------------------------------------------------------------------ the project's modules
+    def _unit(self) -> object | None:
+        return None if self.cur is self.ev else self.cur
+
+    def import_module(self, name: str, level: int) -> ProjMod | None:
+        """The project module an import names, its top level run by this rank once; None
+        when it is not a file of this run (or it could not be followed): then it stays an
+        opaque `Mod`, as every library does."""
+        index = self.ev.modules_index
+        if index is None:
+            return None
+        cur_module = getattr(self.cur, "module", self.ev.facts.module)
+        target = index.find(self.cur.path, cur_module, name, level)
+        if target is None:
+            return None
+        if target in self.modules:
+            return self.modules[target]
+        unit = index.unit(target, lambda short: short == self.ev.short)
+        if unit is None or unit.path == self.ev.path:
+            self.modules[target] = None
+            return None
+        mod = ProjMod(target, {"__name__": target})
+        self.modules[target] = mod  # a circular import sees the part already run
+        outer = self.cur, self.g
+        self.cur, self.g = unit, mod.globals
+        try:
+            self.run_block(unit.tree.body, mod.globals)
+        except (Abort, Stop, _Return, _Break, _Continue):
+            self.modules[target] = None  # its top level cannot be followed: opaque
+            return None
+        finally:
+            self.cur, self.g = outer
+        return mod
+
+    def import_from(self, s: ast.ImportFrom, env: dict) -> None:
+        base = s.module or ""
+        mod = self.import_module(base, s.level) if (base or s.level) else None
+        for a in s.names:
+            if a.name == "*":
+                if mod is not None:
+                    env.update({k: v for k, v in mod.globals.items() if not k.startswith("_")})
+                continue
+            sub = self.import_module(f"{base}.{a.name}" if base else a.name, s.level)
+            if sub is not None:
+                v: object = sub
+            elif mod is not None:
+                v = mod.globals.get(a.name, UNK)
+            elif s.level:
+                v = UNK  # a relative import of a file this run does not have
+            else:
+                v = Mod(f"{base}.{a.name}" if base else a.name)
+            env[a.asname or a.name] = v
+
+    def forget(self, s: ast.AST, env: dict, cond: object = UNK, cond_line: int = 0) -> None:
+        """A statement skipped because its path is unknown: what it assigns becomes unknown
+        (computed from the condition, when the condition's origin is known)."""
+        value = values.under(self, cond, cond_line) if cond is not UNK else UNK
+        for n in ast.walk(s):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                env[n.id] = value
+            elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store):
+                base = env.get(n.value.id) if isinstance(n.value, ast.Name) else None
+                if isinstance(base, Obj):
+                    base.attrs[n.attr] = value
+            elif isinstance(n, ast.Return | ast.Break | ast.Continue | ast.Raise):
+                if self.fn_nodes and not self.cur.communicates(self.fn_nodes[-1]):
+                    raise _Return(UNK)  # whatever it returns, the function communicates nothing
+                raise Abort(
+                    "an exit whose condition this rank cannot know", n.lineno, cond, cond_line
+                )
+
+    def try_stmt(self, s: ast.Try, env: dict) -> None:
+        try:
+            try:
+                self.run_block(s.body, env)
+            except Stop as stop:
+                handler = self.handler_for(s, stop)
+                if handler is None:
+                    raise
+                if handler.name:
+                    env[handler.name] = UNK
+                self.run_block(handler.body, env)
+            else:
+                self.run_block(s.orelse, env)
+        finally:
+            if s.finalbody:
+                self.run_block(s.finalbody, env)
+
+    def handler_for(self, s: ast.Try, stop: Stop) -> ast.ExceptHandler | None:
+        if stop.kind != "exception":
+            return None
+        for h in s.handlers:
+            names = []
+            if h.type is None:
+                return h
+            for t in h.type.elts if isinstance(h.type, ast.Tuple) else [h.type]:
+                names.append(t.id if isinstance(t, ast.Name) else getattr(t, "attr", ""))
+            if {"Exception", "BaseException", stop.exc} & set(names):
+                return h
+        return None
+
+    def for_loop(self, s: ast.For | ast.AsyncFor, env: dict) -> None:
+        it = self.expr(s.iter, env)
+        items = self.iterate(it, s)
+        if items is None:
+            if not self.cur.communicates(s):
+                self.forget(s, env)
+                return
+            # an iterable of unknown length (a data loader): every rank takes the body once,
+            # the taint rules judge whether the count can differ between ranks
+            items = [values.element(self, it, 0)]
+            self.ev.approx = True
+        elif isinstance(it, set | frozenset) and any(isinstance(x, str) for x in it):
+            before = len(self.actions)
+            self._loop(s, env, items)
+            if len(self.actions) > before:
+                self.ev.note_set_loop(s)
+            return
+        self._loop(s, env, items)
+
+    def _loop(self, s: ast.For | ast.AsyncFor, env: dict, items: list) -> None:
+        for x in items:
+            self.tick(s.lineno)
+            self.assign(s.target, x, env)
+            try:
+                self.run_block(s.body, env)
+            except _Break:
+                return
+            except _Continue:
+                continue
+        self.run_block(s.orelse, env)
+
+    def while_loop(self, s: ast.While, env: dict) -> None:
+        while True:
+            c = self.expr(s.test, env)
+            if isinstance(c, Unknown | Tensor | Interval):
+                if not self.cur.communicates(s):
+                    self.forget(s, env, c, s.lineno)
+                    return
+                raise Abort("a `while` loop whose bound this rank cannot know", s.lineno, c)
+            if not self.truth(c, s.test):
+                break
+            self.tick(s.lineno)
+            try:
+                self.run_block(s.body, env)
+            except _Break:
+                return
+            except _Continue:
+                continue
+        self.run_block(s.orelse, env)
+
+    def iterate(self, it: object, node: ast.AST) -> list | None:
+        if isinstance(it, list | tuple | range | str | dict | set | frozenset):
+            if len(it) > MAX_STEPS:
+                raise Abort("a loop too long to unroll", node.lineno)
+            if isinstance(it, set | frozenset):
+                return sorted(it, key=repr)
+            return list(it)
+        if isinstance(it, Tensor) and it.shape:
+            rows = [Tensor(it.shape[1:], it.dtype) for _ in range(it.shape[0])]
+            return [values.with_origin(self, t, ("row", k), (it,)) for k, t in enumerate(rows)]
+        return None
+
+    def assign(self, target: ast.expr, v: object, env: dict) -> None:
+        if isinstance(target, ast.Name):
+            names = env.get("__globals_names__")
+            if names and target.id in names:
+                self.g[target.id] = v
+            else:
+                env[target.id] = v
+        elif isinstance(target, ast.Tuple | ast.List):
+            elts = target.elts
+            vals: list | None = None
+            if isinstance(v, list | tuple | range) and not any(
+                isinstance(e, ast.Starred) for e in elts
+            ):
+                vals = list(v) if len(v) == len(elts) else None
+            for k, e in enumerate(elts):
+                if isinstance(e, ast.Starred):
+                    self.assign(e.value, UNK, env)
+                else:
+                    self.assign(e, vals[k] if vals is not None else values.element(self, v, k), env)
+        elif isinstance(target, ast.Attribute):
+            base = self.expr(target.value, env)
+            if isinstance(base, Obj | Cls):
+                base.attrs[target.attr] = v
+        elif isinstance(target, ast.Subscript):
+            base = self.expr(target.value, env)
+            key = self.expr(target.slice, env)
+            if isinstance(base, list | dict) and _is_known(key):
+                with contextlib.suppress(IndexError, TypeError, KeyError):
+                    base[key] = v
+        elif isinstance(target, ast.Starred):
+            self.assign(target.value, UNK, env)

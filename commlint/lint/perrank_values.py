@@ -1,0 +1,539 @@
+"""Values the per-rank evaluator (`perrank.py`) knows beyond plain Python: a command line's
+defaults (`argparse`).
+
+A program's command line is the same on every rank (torchrun hands every rank the same
+arguments), so its defaults are uniform values: the sizes, counts and member lists they decide
+are the ones the program runs with when it is launched as written. A flag whose value cannot be
+known without the command line (a required option, a positional argument, a sub-command) stays
+unknown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+_PERRANK: dict[str, object] = {}
+
+
+def _perrank(*names: str) -> tuple:
+    """Names of `perrank` (which imports this module), looked up once: the origin functions
+    run on every call the evaluator makes."""
+    if not _PERRANK:
+        from commlint.lint import perrank
+
+        _PERRANK.update(vars(perrank))
+    return tuple(_PERRANK[n] for n in names)
+
+
+RANK_DESTS = frozenset({"rank", "local_rank", "global_rank", "node_rank", "process_index"})
+WORLD_DESTS = frozenset({"world_size", "num_processes", "nprocs"})
+
+
+@dataclass
+class ArgParser:
+    """An `argparse.ArgumentParser` (or one of its groups, which share its options)."""
+
+    defaults: dict[str, object] = field(default_factory=dict)
+    unknowable: bool = False  # sub-commands: which options exist depends on the command line
+
+
+@dataclass
+class ParserMethod:
+    parser: ArgParser
+    attr: str
+
+
+def _dest(flags: list, kwargs: dict) -> str | None:
+    dest = kwargs.get("dest")
+    if isinstance(dest, str):
+        return dest
+    names = [f for f in flags if isinstance(f, str)]
+    if not names:
+        return None
+    longs = [f for f in names if f.startswith("--")]
+    name = (longs or names)[0].lstrip("-")
+    return name.replace("-", "_")
+
+
+def _default(ev, flags: list, kwargs: dict) -> object:
+    from commlint.lint.perrank import UNK, Builtin
+
+    positional = bool(flags) and isinstance(flags[0], str) and not flags[0].startswith("-")
+    if kwargs.get("required") is True or (positional and kwargs.get("nargs") not in ("?", "*")):
+        return UNK  # given on the command line: its value is not in the source
+    action = kwargs.get("action")
+    if action == "store_true":
+        return kwargs.get("default", False)
+    if action == "store_false":
+        return kwargs.get("default", True)
+    if "default" not in kwargs:
+        return None
+    value = kwargs["default"]
+    kind = kwargs.get("type")
+    if isinstance(value, str) and isinstance(kind, Builtin):
+        # argparse converts a string default with the option's type
+        try:
+            return kind.fn(ev, [value], {}, None)
+        except Exception:
+            return UNK
+    return value
+
+
+def call_parser(ev, m: ParserMethod, args: list, kwargs: dict) -> object:
+    """`parser.add_argument(...)`, `parser.parse_args()`, …, on rank `ev`."""
+    from commlint.lint.perrank import UNK, Cls, Obj
+
+    p = m.parser
+    if m.attr == "add_argument":
+        dest = _dest(args, kwargs)
+        if dest is not None:
+            if dest in RANK_DESTS:
+                p.defaults[dest] = ev.rank  # the launcher's: each rank's own
+            elif dest in WORLD_DESTS:
+                p.defaults[dest] = ev.world
+            else:
+                p.defaults[dest] = _default(ev, args, kwargs)
+        return None
+    if m.attr in ("add_argument_group", "add_mutually_exclusive_group"):
+        return p
+    if m.attr == "set_defaults":
+        p.defaults.update(kwargs)
+        return None
+    if m.attr == "add_subparsers":
+        p.unknowable = True
+        return UNK
+    if m.attr in ("parse_args", "parse_known_args", "parse_intermixed_args"):
+        if p.unknowable or (args and args[0] not in (None, [])):
+            return UNK  # sub-commands, or arguments the program builds itself
+        ns = Obj(Cls("Namespace", {}, []), dict(p.defaults))
+        return (ns, []) if m.attr == "parse_known_args" else ns
+    return UNK
+
+
+# ---------------------------------------------------------------------------- value origins
+# An unknown value (a loss, a batch, a tensor drawn from a generator) still has an origin: the
+# calls and the known values it was computed from. Each rank's evaluation gives every such
+# value a fingerprint, a hash over its ingredients; the ranks are evaluated one after another
+# in one process, so a value computed alike on every rank gets the same fingerprint on each.
+# When a value that decides communication differs between ranks (a generator seeded with the
+# rank, a shard chosen by the rank, a file named after it flow into it) it is rank-local: the
+# ranks may decide differently. A value out of a collective over every rank (all_reduce,
+# broadcast, all_gather) gets a fingerprint of its own, the same on every rank: uniform.
+# Ingredients whose origin is not known count alike on every rank, so the evaluation only ever
+# claims a difference it has seen, never that two ranks agree.
+
+RANDOM = frozenset(
+    {"rand", "randn", "randint", "randperm", "normal", "bernoulli", "multinomial", "rand_like"}
+    | {"randn_like", "randint_like", "poisson", "random", "uniform", "choice", "shuffle"}
+    | {"sample", "gauss"}
+)
+SEEDS = frozenset(
+    {"torch.manual_seed", "random.seed", "numpy.random.seed", "torch.random.manual_seed"}
+)
+# collectives whose result is the same on every member (the in-place buffer or output list)
+UNIFORM_RESULT = {
+    "all_reduce": 0,
+    "broadcast": 0,
+    "all_gather": 0,
+    "all_gather_into_tensor": 0,
+    "all_gather_object": 0,
+    "broadcast_object_list": 0,
+}
+
+
+class Fingerprints:
+    """The ingredients of every fingerprint one file's evaluation made, to say afterwards
+    where two ranks' values first differ."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[int, tuple[int, object, tuple]] = {}
+        self.data: set[int] = set()  # the fingerprints of tensors and batches: data
+
+    def node(self, line: int, label: object, children: tuple) -> int:
+        h = hash((label, line, children))
+        if len(self.nodes) < 200_000:
+            self.nodes.setdefault(h, (line, label, children))
+        return h
+
+    def first_difference(self, a: int, b: int) -> tuple[int, str, str] | None:
+        """(line, a's value, b's value) of the deepest known value where a and b differ."""
+        return self.difference(a, b)[0]
+
+    def through_data(self, a: int, b: int) -> bool:
+        """The values part through data (a tensor, a batch): not only through the rank handed
+        to a call the evaluator cannot follow (`evaluator.participates(rank)`)."""
+        return self.difference(a, b)[1]
+
+    def difference(self, a: int, b: int) -> tuple[tuple[int, str, str] | None, bool]:
+        found: tuple[int, str, str] | None = None
+        data = False
+        for _ in range(200):
+            data = data or a in self.data or b in self.data
+            found, done = self._step(a, b, found)
+            if done is None:
+                return found, data
+            a, b = done
+        return found, data
+
+    def _step(self, a: int, b: int, found) -> tuple:
+        """One step down the first differing ingredient: (found, the next pair or None)."""
+        na, nb = self.nodes.get(a), self.nodes.get(b)
+        if na is None or nb is None:
+            return found, None
+        if isinstance(na[1], tuple) and na[1][:1] == ("v",) and nb[1][:1] == ("v",):
+            line = na[0] or (found[0] if found else 0)
+            return (line, na[1][1], nb[1][1]), None
+        if na[1] != nb[1] or len(na[2]) != len(nb[2]):
+            return found, None
+        pairs = [(x, y) for x, y in zip(na[2], nb[2], strict=True) if x != y]
+        if not pairs or pairs[0][0] is None or pairs[0][1] is None:
+            return found, None
+        if na[0]:
+            found = (na[0], "", "")
+        return found, pairs[0]
+
+
+def fp_of(ev, v: object, line: int = 0, depth: int = 0) -> int | None:
+    """The fingerprint of a value on rank `ev` (None: its origin is not known)."""
+    Derived, Tensor, _is_known = _perrank("Derived", "Tensor", "_is_known")
+
+    if isinstance(v, Derived):
+        return v.fp
+    if isinstance(v, Tensor):
+        return v.fp
+    fps = ev.ev.fps
+    if isinstance(v, list | tuple) and depth < 3:
+        kids = tuple(fp_of(ev, x, line, depth + 1) for x in v[:32])
+        if all(k is None for k in kids):
+            return None
+        return fps.node(line, "seq", kids)
+    if isinstance(v, dict) and depth < 3 and len(v) <= 32:
+        kids = tuple(fp_of(ev, x, line, depth + 1) for x in v.values())
+        if all(k is None for k in kids):
+            return None
+        return fps.node(line, "map", kids)
+    if _is_known(v) and isinstance(v, int | float | str | bool | type(None)):
+        text = repr(v)
+        return fps.node(line, ("v", text if len(text) <= 60 else text[:57] + "..."), ())
+    return None
+
+
+def _site(ev, line: int) -> int | str:
+    """A line of the evaluated file, or `file.py:line` of a followed one."""
+    cur = getattr(ev, "cur", None)
+    return line if cur is None or cur is ev.ev else f"{cur.short}:{line}"
+
+
+def derived(ev, label: object, parts: tuple, line: int = 0) -> object:
+    """An unknown computed from `parts`: a Derived when any part has an origin, else UNK."""
+    UNK, Derived = _perrank("UNK", "Derived")
+
+    line = _site(ev, line or ev.line)
+    kids = tuple(fp_of(ev, p, line) for p in parts)
+    if all(k is None for k in kids):
+        return UNK
+    return Derived(ev.ev.fps.node(line, label, kids))
+
+
+def with_origin(ev, result: object, label: object, parts: tuple, line: int = 0) -> object:
+    """`result` (an unknown, or a tensor whose origin is not recorded) with its ingredients."""
+    UNK, Tensor = _perrank("UNK", "Tensor")
+
+    if result is UNK:
+        return derived(ev, label, parts, line)
+    if isinstance(result, Tensor) and result.fp is None:
+        d = derived(ev, label, parts, line)
+        if d is not UNK:
+            ev.ev.fps.data.add(d.fp)
+            return replace(result, fp=d.fp)
+    return result
+
+
+def call_origin(ev, result: object, func: object, args: list, kwargs: dict, e) -> object:
+    """A call's unknown result takes its ingredients: the receiver, the arguments, and the
+    random state of the rank for a draw from the default generator."""
+    UNK, Derived, Mod, Tensor, TensorMethod = _perrank(
+        "UNK", "Derived", "Mod", "Tensor", "TensorMethod"
+    )
+
+    if not (result is UNK or (isinstance(result, Tensor) and result.fp is None)):
+        return result
+    recv: object = None
+    if isinstance(func, TensorMethod):
+        recv = func.tensor
+    elif isinstance(func, Derived):
+        recv = func
+    parts = [recv, *args, *(kwargs[k] for k in sorted(kwargs))]
+    random = isinstance(func, Mod) and func.qname.rsplit(".", 1)[-1] in RANDOM
+    if random and "generator" not in kwargs:
+        parts.append(ev.rng)
+    return with_origin(ev, result, ("call", e.col_offset), tuple(parts), e.lineno)
+
+
+def seed(ev, qname: str, args: list, kwargs: dict) -> bool:
+    """`torch.manual_seed(s)`, `random.seed(s)`: the rank's default generator now draws from
+    `s` (a rank-dependent seed makes every later draw rank-local)."""
+    if qname not in SEEDS:
+        return False
+    ev.rng = args[0] if args else kwargs.get("seed")
+    return True
+
+
+def attribute_of(ev, base: object, attr: str) -> object:
+    """An attribute of an unknown whose origin is known."""
+    return derived(ev, ("attr", attr), (base,))
+
+
+def element(ev, v: object, k: int) -> object:
+    """The k-th element of an unknown sequence (`a, b = t.tolist()`)."""
+    return derived(ev, ("elt", k), (v,))
+
+
+def under(ev, cond: object, line: int) -> object:
+    """What a statement skipped under an unknown condition assigns: it depends on it."""
+    return derived(ev, "under", (cond,), line)
+
+
+def after_collective(ev, op: str, args: list, kwargs: dict, line: int) -> None:
+    """A collective over every member leaves the same value on each: its buffers (or its
+    output list) get one fingerprint, the same on every rank."""
+    from commlint.lint.perrank import Derived, Tensor
+
+    pos = UNIFORM_RESULT.get(op)
+    if pos is None:
+        return
+    buf = args[pos] if pos < len(args) else None
+    for key in ("tensor", "tensor_list", "object_list", "output_tensor", "output"):
+        if buf is None:
+            buf = kwargs.get(key)
+    line = _site(ev, line)
+    mark = ev.ev.fps.node(line, ("collective", op), ())
+    if isinstance(buf, Tensor):
+        buf.fp = mark
+    elif isinstance(buf, list):
+        for k, x in enumerate(buf):
+            item = ev.ev.fps.node(line, ("collective", op, k), ())
+            if isinstance(x, Tensor):
+                x.fp = item
+            else:
+                buf[k] = Derived(item)
+
+
+# ---------------------------------------------------------------------------- steering
+@dataclass
+class Steering:
+    """Every rank stopped at one test of an unknown value that decides its communication, and
+    the ranks' values have different origins: the ranks can decide differently."""
+
+    cond_line: int  # the test
+    exit_line: int  # the `break`/`return`/`continue` it decides (= cond_line for an if/while)
+    kind: str  # "break", "continue", "return", "if", "while"
+    text: str  # the test's source
+    ranks: dict[int, int]  # rank -> its value's fingerprint
+    origin: tuple[int, str, str] | None  # (line, one rank's value, another's) where they differ
+    pair: tuple[int, int]  # the two ranks `origin` compares
+    where: object | None = None  # the followed file of the test (None: the evaluated file)
+
+
+def steering(fe, world: int, stops: dict) -> Steering | None:
+    """`stops`: rank -> (Abort, fingerprint). A finding when every rank stopped at the same
+    test, the test decides what the rank communicates, and two ranks' values differ."""
+    if len(stops) != world:
+        return None
+    sites = {(ab.cond, ab.line, id(ab.unit)) for ab, _fp in stops.values()}
+    if len(sites) != 1:
+        return None
+    cond_line, exit_line, _unit = sites.pop()
+    where = next(iter(stops.values()))[0].unit  # a followed file, or None: the evaluated one
+    fps = {r: fp for r, (_ab, fp) in stops.items()}
+    if len(set(fps.values())) < 2:
+        return None  # the same on every rank: unknown, but every rank decides alike
+    kind, text = _decision(where if where is not None else fe, cond_line, exit_line)
+    if kind is None:
+        return None
+    first = min(fps)
+    other = next(r for r in sorted(fps) if fps[r] != fps[first])
+    if not fe.fps.through_data(fps[first], fps[other]):
+        return None  # only the rank itself, through a call not followed: the rank rules judge
+    origin = fe.fps.first_difference(fps[first], fps[other])
+    return Steering(cond_line, exit_line, kind, text, fps, origin, (first, other), where)
+
+
+def _decision(fe, cond_line: int, exit_line: int) -> tuple[str | None, str]:
+    import ast
+
+    test = None
+    for n in fe.nodes:
+        if isinstance(n, ast.If | ast.While) and n.test.lineno == cond_line:
+            test = n
+            break
+    if test is None:
+        return None, ""
+    text = ast.unparse(test.test)
+    if exit_line != cond_line:
+        for n in ast.walk(test):
+            if isinstance(n, ast.Break | ast.Continue | ast.Return) and n.lineno == exit_line:
+                return (
+                    type(n).__name__.lower() if _skips_communication(fe, test, n) else None
+                ), text
+        return None, text
+    if isinstance(test, ast.While):
+        return "while", text
+    if _arm_comms(fe, test.body) == _arm_comms(fe, test.orelse):
+        return None, text  # both arms communicate alike: the test decides nothing
+    return "if", text
+
+
+def _skips_communication(fe, test, exit_node) -> bool:
+    """The exit skips communication: the loop it leaves (`break`, `continue`) communicates,
+    or (`return`) so does the rest of its function or a loop around it there."""
+    import ast
+
+    loops = [
+        n
+        for n in fe.nodes
+        if isinstance(n, ast.For | ast.While | ast.AsyncFor)
+        and n.lineno <= exit_node.lineno <= (n.end_lineno or n.lineno)
+    ]
+    if not isinstance(exit_node, ast.Return):
+        return bool(loops) and fe.communicates(max(loops, key=lambda n: n.lineno))
+    fns = [
+        n
+        for n in fe.nodes
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+        and n.lineno <= exit_node.lineno <= (n.end_lineno or n.lineno)
+    ]
+    if not fns:
+        return False
+    fn = max(fns, key=lambda n: n.lineno)
+    end = test.end_lineno or test.lineno
+    if any(end < line <= (fn.end_lineno or line) for line in fe.comm_lines):
+        return True
+    inner = [n for n in loops if n.lineno > fn.lineno]
+    return any(fe.communicates(n) for n in inner)
+
+
+def _arm_comms(fe, stmts: list) -> list[str]:
+    """The communicating calls of one arm of an `if`, by name, in order."""
+    import ast
+
+    out = []
+    for s in stmts:
+        for n in ast.walk(s):
+            if isinstance(n, ast.Call) and (n.lineno, n.col_offset + 1) in fe.comm_sites:
+                out.append(ast.unparse(n.func))
+    return out
+
+
+# ---------------------------------------------------------------------------- data pipelines
+# A loader's batch count decides how often a training loop's collectives run. When the
+# dataset's length is known (a list, a tensor, a class whose `__len__` the evaluator can run)
+# and the sharding is the program's own (`Subset` of per-rank indices) or a
+# `DistributedSampler` (equal counts on every rank), the count is computed per rank: one rank
+# with a batch more than another is a hang the graph checker finds.
+MAX_BATCHES = 512  # longer loaders stay one symbolic iteration (today's approximation)
+
+
+@dataclass
+class Sized:
+    """A dataset or sampler of known length (`Subset`, `DistributedSampler`, `TensorDataset`)."""
+
+    n: int
+    fp: int | None = None
+
+
+def length(ev, v: object) -> int | None:
+    """`len(v)` when the evaluator can know it."""
+    from commlint.lint.perrank import Fn, Obj, Tensor, _class_attr
+
+    if isinstance(v, list | tuple | range | str | dict | set | frozenset):
+        return len(v)
+    if isinstance(v, Tensor):
+        return v.shape[0] if v.shape else None
+    if isinstance(v, Sized):
+        return v.n
+    if isinstance(v, Obj):
+        meth = _class_attr(v.cls, "__len__")
+        if isinstance(meth, Fn):
+            n = ev.call_fn(Fn(meth.node, meth.globals, meth.defaults, meth.qualname, v), [], {}, 0)
+            return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
+    return None
+
+
+def data_call(ev, name: str, args: list, kwargs: dict, line: int) -> object:
+    """`Subset`, `TensorDataset`, `DistributedSampler`, `DataLoader` of known length; else
+    NotImplemented (the evaluator's other rules decide)."""
+    last = name.rsplit(".", 1)[-1]
+    if not name.startswith("torch.utils.data") or last not in DATA_CALLS:
+        return NotImplemented
+    return DATA_CALLS[last](ev, args, kwargs, line)
+
+
+def _subset(ev, args: list, kwargs: dict, line: int) -> object:
+    from commlint.lint.perrank import UNK
+
+    indices = args[1] if len(args) > 1 else kwargs.get("indices")
+    n = length(ev, indices)
+    if n is None:
+        return UNK
+    ds = args[0] if args else kwargs.get("dataset")
+    return Sized(n, fp_of(ev, (ds, indices), line))
+
+
+def _tensor_dataset(ev, args: list, kwargs: dict, line: int) -> object:
+    from commlint.lint.perrank import UNK
+
+    n = length(ev, args[0]) if args else None
+    return Sized(n, fp_of(ev, tuple(args), line)) if n is not None else UNK
+
+
+def _distributed_sampler(ev, args: list, kwargs: dict, line: int) -> object:
+    from commlint.lint.perrank import UNK
+
+    ds = args[0] if args else kwargs.get("dataset")
+    n = length(ev, ds)
+    replicas = args[1] if len(args) > 1 else kwargs.get("num_replicas", ev.world)
+    rank = args[2] if len(args) > 2 else kwargs.get("rank", ev.rank)
+    drop = kwargs.get("drop_last", False)
+    if n is None or not isinstance(replicas, int) or replicas <= 0 or not isinstance(drop, bool):
+        return UNK
+    # padded to equal counts (or cut, with drop_last): the same on every replica
+    count = n // replicas if drop else -(-n // replicas)
+    return Sized(count, fp_of(ev, (ds, rank), line))
+
+
+def _data_loader(ev, args: list, kwargs: dict, line: int) -> object:
+    from commlint.lint.perrank import UNK, Derived
+
+    ds = args[0] if args else kwargs.get("dataset")
+    bs = args[1] if len(args) > 1 else kwargs.get("batch_size", 1)
+    drop = kwargs.get("drop_last", False)
+    if kwargs.get("batch_sampler") is not None or not isinstance(drop, bool):
+        return UNK
+    sampler = kwargs.get("sampler")
+    n = length(ev, sampler if sampler is not None else ds)
+    if n is None or not isinstance(bs, int) or isinstance(bs, bool) or bs <= 0:
+        return UNK
+    batches = n // bs if drop else -(-n // bs)
+    if batches > MAX_BATCHES:
+        return UNK
+    source = fp_of(ev, (ds, sampler), line)
+    kids = (source,)
+    # each batch: an unknown of this loader's data (rank-local when its shard is)
+    out: list = []
+    for k in range(batches):
+        if source is None:
+            out.append(UNK)
+            continue
+        fp = ev.ev.fps.node(line, ("batch", k), kids)
+        ev.ev.fps.data.add(fp)
+        out.append(Derived(fp))
+    return out
+
+
+DATA_CALLS = {
+    "Subset": _subset,
+    "TensorDataset": _tensor_dataset,
+    "DistributedSampler": _distributed_sampler,
+    "DataLoader": _data_loader,
+}
