@@ -4,6 +4,7 @@ real gloo jobs (slow, marker `real`)."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -138,6 +139,8 @@ def test_stall_names_the_running_ranks_line_and_lets_it_finish(tmp_path: Path) -
     assert results == [f"rank {r} result [4.0, 4.0, 4.0]" for r in (0, 1)], proc.stdout
     reports = [line for line in err.splitlines() if "commlint guard: stall:" in line]
     assert len(reports) >= 2, err[-3000:]  # repeated, not once
+    first = re.search(r"\(([\d.]+) s since the first call blocked\)", reports[0])
+    assert first and float(first.group(1)) < 2 * 2.0, reports[0]  # within 2× the timeout
     assert "rank 0: blocked" in err and "all_reduce(WORLD) @" in err and "stall.py:18" in err
     assert "rank 1: running at " in err and "stall.py:17 in <module>" in err, err[-3000:]
     assert "next report in 2 s" in err and "next report in 4 s" in err, err[-3000:]
