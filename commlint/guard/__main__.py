@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             sys.path[0] = os.path.dirname(os.path.abspath(target))
             runpy.run_path(target, run_name="__main__")
-    except SystemExit as exc:
+    except (SystemExit, KeyboardInterrupt) as exc:
         record_exception(exc)
         raise
     except BaseException as exc:
