@@ -504,13 +504,17 @@ class Guard:
         its `wait()` when `keep` (a `Work`); else its entry is left in `local.last_async`."""
         ring = self.ring
         assert ring is not None
-        e, key = self.entry(call)
-        _place(e, self.site())
-        if api != e["op"]:
-            e["label"] = api
-        if call.is_async:
-            e["handle"] = ring.new_handle()
-        ring.add(e, key)
+        try:
+            e, key = self.entry(call)
+            _place(e, self.site())
+            if api != e["op"]:
+                e["label"] = api
+            if call.is_async:
+                e["handle"] = ring.new_handle()
+            ring.add(e, key)
+        except Exception as exc:  # the guard's own failure: the call goes on unguarded
+            self.degrade(f"recording failed: {_brief(exc)}")
+            return self.call_inner(fn, args, kwargs)
         if self.every and not e.get("nonmember") and e["seq"] % self.every == 0:
             t0 = time.perf_counter()
             try:

@@ -154,3 +154,24 @@ def test_the_saved_mismatch_trace_gives_the_same_finding(tmp_path: Path) -> None
     path = save(str(tmp_path), mismatch_trace("WORLD", [0, 1], 0, seen, 2), ["CL204: ..."])
     assert path is not None
     assert commlint_main(["plan", path]) == 1
+
+
+def test_a_failure_of_the_guards_own_recording_degrades_and_the_call_goes_on(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from commlint.guard.calls import Call
+    from commlint.guard.core import Guard
+    from commlint.guard.ring import Ring
+
+    guard = Guard(Options())
+    guard.ring, guard.rank, guard.world_size = Ring(0), 0, 1
+
+    def broken(call: Call) -> None:
+        raise KeyError("no such group")
+
+    monkeypatch.setattr(guard, "entry", broken)
+    call = Call(op="all_reduce", group=None, is_async=False)
+    assert guard.run(call, lambda x: x + 1, (41,), {}, "all_reduce") == 42
+    err = capsys.readouterr().err
+    assert err == "commlint guard degraded: recording failed: KeyError: 'no such group'\n"
+    assert not guard.enabled  # every later call passes straight through
