@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
         if not os.path.isfile(target):
             print(f"commlint guard: {target}: no such file", file=sys.stderr)
             raise SystemExit(2)
-    from commlint.guard import install, record_exception
+    from commlint.guard import CommlintGuardError, install, record_exception
     from commlint.guard.summary import print_exception
 
     try:
@@ -139,6 +139,12 @@ def main(argv: list[str] | None = None) -> None:
     except BaseException as exc:
         record_exception(exc)
         print_exception(exc)  # the program's traceback, without the guard's frames
+        if isinstance(exc, CommlintGuardError):
+            # the guard's verdict: leave now, as a diagnosed hang does — tearing down groups
+            # whose peers are leaving too has been seen to wait for the 30 s timeout
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1)
         raise SystemExit(1) from None
 
 
