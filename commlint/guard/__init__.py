@@ -1,7 +1,7 @@
 """The runtime guard: a hang in a real job becomes a diagnosed crash in seconds.
 
-    torchrun --nproc-per-node 4 -m commlint.guard [--timeout S] [--check all|sample:N|off]
-        [--save-trace DIR] train.py ARGS...
+    torchrun --nproc-per-node 4 -m commlint.guard [--timeout S] [--check auto|all|sample:N|off]
+        [--save-trace DIR] [--kill-stalled] (train.py | -m module) ARGS...
 
 or, in code that starts its own processes, `commlint.guard.install()` before the first
 communication call. The program runs for real on its own backend; the guard records its
@@ -34,6 +34,7 @@ def install(
     timeout: float | None = None,
     check: str | None = None,
     save_trace: str | None = None,
+    kill_stalled: bool | None = None,
 ) -> Guard:
     """Wrap `torch.distributed` in this process; arguments override `COMMLINT_GUARD_*`.
 
@@ -50,6 +51,8 @@ def install(
         options.check = check
     if save_trace is not None:
         options.save_trace = save_trace
+    if kill_stalled is not None:
+        options.kill_stalled = kill_stalled
     guard = Guard(options)
     _patch(guard)
     _GUARD = guard
@@ -58,7 +61,12 @@ def install(
 
     def excepthook(kind: Any, value: Any, tb: Any) -> None:
         record_exception(value)
-        previous_hook(kind, value, tb)
+        if previous_hook is sys.__excepthook__:
+            from commlint.guard.summary import print_exception
+
+            print_exception(value)  # without the guard's frames; its verdict block last
+        else:
+            previous_hook(kind, value, tb)
 
     sys.excepthook = excepthook
     return guard
@@ -80,6 +88,7 @@ def _patch(guard: Guard) -> None:
         if getattr(dist, name, None) is original:
             setattr(dist, name, wrapped)
 
+    _patch_creators(guard)
     batch = c10d.batch_isend_irecv
 
     def batch_isend_irecv(p2p_op_list: list, *args: Any, **kwargs: Any) -> Any:
@@ -118,6 +127,7 @@ def _patch(guard: Guard) -> None:
         if (
             ring is None
             or not guard.enabled
+            or getattr(guard.local, "depth", 0)
             or threading.current_thread() is not threading.main_thread()
         ):
             return backward(*args, **kwargs)
@@ -147,6 +157,7 @@ def _patch(guard: Guard) -> None:
 
     work.wait = guarded_wait
     _patch_funcol(guard)
+    _patch_join(guard)
     if guard.options.ddp:
         _patch_ddp(guard)
 
@@ -179,6 +190,72 @@ def _patch_funcol(guard: Guard) -> None:
     funcol.wait_tensor = guarded_wait_tensor
 
 
+def _patch_creators(guard: Guard) -> None:
+    """Group creation (`commlint.guard.groups`): fingerprinted across the parent group."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    from commlint.guard.groups import CREATORS, wrap_creator
+
+    for name in CREATORS:
+        original = getattr(c10d, name, None)
+        if original is None or getattr(original, "__commlint_guard__", False):
+            continue
+        wrapped = wrap_creator(guard, name, original)
+        setattr(c10d, name, wrapped)
+        if getattr(dist, name, None) is original:
+            setattr(dist, name, wrapped)
+    try:
+        from torch.distributed import device_mesh
+    except ImportError:  # a torch without DeviceMesh
+        return
+    init = getattr(device_mesh, "init_device_mesh", None)
+    if init is not None and not getattr(init, "__commlint_guard__", False):
+        wrapped = wrap_creator(guard, "init_device_mesh", init)
+        device_mesh.init_device_mesh = wrapped
+        if getattr(dist, "init_device_mesh", None) is init:
+            dist.init_device_mesh = wrapped
+    mesh = getattr(device_mesh, "DeviceMesh", None)
+    unflatten = getattr(mesh, "_unflatten", None)
+    if unflatten is not None and not getattr(unflatten, "__commlint_guard__", False):
+        mesh._unflatten = wrap_creator(guard, "_unflatten", unflatten)
+
+
+def _patch_join(guard: Guard) -> None:
+    """`Join` (and DDP's `join()`, which returns one) lets ranks that ran out of inputs shadow
+    the others' collectives with collectives of their own — other ops, other sizes, from
+    join.py — which match only as Join matches them. The guard stands down for the whole
+    `with Join(...)` block on this thread, as if every call were made inside another guarded
+    call: nothing is recorded or fingerprinted there, so the sequence numbers of every group
+    still line up after it (Join leaves the ranks having issued the same collectives)."""
+    try:
+        from torch.distributed.algorithms.join import Join
+    except ImportError:  # a torch without it
+        return
+    enter, leave = Join.__enter__, Join.__exit__
+    if getattr(enter, "__commlint_guard__", False):
+        return
+
+    def guarded_enter(self: Any) -> Any:
+        local = guard.local
+        local.depth = getattr(local, "depth", 0) + 1
+        try:
+            return enter(self)
+        except BaseException:
+            local.depth -= 1
+            raise
+
+    def guarded_exit(self: Any, *exc_info: Any) -> Any:
+        try:
+            return leave(self, *exc_info)
+        finally:
+            guard.local.depth -= 1
+
+    guarded_enter.__commlint_guard__ = True  # type: ignore[attr-defined]
+    Join.__enter__ = guarded_enter
+    Join.__exit__ = guarded_exit
+
+
 def _patch_ddp(guard: Guard) -> None:
     """DDP's reducer all-reduces gradient buckets in C++, out of the wrappers' sight, during
     `backward()`. A DDP forward that will sync gradients (not under `no_sync`) queues its
@@ -204,6 +281,7 @@ def _patch_ddp(guard: Guard) -> None:
         out = forward(self, *args, **kwargs)
         if (
             guard.enabled
+            and not getattr(guard.local, "depth", 0)
             and not self.__dict__.get("_commlint_hooked")
             and getattr(self, "reducer", None) is not None
             and self.require_backward_grad_sync
@@ -218,7 +296,7 @@ def _patch_ddp(guard: Guard) -> None:
         # bucket order synced once after the first backward, module buffers broadcast
         sync: list[dict[str, Any]] = []
         try:
-            if guard.enabled and guard.started():
+            if guard.enabled and not getattr(guard.local, "depth", 0) and guard.started():
                 guard.record_ddp_sync(self, sync)
             return pre_forward(self, *args, **kwargs)
         except BaseException:

@@ -63,6 +63,7 @@ class Options:
     save_trace: str | None = None
     ring_size: int = 512
     ddp: bool = True
+    kill_stalled: bool = False  # end the job on a stall no finding proves (after one report)
 
     @classmethod
     def from_env(cls) -> Options:
@@ -73,6 +74,7 @@ class Options:
             save_trace=env.get("COMMLINT_GUARD_SAVE_TRACE") or None,
             ring_size=int(env.get("COMMLINT_GUARD_RING", "512")),
             ddp=env.get("COMMLINT_GUARD_DDP", "1") not in ("0", "false", "no"),
+            kill_stalled=env.get("COMMLINT_GUARD_KILL_STALLED", "0") in ("1", "true", "yes"),
         )
 
     def sample_every(self) -> int:
@@ -126,7 +128,11 @@ class Guard:
         self.ended = False
         self.leaving = False
         # False: calls pass straight through (the overhead bench compares both in one job)
-        self.enabled = True
+        self._enabled = True
+        # why the side channel failed (then every call passes straight through), or None
+        self.degraded: str | None = None
+        # the text of the verdict this rank raised or printed (the summary), once there is one
+        self.verdict_text: str | None = None
         self.fp_seconds = 0.0  # time spent on the side channel's fingerprints (bench figure)
         self.fp_calls = 0
         self.fp_trusted = 0  # of which only published (`--check auto`, a path seen matched)
@@ -136,6 +142,32 @@ class Guard:
         self._start_lock = threading.Lock()
         # DDP modules whose forward ran since the last backward() and will sync gradients
         self.ddp_pending: list[Any] = []
+
+    @property
+    def enabled(self) -> bool:
+        """Calls are recorded and checked: on (unless the bench turned it off) and not degraded."""
+        return self._enabled and self.degraded is None
+
+    @enabled.setter
+    def enabled(self, value: bool) -> None:
+        self._enabled = value
+
+    def degrade(self, why: str) -> None:
+        """A guard operation failed (the store's host left, a thread died): say so in one line
+        and let the program go on exactly as unguarded — the guard must never break a job."""
+        if self.degraded is not None or self.leaving:
+            return
+        self.degraded = why
+        with contextlib.suppress(Exception):
+            print(f"commlint guard degraded: {why}", file=sys.stderr, flush=True)
+        self.ended = True  # the watchdog and the publisher stop at their next turn
+        w = self.watchdog
+        if w is not None:
+            w.wake.set()
+        pub = self.publisher
+        if pub is not None:
+            pub.stopping = True
+            pub.wake.set()
 
     # -- side channel -------------------------------------------------------------------------
 
@@ -174,6 +206,13 @@ class Guard:
 
                 self.watchdog = Watchdog(self, ring)
                 self.ring = ring
+                try:
+                    # this thread's client now, while the store's host surely is up (a client
+                    # made after it left would retry its connection for the whole timeout)
+                    self.store()
+                except Exception as exc:
+                    self.degrade(f"cannot reach the job's store: {_brief(exc)}")
+                    return True
                 self.watchdog.start()
         return True
 
@@ -335,6 +374,10 @@ class Guard:
         t0 = time.perf_counter()
         try:
             self.fingerprint(e, call)
+        except CommlintGuardError:
+            raise
+        except Exception as exc:
+            self.degrade(f"fingerprint check failed: {_brief(exc)}")
         finally:
             self.fp_seconds += time.perf_counter() - t0
             self.fp_calls += 1
@@ -461,13 +504,17 @@ class Guard:
         its `wait()` when `keep` (a `Work`); else its entry is left in `local.last_async`."""
         ring = self.ring
         assert ring is not None
-        e, key = self.entry(call)
-        _place(e, self.site())
-        if api != e["op"]:
-            e["label"] = api
-        if call.is_async:
-            e["handle"] = ring.new_handle()
-        ring.add(e, key)
+        try:
+            e, key = self.entry(call)
+            _place(e, self.site())
+            if api != e["op"]:
+                e["label"] = api
+            if call.is_async:
+                e["handle"] = ring.new_handle()
+            ring.add(e, key)
+        except Exception as exc:  # the guard's own failure: the call goes on unguarded
+            self.degrade(f"recording failed: {_brief(exc)}")
+            return self.call_inner(fn, args, kwargs)
         if self.every and not e.get("nonmember") and e["seq"] % self.every == 0:
             t0 = time.perf_counter()
             try:
@@ -476,6 +523,10 @@ class Guard:
                         self.p2p_fingerprint(e, call, key)
                 else:
                     self.fingerprint(e, call)
+            except CommlintGuardError:
+                raise
+            except Exception as exc:  # the side channel failed: go on as unguarded
+                self.degrade(f"fingerprint check failed: {_brief(exc)}")
             finally:
                 self.fp_seconds += time.perf_counter() - t0
                 self.fp_calls += 1
@@ -632,11 +683,12 @@ class Guard:
             if stream is not None and key is not None:
                 stream.step(key, complete)
             return
-        from commlint.guard.diagnose import mismatch_text
+        from commlint.guard.diagnose import mismatch_text, mismatch_trace
 
         history = self.history(store, group, seq, seen)
         text = mismatch_text(group, members, seq, seen, self.world_size, history)
         self.ring.finish(e, FAILED)  # type: ignore[union-attr]
+        self.found(text, mismatch_trace(group, members, seq, seen, self.world_size, history))
         with contextlib.suppress(Exception):
             store.set("fperr", json.dumps({"rank": self.rank, "text": text}))
         raise CommlintGuardError(text)
@@ -734,9 +786,28 @@ class Guard:
         else:
             text = p2p_mismatch_text(e, peer_fp, call.root, self.rank, self.world_size)
         self.ring.finish(e, FAILED)  # type: ignore[union-attr]
+        self.found(text, None)
         with contextlib.suppress(Exception):
             store.set("fperr", json.dumps({"rank": self.rank, "text": text}))
         raise CommlintGuardError(text)
+
+    def found(self, text: str, trace: Any) -> None:
+        """This rank found a mismatch before a call (raised next): keep the verdict, and save
+        the trace it came from (`--save-trace`; without one, this rank's ring)."""
+        from commlint.guard.summary import save
+
+        self.verdict_text = text
+        if self.options.save_trace:
+            save(self.options.save_trace, trace or self.own_trace(), text.splitlines()[:1])
+
+    def own_trace(self) -> Any:
+        """This rank's ring as a trace (the others' unknown)."""
+        from commlint.guard.diagnose import build_trace
+
+        assert self.ring is not None
+        snap = self.ring.snapshot()
+        snap.update(status="blocked", groups={n: r for n, r in self.groups.values()})
+        return build_trace({self.rank: snap}, self.world_size, self.backend)[0]
 
     def publish(self, key: str, fp: dict[str, Any]) -> None:
         """Publish a fingerprint from the publisher thread, in call order (this thread only
@@ -760,7 +831,13 @@ class Guard:
         try:
             snap = self.ring.snapshot()
             snap["end"] = {"kind": kind, "message": message, "site": site}
-            self.store().set(f"end/{self.rank}", json.dumps(snap, default=str))
+            snap["groups"] = {name: ranks for name, ranks in self.groups.values()}
+            store = self.store()
+            store.set(f"end/{self.rank}", json.dumps(snap, default=str))
+            if self.options.save_trace and kind == "finished" and not self.leaving:
+                from commlint.guard.summary import save_at_end
+
+                save_at_end(self, store)
         except Exception:  # the store's host may already be gone at shutdown
             pass
         self.stop_watchdog()
@@ -836,7 +913,7 @@ class _Publisher(threading.Thread):
             del store  # close the client here, not during interpreter shutdown
         except Exception as exc:  # the guard must never take the job down by itself
             if not self.guard.ended:
-                print(f"commlint guard: publisher stopped: {exc!r}", file=sys.stderr, flush=True)
+                self.guard.degrade(f"publisher stopped: {_brief(exc)}")
 
 
 def _ddp_buckets(ddp: Any, probe_bytes: int) -> list[tuple[int, str]]:
@@ -855,6 +932,12 @@ def _ddp_buckets(ddp: Any, probe_bytes: int) -> list[tuple[int, str]]:
     size = first.element_size() if first is not None else 1
     dtype = str(first.dtype).removeprefix("torch.") if first is not None else "uint8"
     return [(int(b) // size, dtype) for b in str(sizes).replace(" ", "").split(",") if b]
+
+
+def _brief(exc: BaseException) -> str:
+    """An exception in one line: its type and the first line of its text."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:200]}" if text else type(exc).__name__
 
 
 def _tracing() -> bool:

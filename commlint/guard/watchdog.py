@@ -37,13 +37,18 @@ class Watchdog(threading.Thread):
         self.requested_at = -1e9
         self.published: int | None = None
         self.want_seen: dict[int, float] = {}
+        # stall reports (a rank blocked, no hang proven): when the next is due, and the gap
+        self.next_report = 0.0
+        self.report_gap = self.timeout
         self.wake = threading.Event()  # set to end the wait between beats at once
 
     def run(self) -> None:
         try:
             import commlint.graph.check  # noqa: F401  (ready before the first stall)
+            from commlint.guard.liveness import identity
 
             store = self.guard.new_store()
+            store.set(f"info/{self.ring.rank}", json.dumps(identity()))
             while not self.guard.ended:
                 self.wake.wait(self.tick)
                 if self.guard.ended:
@@ -52,7 +57,9 @@ class Watchdog(threading.Thread):
             del store  # close the client here, not during interpreter shutdown
         except Exception as exc:  # the guard must never take the job down by itself
             if not self.guard.ended:
-                print(f"commlint guard: watchdog stopped: {exc!r}", file=sys.stderr, flush=True)
+                from commlint.guard.core import _brief
+
+                self.guard.degrade(f"watchdog stopped: {_brief(exc)}")
 
     def step(self, store: Any) -> None:
         rank = self.ring.rank
@@ -109,13 +116,17 @@ class Watchdog(threading.Thread):
                     inflight["label"] = "backward() waits for its gradient all-reduces"
                     snap["entries"].append(inflight)
         snap["status"] = "blocked" if inflight else "running"
+        if not inflight:
+            from commlint.guard.liveness import main_thread_stack
+
+            snap["where"] = main_thread_stack()
         snap["inflight"] = inflight
         snap["blocked_for"] = stalled
         snap["groups"] = {name: ranks for name, ranks in self.guard.groups.values()}
         return snap
 
     def coordinate(self, store: Any, rnd: int, world: int) -> None:
-        from commlint.guard.diagnose import diagnose, format_report
+        from commlint.guard.diagnose import diagnose, format_report, stall_report
 
         deadline = time.monotonic() + max(4 * self.tick, min(self.timeout / 2, 5.0))
         states: dict[int, dict[str, Any]] = {}
@@ -140,44 +151,58 @@ class Watchdog(threading.Thread):
             if r in states:
                 continue
             alive = store.check([f"hb/{r}"]) and store.get(f"hb/{r}").decode() != beats.get(r)
-            states[r] = {
-                "status": "running" if alive else "dead",
-                "why": None
-                if alive
-                else "the process is gone: its heartbeat stopped and it recorded no exit "
-                "(killed, or crashed in native code)",
-            }
+            if alive:
+                states[r] = {"status": "running"}
+                continue
+            from commlint.guard.liveness import silent_rank
+
+            info = json.loads(store.get(f"info/{r}")) if store.check([f"info/{r}"]) else None
+            status, why = silent_rank(info)
+            states[r] = {"status": status, "why": why}
         d = diagnose(states, world, self.guard.backend)
-        if not d.hang:
-            store.add("round", 1)
-            return
         waited = max((s.get("blocked_for") or 0.0) for s in states.values())
         after = waited + time.monotonic() - self.want_seen.get(rnd, time.monotonic())
-        text = format_report(d, states, self.timeout, after)
-        store.set(
-            f"verdict/{rnd}",
-            json.dumps({"coordinator": self.ring.rank, "codes": sorted({f.code for f in d.hang})}),
-        )
+        if not d.hang:
+            if not self.report_stall(states, after):
+                store.add("round", 1)
+                return
+            text = stall_report(states, self.timeout, after, None, killed=True)
+            codes = ["stall"]
+        else:
+            text = format_report(d, states, self.timeout, after)
+            codes = sorted({f.code for f in d.hang})
         self.guard.leaving = True
+        self.guard.verdict_text = text
+        self.save(d, text)  # before the verdict: the others' exits make the launcher end this one
+        store.set(f"verdict/{rnd}", json.dumps({"coordinator": self.ring.rank, "codes": codes}))
         print(text, file=sys.stderr, flush=True)
-        self.save(d)
         time.sleep(2 * self.tick)  # the others leave first, on the verdict, not on our exit
         self.leave("")
 
-    def save(self, d: Any) -> None:
-        folder = self.guard.options.save_trace
-        if not folder:
-            return
-        from commlint.plans.io import dump_trace
+    def report_stall(self, states: dict[int, dict[str, Any]], after: float) -> bool:
+        """No hang proven, but a rank has been blocked past the timeout while others are
+        running, stopped or silent: say what every rank is doing, at a growing interval.
+        True when the job is to be ended for it (`--kill-stalled`)."""
+        if not any(s.get("status") == "blocked" for s in states.values()):
+            return False
+        now = time.monotonic()
+        if now < self.next_report:
+            return False
+        if self.guard.options.kill_stalled:
+            return True
+        self.next_report = now + self.report_gap
+        from commlint.guard.diagnose import stall_report
 
-        os.makedirs(folder, exist_ok=True)
-        d.trace.meta = {
-            "argv": list(sys.argv),
-            "diagnosis": [f"{f.code}: {f.message}" for f in d.hang],
-        }
-        path = os.path.join(folder, "commlint-guard-trace.yaml")
-        dump_trace(d.trace, path)
-        print(f"commlint guard: trace written to {path}", file=sys.stderr, flush=True)
+        text = stall_report(states, self.timeout, after, self.report_gap, killed=False)
+        self.report_gap *= 2
+        print(text, file=sys.stderr, flush=True)
+        return False
+
+    def save(self, d: Any, text: str) -> None:
+        from commlint.guard.summary import save
+
+        lines = [f"{f.code}: {f.message}" for f in d.hang] or text.splitlines()[:1]
+        save(self.guard.options.save_trace, d.trace, lines)
 
     def leave(self, text: str) -> None:
         self.guard.leaving = True

@@ -4,6 +4,7 @@ No processes: snapshots are written the way `Ring.snapshot` and the watchdog wri
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from commlint.cli import main as commlint_main
-from commlint.guard.__main__ import parse
+from commlint.guard.__main__ import parser, split
 from commlint.guard.core import Options
 from commlint.guard.diagnose import build_trace, diagnose, format_report, mismatch_text
 from commlint.guard.ring import Ring
@@ -180,17 +181,43 @@ def test_options() -> None:
     assert Options(check="off").sample_every() == 0
     with pytest.raises(ValueError):
         Options(check="sample:0").sample_every()
-    opts, rest = parse(["--timeout", "2", "--check=sample:3", "train.py", "--lr", "1"])
-    assert opts == {"timeout": "2", "check": "sample:3"} and rest == ["train.py", "--lr", "1"]
+
+
+def test_options_are_parsed_by_a_real_parser_and_the_program_keeps_its_own() -> None:
+    options, rest = split(["--timeout", "2", "--check=sample:3", "train.py", "--lr", "1"])
+    opts = parser().parse_args(options)
+    assert (opts.timeout, opts.check, opts.module) == (2.0, "sample:3", None)
+    assert rest == ["train.py", "--lr", "1"]
+    options, rest = split(["--kill-stalled", "-m", "pkg.train", "--timeout", "9"])
+    opts = parser().parse_args(options)
+    assert opts.module == "pkg.train" and opts.kill_stalled and opts.timeout is None
+    assert rest == ["--timeout", "9"]  # the module's own arguments, untouched
     with pytest.raises(SystemExit):
-        parse(["--bogus", "train.py"])
+        parser().parse_args(["--bogus"])
+
+
+def test_help_and_module_run(tmp_path: Path) -> None:
+    """`--help` is the guard's (its options, -m, where torchrun's go); `-m module` runs the
+    module as `python -m` does, with its arguments."""
+    run = functools.partial(
+        subprocess.run, cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    helped = run([sys.executable, "-m", "commlint.guard", "--help"])
+    assert helped.returncode == 0
+    for flag in ("--timeout", "--check", "--save-trace", "--kill-stalled", "-m MODULE"):
+        assert flag in helped.stdout, helped.stdout
+    (tmp_path / "tool.py").write_text("import sys\nprint('args', sys.argv[1:], __name__)\n")
+    ran = run([sys.executable, "-m", "commlint.guard", "-m", "tool", "--timeout", "3"])
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "args ['--timeout', '3'] __main__"
 
 
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
-        (["--bogus", "x.py"], "unknown option '--bogus'"),
-        (["--timeout", "abc", "x.py"], "--timeout must be a positive number"),
+        (["--bogus", "x.py"], "unrecognized arguments: --bogus"),
+        (["--timeout", "abc", "x.py"], "--timeout: must be a positive number"),
+        (["-m", "no_such_module_here"], "no module named 'no_such_module_here'"),
         (["--check", "sample:0", "x.py"], "--check must be auto, all, sample:N"),
         (["missing.py"], "missing.py: no such file"),
     ],
