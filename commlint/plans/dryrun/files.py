@@ -38,6 +38,17 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _PSEUDO = ("/dev/", "/proc/", "/sys/")
 
 
+def _dataset_caches() -> tuple[str, ...]:
+    """Hugging Face `datasets`' cache: prepared Arrow files that pyarrow (C) writes and reads
+    back under names Python renames them to — a cache the library regenerates, not the user's
+    files. Left as it is, like the pseudo files: the view cannot follow C code there."""
+    home = os.path.expanduser("~")
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
+    hf_home = os.environ.get("HF_HOME") or os.path.join(xdg, "huggingface")
+    roots = [os.path.join(hf_home, "datasets"), os.environ.get("HF_DATASETS_CACHE") or ""]
+    return tuple(os.path.abspath(r).rstrip(os.sep) + os.sep for r in roots if r)
+
+
 def _error(code: int, path: Any) -> OSError:
     return OSError(code, os.strerror(code), os.fsdecode(path))
 
@@ -101,6 +112,7 @@ class FileView:
         # Under the OS layer a folder the rank makes is also made in its private overlay, so
         # code that writes into it from C finds it
         self.real_folders = real_folders
+        self.caches = _dataset_caches()
         self.opaque: set[str] = set()  # folders removed, then made again: empty
         self.moved_dirs: dict[str, str] = {}  # a folder renamed: new path -> real old path
         self.copies: dict[str, tuple[bytes, str]] = {}  # handed-over content, its copy
@@ -130,6 +142,8 @@ class FileView:
     def passes(self, full: str) -> bool:
         """The run's own scratch and OS pseudo files: not the user's, left as they are."""
         if full.startswith((self.scratch, self.scratch_as_given)) or full.startswith(_PSEUDO):
+            return True
+        if full.startswith(self.caches) or full + os.sep in self.caches:
             return True
         mode = self._real_mode(full)
         return mode is not None and not (stat_module.S_ISREG(mode) or stat_module.S_ISDIR(mode))
