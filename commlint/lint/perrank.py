@@ -56,7 +56,7 @@ from commlint.lint.perrank_model import (
 )
 from commlint.lint.perrank_stmts import Statements
 from commlint.lint.perrank_torch import TorchApi
-from commlint.lint.perrank_units import any_line_within, uniform_conditions
+from commlint.lint.perrank_units import CommSites
 from commlint.lint.table import ApiTable
 
 # What other modules read from here: the value types live in `perrank_model` and are
@@ -130,7 +130,7 @@ class WorldRun:
     steering: values.Steering | None = None  # ranks stopped at a rank-local decision
 
 
-class FileEval:
+class FileEval(CommSites):
     """Evaluates one file's entry points for every rank of every world size."""
 
     def __init__(
@@ -153,16 +153,7 @@ class FileEval:
         self.table = table
         self.tree = ast.parse(source)
         self.work = 0
-        self.comm_sites = _comm_sites(facts, communicating)
-        self.comm_lines = {line for line, _col in self.comm_sites}
-        self.sorted_comm_lines = sorted(self.comm_lines)
-        self.uniform_lines = uniform_conditions(facts)
-        self.comm_at = {
-            (n.pos.line, n.pos.col): n
-            for fn in facts.functions.values()
-            for n in iter_nodes(fn.body)
-            if isinstance(n, Comm)
-        }
+        self.index_sites(facts, communicating)
         self.declared = _declared_sizes(source)
         self.nodes = list(ast.walk(self.tree))  # one walk, shared by what follows
         fixed = _literal_peers(self.nodes)
@@ -174,7 +165,6 @@ class FileEval:
         self.defined = {
             n.name for n in self.nodes if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
         }
-        self._comm_cache: dict[int, bool] = {}
         self.function_spans = [
             (n.lineno, n.end_lineno or n.lineno)
             for n in self.nodes
@@ -189,15 +179,6 @@ class FileEval:
         self.approx = False  # a loop of unknown length was taken once: proves no absence
         self.fps = values.Fingerprints()  # the origins of the values every rank computed
         self._creations: dict[int, list[tuple[int, int, tuple[int, ...]]]] = {}
-
-    # what the extractor saw communicate, to refuse what the interpreter cannot follow
-    def communicates(self, node: ast.AST) -> bool:
-        key = id(node)
-        if key not in self._comm_cache:
-            lo = getattr(node, "lineno", 0)
-            hi = getattr(node, "end_lineno", lo) or lo
-            self._comm_cache[key] = any_line_within(self.sorted_comm_lines, lo, hi)
-        return self._comm_cache[key]
 
     def note_set_loop(self, node: ast.AST) -> None:
         self.set_loops[node.lineno] = node
@@ -423,19 +404,6 @@ def _param_value(name: str, rank: int, world: int) -> object:
     if low in ("world_size", "world", "ws", "nranks", "num_ranks", "n_ranks", "nprocs"):
         return world
     return UNK
-
-
-def _comm_sites(facts: FileFacts, communicating=None) -> set[tuple[int, int]]:
-    """(line, column) of every call the extractor saw communicate, or call project code
-    that communicates (`communicating(site)`)."""
-    sites: set[tuple[int, int]] = set()
-    for fn in facts.functions.values():
-        for n in iter_nodes(fn.body):
-            if isinstance(n, Comm) or (
-                isinstance(n, CallSite) and communicating is not None and communicating(n)
-            ):
-                sites.add((n.pos.line, n.pos.col))
-    return sites
 
 
 P2P_CALLS = frozenset({"send", "recv", "isend", "irecv", "P2POp"})

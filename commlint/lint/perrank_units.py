@@ -26,17 +26,14 @@ from commlint.lint.ir import Branch, CallSite, Comm, FileFacts, Loop, iter_nodes
 MAX_FOLLOWED_BYTES = 1_000_000  # a larger file is not followed (generated code)
 
 
-class Unit:
-    """One followed file: its syntax tree and which of its lines communicate."""
+class CommSites:
+    """Which lines of a file communicate, as the extractor saw them: its calls that
+    communicate, or call project code that does (`communicating(site)`). Shared by the
+    evaluated file (`perrank.FileEval`) and the files it follows (`Unit`)."""
 
-    def __init__(self, facts: FileFacts, source: str, short: str, communicating=None) -> None:
-        self.facts = facts
-        self.path = facts.path
-        self.module = facts.module
-        self.short = short
-        self.source = source
-        self.tree = ast.parse(source)
-        self.nodes = list(ast.walk(self.tree))
+    calls_anything = False  # a skipped file that imports communicating code: any call counts
+
+    def index_sites(self, facts: FileFacts, communicating=None) -> None:
         self.comm_sites: set[tuple[int, int]] = set()
         self.comm_at: dict[tuple[int, int], Comm] = {}
         for fn in facts.functions.values():
@@ -50,19 +47,33 @@ class Unit:
         self.comm_lines = {line for line, _col in self.comm_sites}
         self.sorted_comm_lines = sorted(self.comm_lines)
         self.uniform_lines = uniform_conditions(facts)
-        self.calls_anything = False  # set for a skipped file that imports communicating code
-        self._cache: dict[int, bool] = {}
+        self._comm_cache: dict[int, bool] = {}
 
     def communicates(self, node: ast.AST) -> bool:
+        """Whether `node`'s lines hold a call that communicates."""
         key = id(node)
-        if key not in self._cache:
+        if key not in self._comm_cache:
             lo = getattr(node, "lineno", 0)
             hi = getattr(node, "end_lineno", lo) or lo
             hit = any_line_within(self.sorted_comm_lines, lo, hi)
             if not hit and self.calls_anything:
                 hit = any(isinstance(n, ast.Call) for n in ast.walk(node))
-            self._cache[key] = hit
-        return self._cache[key]
+            self._comm_cache[key] = hit
+        return self._comm_cache[key]
+
+
+class Unit(CommSites):
+    """One followed file: its syntax tree and which of its lines communicate."""
+
+    def __init__(self, facts: FileFacts, source: str, short: str, communicating=None) -> None:
+        self.facts = facts
+        self.path = facts.path
+        self.module = facts.module
+        self.short = short
+        self.source = source
+        self.tree = ast.parse(source)
+        self.nodes = list(ast.walk(self.tree))
+        self.index_sites(facts, communicating)
 
 
 def any_line_within(sorted_lines: list[int], lo: int, hi: int) -> bool:
