@@ -36,5 +36,7 @@ elif sys.argv[1] == "same":  # correct: every rank creates the same groups in on
     mine, _ = dist.new_subgroups(group_size=1)
     pair = dist.new_group([0, 1])
     dist.all_reduce(t, group=pair)
-print(f"rank {rank} result {t.tolist()}", flush=True)
+# one write of the whole line: the ranks share one pipe
+sys.stdout.write(f"rank {rank} result {t.tolist()}\n")
+sys.stdout.flush()
 dist.destroy_process_group()

@@ -114,7 +114,9 @@ def body(mode: str) -> None:
         else:
             dist.recv(torch.ones(4), 0)
     if rank == 0:  # one printer: two ranks writing one pipe at once can interleave
-        print(f"rank {rank} result {t.tolist()}", flush=True)
+        # one write of the whole line: the ranks share one pipe
+        sys.stdout.write(f"rank {rank} result {t.tolist()}\n")
+        sys.stdout.flush()
 
 
 def spawned(rank: int, port: int, mode: str) -> None:

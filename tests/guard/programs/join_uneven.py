@@ -3,6 +3,8 @@ that run out shadow the others' gradient all-reduces until every rank is done.""
 
 from __future__ import annotations
 
+import sys
+
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -29,5 +31,7 @@ for _epoch in range(2):
 total = torch.tensor([float(len(batches))])
 dist.all_reduce(total)
 weights = torch.cat([p.detach().flatten() for p in model.parameters()])
-print(f"rank {rank} batches {total.item():.0f} weights {weights.sum().item():.4f}", flush=True)
+# one write of the whole line: the ranks share one pipe
+sys.stdout.write(f"rank {rank} batches {total.item():.0f} weights {weights.sum().item():.4f}\n")
+sys.stdout.flush()
 dist.destroy_process_group()

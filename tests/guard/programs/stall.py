@@ -16,5 +16,7 @@ dist.all_reduce(t)
 if rank == 1:
     time.sleep(float(sys.argv[1]))  # the line the stall report names
 dist.all_reduce(t)
-print(f"rank {rank} result {t.tolist()}", flush=True)
+# one write of the whole line: the ranks share one pipe
+sys.stdout.write(f"rank {rank} result {t.tolist()}\n")
+sys.stdout.flush()
 dist.destroy_process_group()

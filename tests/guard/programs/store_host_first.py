@@ -18,7 +18,9 @@ rank = dist.get_rank()
 t = torch.ones(4)
 dist.all_reduce(t)
 if rank == 0:
-    print(f"rank 0 result {t.tolist()}", flush=True)
+    # one write of the whole line: the ranks share one pipe
+    sys.stdout.write(f"rank 0 result {t.tolist()}\n")
+    sys.stdout.flush()
 else:
     store_host = (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
     for _ in range(600):  # until rank 0, and the store with it, is gone
@@ -37,4 +39,6 @@ else:
             dist.recv(msg, src=1)
             dist.send(msg, dst=1)
     time.sleep(1.0)  # the watchdog meets the missing store too
-    print(f"rank {rank} result {msg.tolist()}", flush=True)
+    # one write of the whole line: the ranks share one pipe
+    sys.stdout.write(f"rank {rank} result {msg.tolist()}\n")
+    sys.stdout.flush()
