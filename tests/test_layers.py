@@ -5,11 +5,13 @@ import anywhere along the chain that reaches a higher floor fails here."""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import networkx as nx
 import pytest
 
 import commlint
@@ -117,3 +119,139 @@ def test_cached_check_never_loads_the_parser_or_the_dry_run(tmp_path):
     second, warm = run()
     assert second == 1
     assert under(warm, "libcst", "commlint.lint.extract", "commlint.plans") == []
+
+
+# --- The import graph, read from the source -------------------------------------------------
+# Every `import` and `from ... import` under commlint/, at module level or inside a function
+# (a lazy import still ties the floors together), is an edge from the importing module to the
+# module it names. `from pkg import name` names `pkg.name` when that is a module, else `pkg`.
+
+MAX_MODULE_LINES = 1_000
+
+# Floors, lowest first. A module may import its own floor or any floor below it; the front
+# ends share floor 2 and never import each other. Source rules (rules/cl1xx) are the linter's
+# checks, so they count as the lint front end; the catalog (`rules/__init__`, `rules/docs`) is
+# vocabulary beside findings.py.
+FLOOR_BASE, FLOOR_GRAPH, FLOOR_FRONT, FLOOR_REPORT, FLOOR_TOP = range(5)
+FRONT_ENDS = ("lint", "plans", "guard")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def package_modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imported_names(path: Path, module: str) -> list[tuple[str, int]]:
+    """Every module name an import statement anywhere in `path` refers to, with its line."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                source = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                source = node.module or ""
+            found += [(f"{source}.{alias.name}", node.lineno) for alias in node.names]
+            found.append((source, node.lineno))
+    return found
+
+
+def import_graph() -> nx.DiGraph:
+    modules = package_modules()
+    graph = nx.DiGraph()
+    graph.add_nodes_from(modules)
+    for module, path in modules.items():
+        names = imported_names(path, module)
+        # `from pkg import mod` names pkg.mod; keep `pkg` only when some name is not a module
+        submodule_sources = {
+            name.rpartition(".")[0] for name, _ in names if name in modules and "." in name
+        }
+        for name, line in names:
+            if name.split(".")[0] != "commlint":
+                continue
+            if name in submodule_sources and not any(
+                n.rpartition(".")[0] == name and n not in modules for n, _ in names
+            ):
+                continue
+            target = name
+            while target not in modules and "." in target:
+                target = target.rpartition(".")[0]
+            if target != module and not graph.has_edge(module, target):
+                graph.add_edge(module, target, line=line)
+    return graph
+
+
+def floor_of(module: str) -> tuple[int, str]:
+    """(floor, room): the room tells front ends apart on their shared floor."""
+    parts = module.split(".")
+    room = parts[1] if len(parts) > 1 else ""
+    if module in ("commlint", "commlint.cli", "commlint.__main__") or room == "commands":
+        return FLOOR_TOP, "commands"
+    if room == "report":
+        return FLOOR_REPORT, "report"
+    if room in FRONT_ENDS:
+        return FLOOR_FRONT, room
+    if room == "rules" and module not in ("commlint.rules", "commlint.rules.docs"):
+        return FLOOR_FRONT, "lint"
+    if room == "graph":
+        return FLOOR_GRAPH, "graph"
+    return FLOOR_BASE, "base"
+
+
+def test_import_graph_sees_lazy_imports():
+    """The graph is only as good as its reading: a function-level import counts."""
+    graph = import_graph()
+    assert graph.has_edge("commlint", "commlint.graph.check")  # inside check()
+    assert graph.has_edge("commlint.commands.reorder", "commlint.graph.reorder")
+    assert floor_of("commlint.rules.cl101_conditional_collective") == (FLOOR_FRONT, "lint")
+    assert floor_of("commlint.trace") == (FLOOR_BASE, "base")
+
+
+def test_no_import_circles():
+    graph = import_graph()
+    circles = [
+        sorted(component)
+        for component in nx.strongly_connected_components(graph)
+        if len(component) > 1
+    ]
+    described = [
+        "\n  ".join(
+            f"{a} -> {b} (line {graph.edges[a, b]['line']})"
+            for a, b in graph.subgraph(circle).edges
+        )
+        for circle in circles
+    ]
+    assert circles == [], "import circles:\n  " + "\n\n  ".join(described)
+
+
+def test_imports_run_one_way_down_the_floors():
+    graph = import_graph()
+    wrong = []
+    for importer, imported in sorted(graph.edges):
+        (floor_a, room_a), (floor_b, room_b) = floor_of(importer), floor_of(imported)
+        upward = floor_b > floor_a
+        sideways = floor_a == floor_b == FLOOR_FRONT and room_a != room_b
+        if upward or sideways:
+            wrong.append(
+                f"{importer} -> {imported} (line {graph.edges[importer, imported]['line']})"
+            )
+    assert wrong == [], "imports against the floors:\n  " + "\n  ".join(wrong)
+
+
+def test_no_module_over_a_thousand_lines():
+    long = {
+        str(path.relative_to(PACKAGE.parent)): n
+        for path in PACKAGE.rglob("*.py")
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}, f"modules over {MAX_MODULE_LINES} lines: {long}"
