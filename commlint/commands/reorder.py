@@ -1,8 +1,8 @@
 """`python -m commlint.commands.reorder PLAN...`: each queue model's verdict on a plan, with
-the reason (`commlint.graph.reorder.explain_models`).
+the reason (`commlint.graph.explain.explain_models`).
 
 The command line lives in the command layer: the checker (`commlint.graph`) never loads plan
-files. `python -m commlint.graph.reorder PLAN...` still works and runs this.
+files, and never imports a command.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     """Print every model's verdict for each plan; exit 2 if any plan could not be read."""
     from commlint.findings import CommlintInputError
-    from commlint.graph.reorder import explain_models
+    from commlint.graph.explain import explain_models
     from commlint.plans.io import load_trace
 
     args = sys.argv[1:] if argv is None else argv

@@ -447,7 +447,7 @@ def _record(options):
 
     if not sys.stderr.isatty():
         return dry_run(options)
-    from commlint.report.progress import progress_bar
+    from commlint.progress import progress_bar
 
     with progress_bar("[bold]dry-run[/] {task.description}") as progress:
         task = progress.add_task(f"pass 1 of ≤{options.max_passes}", total=len(options.ranks))
@@ -496,7 +496,7 @@ def _crashed_everywhere(result, ranks: list[int], program: str) -> InputError | 
 
 
 def _save(result, options, folder: Path) -> None:
-    from commlint.plans.io import dump_trace
+    from commlint.trace_io import dump_trace
 
     folder.mkdir(parents=True, exist_ok=True)
     width = max(5, len(str(options.world_size - 1)))

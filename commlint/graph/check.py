@@ -1,64 +1,18 @@
-"""Check a trace under one or more queue models and merge the findings."""
+"""Check a trace under one or more queue models and merge the findings: the recorded order
+(`commlint.graph.recorded`), then every legal reordering of it (`commlint.graph.reorder`)."""
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 
-from commlint.findings import Finding
-from commlint.graph.compile import MODELS, compile_trace
-from commlint.graph.simulate import simulate
-from commlint.graph.symmetry import quotient
-from commlint.graph.verdict import RankOutcome, verdict
+from commlint.graph.recorded import (
+    TraceCheck,
+    check_recorded,
+    check_symmetry_argument,
+    on_orbits,
+    resolve_models,
+)
 from commlint.trace import Trace
-
-
-@dataclass
-class TraceCheck:
-    """Findings of one trace, and what every rank does under each model checked."""
-
-    findings: list[Finding] = field(default_factory=list)
-    outcomes: dict[str, dict[int, RankOutcome]] = field(default_factory=dict)
-
-    def blocked(self, model: str = "gloo") -> list[int]:
-        return [r for r, o in self.outcomes[model].items() if o.status == "blocked"]
-
-
-def resolve_models(model: str | Iterable[str] | None, trace: Trace | None = None) -> list[str]:
-    """`all` → every model; None → the model of the trace's backend (gloo by default)."""
-    if model is None:
-        backend = (trace.backend or "") if trace is not None else ""
-        return ["nccl"] if "nccl" in backend else ["gloo"]
-    names = [model] if isinstance(model, str) else list(model)
-    out: list[str] = []
-    for name in names:
-        for m in MODELS if name == "all" else [name]:
-            if m not in MODELS:
-                raise ValueError(
-                    f"unknown queue model {m!r}; expected gloo, nccl, single-queue or all"
-                )
-            if m not in out:
-                out.append(m)
-    return out
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Compiling allocates millions of small objects that never form cycles; a collection
-    pass over a large trace each time costs more than the checking itself (measured 2x)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def _identity(f: Finding) -> tuple:
-    return (f.code, f.message, tuple((a.rank, a.action) for a in f.actions))
 
 
 def check_trace(
@@ -79,55 +33,23 @@ def check_trace(
     `"orbits"`: the quotient's findings are the answer too (each names the representative
     ranks and says how many symmetric copies it stands for) — a plan search loop rejects a
     broken 1,024-rank plan in milliseconds. `False`: always the whole trace."""
-    if symmetry not in (True, False, "orbits"):
-        raise ValueError(f"symmetry must be True, False or 'orbits', not {symmetry!r}")
+    if not reorder:
+        return check_recorded(trace, model, path, lines, max_cycles, symmetry)
+    check_symmetry_argument(symmetry)
     if symmetry:
-        cut = quotient(trace)
-        if cut is not None:
-            small, cert = cut
-            sub = check_trace(small, model, path, lines, max_cycles, reorder, symmetry=False)
-            if not sub.findings or symmetry == "orbits":
-                rep_of = cert.rep_of
-                for m, outs in sub.outcomes.items():
-                    sub.outcomes[m] = {r: outs[rep_of[r]] for r in range(trace.world_size)}
-                copies = trace.world_size // len(cert.reps)
-                for f in sub.findings:
-                    f.message += (
-                        f" [checked on one rank per orbit: the plan is symmetric along "
-                        f"{', '.join(cert.axes)}, so the same holds for each of the {copies} "
-                        "symmetric copies of these ranks]"
-                    )
-                return sub
-    result = TraceCheck()
-    merged: dict[tuple, Finding] = {}
+        sub = on_orbits(
+            trace,
+            lambda small: check_trace(small, model, path, lines, max_cycles, symmetry=False),
+            symmetry,
+        )
+        if sub is not None:
+            return sub
+    result = check_recorded(trace, model, path, lines, max_cycles, symmetry=False)
+    from commlint.graph.reorder import potential_deadlocks  # only when asked: it is large
+
     models = resolve_models(model, trace)
-    for m in models:
-        with _gc_paused():
-            g = compile_trace(trace, m)
-            state = simulate(g)
-        v = verdict(g, state, path, lines, max_cycles)
-        result.outcomes[m] = v.outcomes
-        for f in v.findings:
-            key = _identity(f)
-            if key in merged:
-                merged[key].models.append(m)
-            else:
-                f.models = [m]
-                merged[key] = f
-    for f in merged.values():
-        if len(models) > 1 and len(f.models) < len(models):
-            f.message += f" [only under: {', '.join(f.models)}]"
-        result.findings.append(f)
-    if "group_creations" in trace.meta:
-        from commlint.graph.group_names import group_name_findings
-
-        result.findings.extend(group_name_findings(trace))
-    if "steering" in trace.meta:
-        from commlint.graph.steering import steering_findings
-
-        result.findings.extend(steering_findings(trace))
-    if reorder:
-        from commlint.graph.reorder import potential_deadlocks
-
-        result.findings.extend(potential_deadlocks(trace, models, result.outcomes, path, lines))
+    result.findings.extend(potential_deadlocks(trace, models, result.outcomes, path, lines))
     return result
+
+
+__all__ = ["TraceCheck", "check_trace", "resolve_models"]

@@ -616,7 +616,7 @@ def find_witnesses(
     is a wait of nccl, and every wait of nccl one of single-queue, so a cycle survives.
     Cost: one linear pass to build the union graph and one SCC pass; the quadratic
     pair work and the BFS only run inside components that hold a free pair."""
-    from commlint.graph.check import check_trace
+    from commlint.graph.recorded import check_recorded
 
     if not has_floating_ops(trace):
         return []
@@ -629,7 +629,7 @@ def find_witnesses(
             break
         checks -= 1
         witness = reorder_trace(trace, orders, windows)
-        res = check_trace(witness, model, reorder=False)
+        res = check_recorded(witness, model)
         dl = next((f for f in res.findings if f.code == "CL201"), None)
         if dl is not None:
             hinted.append(Witness(model, orders, witness, dl))
@@ -675,7 +675,7 @@ def find_witnesses(
                 return found
             checks -= 1  # each confirmation is one run of the ordinary checker
             witness = reorder_trace(trace, orders, windows)
-            res = check_trace(witness, model, reorder=False)
+            res = check_recorded(witness, model)
             dl = next((f for f in res.findings if f.code == "CL201"), None)
             if dl is None:
                 continue
@@ -871,36 +871,9 @@ def _fix(trace: Trace, moved: list[tuple[int, int, int]]) -> str:
     return "Issue these collectives in one fixed order on every rank, whatever the timing."
 
 
-def explain_models(
-    trace: Trace, models: tuple[str, ...] = ("gloo", "nccl", "single-queue")
-) -> list[str]:
-    """One line per model: recorded-order verdict, reordering verdict, and why."""
-    from commlint.graph.check import check_trace
-
-    res = check_trace(trace, list(models), reorder=True)
-    lines = []
-    for m in models:
-        base = [f for f in res.findings if f.code != CODE and m in (f.models or [])]
-        pot = [f for f in res.findings if f.code == CODE and m in (f.models or [])]
-        if any(f.severity == "error" for f in base):
-            verdict = "hangs in the recorded order"
-        elif pot:
-            verdict = "potential deadlock under reordering"
-        else:
-            verdict = "safe, also under every legal reordering"
-        lines.append(f"{m:13s} {verdict}: {MODEL_REASONS[m]}")
-    return lines
-
-
 __all__ = [
     "MODEL_REASONS",
-    "explain_models",
     "find_witnesses",
     "potential_deadlocks",
     "reorder_trace",
 ]
-
-if __name__ == "__main__":  # the command line is commlint.commands.reorder's (kept as an alias)
-    from commlint.commands.reorder import main
-
-    raise SystemExit(main())

@@ -23,6 +23,7 @@ from typing import Any
 
 from commlint.callsites import CallSite, user_call_site
 from commlint.guard.calls import Call, describe, describe_funcol
+from commlint.guard.frames import _brief, _outward, short_path
 from commlint.guard.ring import DONE, FAILED, PENDING, Ring
 
 # Fingerprint slots per group / p2p channel (overwritten in turn: the store stays small).
@@ -88,17 +89,6 @@ class Options:
             if n >= 1:
                 return n
         raise ValueError(f"--check must be auto, all, sample:N (N ≥ 1) or off, not {self.check!r}")
-
-
-@functools.lru_cache(maxsize=8192)
-def short_path(filename: str) -> str:
-    """`filename` relative to the working directory when it lies under it (cached: the
-    guard names four frames per call, and `relpath` reads the working directory each time)."""
-    try:
-        rel = os.path.relpath(filename)
-    except ValueError:
-        return filename
-    return filename if rel.startswith("..") else rel
 
 
 class Guard:
@@ -934,12 +924,6 @@ def _ddp_buckets(ddp: Any, probe_bytes: int) -> list[tuple[int, str]]:
     return [(int(b) // size, dtype) for b in str(sizes).replace(" ", "").split(",") if b]
 
 
-def _brief(exc: BaseException) -> str:
-    """An exception in one line: its type and the first line of its text."""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:200]}" if text else type(exc).__name__
-
-
 def _tracing() -> bool:
     import torch.distributed._functional_collectives as funcol
 
@@ -965,12 +949,6 @@ def _fp_key(fp: dict[str, Any]) -> tuple:
 
 # what a collective's fingerprint carries: what must agree, and where it was called from
 _FP_FIELDS = ("op", "root", "reduce_op", "shape", "dtype", "site", "stack", "via", "label")
-
-
-def _outward(frame: Any) -> Any:
-    while frame is not None:
-        yield frame
-        frame = frame.f_back
 
 
 def _place(e: dict[str, Any], where: CallSite) -> None:

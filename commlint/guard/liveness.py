@@ -23,7 +23,7 @@ def main_thread_stack(limit: int = 4) -> list[str]:
     installed package's, torch's, commlint's or the standard library's, as
     `commlint.callsites` tells them), `path:line in function`."""
     from commlint.callsites import user_call_site
-    from commlint.guard.core import _outward, short_path
+    from commlint.guard.frames import _outward, short_path
 
     frame = sys._current_frames().get(threading.main_thread().ident or -1)
     return user_call_site(_outward(frame), short_path, depth=limit).stack

@@ -60,7 +60,7 @@ def save(folder: str | None, trace: Any, diagnosis: list[str]) -> str | None:
     if not folder or trace is None:
         return None
     try:
-        from commlint.plans.io import dump_trace
+        from commlint.trace_io import dump_trace
 
         os.makedirs(folder, exist_ok=True)
         trace.meta = {**(trace.meta or {}), "argv": list(sys.argv), "diagnosis": diagnosis}

@@ -57,7 +57,7 @@ class Watchdog(threading.Thread):
             del store  # close the client here, not during interpreter shutdown
         except Exception as exc:  # the guard must never take the job down by itself
             if not self.guard.ended:
-                from commlint.guard.core import _brief
+                from commlint.guard.frames import _brief
 
                 self.guard.degrade(f"watchdog stopped: {_brief(exc)}")
 

@@ -464,7 +464,7 @@ class _Progress:
         if self.bar is None:
             if time.monotonic() - self.start < self.after or self.done >= self.total:
                 return
-            from commlint.report.progress import progress_bar
+            from commlint.progress import progress_bar
 
             self.bar = progress_bar("commlint check", "files", self.console)
             self.bar.start()  # type: ignore[attr-defined]

@@ -40,7 +40,6 @@ from commlint.findings import CommlintInputError
 from commlint.graph.symmetry import Symmetry, attach
 from commlint.plans import schedules as sch
 from commlint.plans.gate import MAX_NAMED_BYTES, named_file, read_text
-from commlint.plans.io import GENERATORS
 from commlint.plans.lazy import GeneratedTrace, LazyRanks
 from commlint.trace import ACTION_DEFAULTS, Action, SharedAction, Trace, built_action
 
@@ -1459,8 +1458,6 @@ def generate(
         data["microbatches"] = microbatches
     return generate_from_spec(data)
 
-
-GENERATORS["default"] = generate_from_spec
 
 __all__ = [
     "GenerateSpec",

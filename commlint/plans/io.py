@@ -31,6 +31,7 @@ from commlint.trace import (
     SharedAction,
     Trace,
 )
+from commlint.trace_io import dump_trace as dump_trace  # its home is beside the Trace
 
 PLAN_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -186,12 +187,6 @@ class LoadedTrace:
     trace: Trace
     path: str | None = None
     lines: LineMap = field(default_factory=LineMap)
-
-
-# A reader for the `generate:` block; commlint.plans.generate registers itself here.
-# Called with the block, the plan file's path (files it names are relative to it, and within
-# its folder) and the other folders the user allowed such files to come from.
-GENERATORS: dict[str, Callable[[dict[str, Any], str | None, Iterable[str]], Trace]] = {}
 
 
 def _scalar_key(node: yaml.Node) -> Any:
@@ -732,8 +727,9 @@ def trace_from_data(
 def _generate(
     data: dict[str, Any], path: str | None, lines: LineMap, allow_paths: Iterable[str]
 ) -> Trace:
-    if not GENERATORS:
-        import commlint.plans.generate  # noqa: F401  (registers the generator)
+    # loaded only for plans that have the block: the generator is large
+    from commlint.plans.generate import generate_from_spec
+
     spec = data["generate"]
     version = data.get("version", 1)
     if version != 1:
@@ -741,7 +737,7 @@ def _generate(
     if not isinstance(spec, dict):
         raise CommlintInputError("'generate' must be a mapping", path, lines.key_line("generate"))
     try:
-        return GENERATORS["default"](spec, path, allow_paths)
+        return generate_from_spec(spec, path, allow_paths)
     except CommlintInputError as exc:
         exc.error.path = exc.error.path or path
         exc.error.line = exc.error.line or lines.key_line("generate")
@@ -799,37 +795,3 @@ def iter_plan_files(paths: Iterable[str]) -> Iterable[tuple[str, str | None]]:
                 yield str(f), input_problem(f)
         else:
             yield str(path), input_problem(path)
-
-
-def dump_trace(trace: Trace, path: str | Path | None = None) -> str:
-    """The YAML form of a trace, one action per line (flow style)."""
-    lines = [f"version: {trace.version}", f"world_size: {trace.world_size}"]
-    if trace.backend:
-        lines.append(f"backend: {trace.backend}")
-    if trace.source:
-        lines.append(f"source: {json.dumps(trace.source)}")
-    if trace.groups:
-        lines.append("groups:")
-        for name, members in trace.groups.items():
-            lines.append(f"  {json.dumps(name)}: {json.dumps(members)}")
-    lines.append("ranks:")
-    for rank in sorted(trace.ranks):
-        actions = trace.ranks[rank]
-        if not actions:
-            lines.append(f"  {rank}: []")
-            continue
-        lines.append(f"  {rank}:")
-        for a in actions:
-            d = a.model_dump(by_alias=True, exclude_none=True, exclude_defaults=True)
-            d = {"op": a.op, **{k: v for k, v in d.items() if k != "op"}}
-            lines.append("    - " + json.dumps(d, separators=(", ", ": ")))
-    if trace.ends:
-        lines.append("ends:")
-        for rank, end in sorted(trace.ends.items()):
-            lines.append(f"  {rank}: {json.dumps(end.model_dump(exclude_none=True))}")
-    if trace.meta:
-        lines.append("meta: " + json.dumps(trace.meta, default=str))
-    text = "\n".join(lines) + "\n"
-    if path is not None:
-        Path(path).write_text(text, encoding="utf-8")
-    return text

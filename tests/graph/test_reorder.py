@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from commlint.graph.check import check_trace
-from commlint.graph.reorder import explain_models, find_witnesses, reorder_trace
+from commlint.graph.explain import explain_models
+from commlint.graph.reorder import find_witnesses, reorder_trace
 from commlint.plans.io import loads_trace, trace_from_data
 
 MODELS = ("gloo", "nccl", "single-queue")

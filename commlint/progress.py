@@ -1,4 +1,6 @@
-"""The one progress bar of long commands (lint, dry-run): on stderr, with a count and an ETA."""
+"""The one progress bar of long commands (lint, dry-run): on stderr, with a count and an ETA.
+
+Below every front end and the report formats, so the linter and the dry-run can both draw it."""
 
 from __future__ import annotations
 
