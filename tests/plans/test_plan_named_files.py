@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import commlint.plans.generate as generate
+import commlint.plans.generate_pipeline as generate_pipeline
 from commlint.findings import CommlintInputError
 from commlint.plans.io import load_trace
 
@@ -87,7 +87,7 @@ def test_the_text_of_a_named_file_is_never_shown(tmp_path: Path) -> None:
 def test_a_named_file_is_size_limited(tmp_path: Path, monkeypatch) -> None:
     plan = _plan(tmp_path / "plans", "s.csv")
     (tmp_path / "plans" / "s.csv").write_text(ZBH1)
-    monkeypatch.setattr(generate, "MAX_NAMED_BYTES", 64)
+    monkeypatch.setattr(generate_pipeline, "MAX_NAMED_BYTES", 64)
     with pytest.raises(CommlintInputError, match="larger than the 64-byte limit"):
         load_trace(plan)
 
