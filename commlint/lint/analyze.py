@@ -117,7 +117,7 @@ class Program:
         # may_exit's memo: (exit, condition, function, call chain) or None, per function key
         self._may_exit: dict[str, tuple[Exit, Cond, Function, tuple[str, ...]] | None] = {}
         self._membership: dict[tuple[str, str], tuple | None] = {}  # membership()'s memo
-        self._branch_findings: list[RawFinding] | None = None  # branches.branch_findings()'s
+        self._branch_findings: list[RawFinding] | None = None  # perrank_check.branch_findings()'s
         self._perrank: dict | None = None  # perrank_check.verdicts()'s, per file
         self._classes: dict[str, list] | None = None  # simple class name -> (key, info)
         self._taint_lines: set[tuple[str, int]] | None = None  # perrank_check's dedup memo

@@ -23,9 +23,9 @@ from commlint.lint.ir import Branch, CallSite, Cond, Exit, Function, Loop
 HANG = "they wait there for a partner that never comes, and the job hangs"
 
 
-def branch_findings(program: Program) -> list[RawFinding]:
-    if program._branch_findings is not None:
-        return program._branch_findings
+def suspected_branch_findings(program: Program) -> list[RawFinding]:
+    """What the taint rules suspect of rank-dependent branches, loops and exits, before the
+    per-rank evaluation refutes any (`commlint.lint.perrank_check.branch_findings`)."""
     out: list[RawFinding] = []
     for fn in program.all_functions():
         if fn.rank_guard is not None:
@@ -43,12 +43,6 @@ def branch_findings(program: Program) -> list[RawFinding]:
                 cond = program.effective(node.cond)
                 if cond is not None and cond.divergent:
                     out.extend(_divergent_loop(program, fn, node, cond))
-    if out:
-        from commlint.lint.perrank_check import proved_false
-
-        # the per-rank evaluation decides what the taint rules could only suspect
-        out = [f for f in out if not proved_false(program, f)]
-    program._branch_findings = out
     return out
 
 

@@ -436,7 +436,6 @@ def _taint_lines(program: Program) -> set[tuple[str, int]]:
     memo = program._taint_lines
     if memo is not None:
         return memo
-    from commlint.lint.branches import branch_findings
     from commlint.rules import all_rules
 
     found = list(branch_findings(program))
@@ -453,6 +452,20 @@ def _taint_lines(program: Program) -> set[tuple[str, int]]:
     }
     program._taint_lines = taken
     return taken
+
+
+def branch_findings(program: Program) -> list[RawFinding]:
+    """The taint rules' findings on rank-dependent branches (CL101-CL103, CL108), less those
+    the per-rank evaluation refutes: it decides what the taint rules could only suspect."""
+    if program._branch_findings is not None:
+        return program._branch_findings
+    from commlint.lint.branches import suspected_branch_findings
+
+    out = suspected_branch_findings(program)
+    if out:
+        out = [f for f in out if not proved_false(program, f)]
+    program._branch_findings = out
+    return out
 
 
 def proved_false(program: Program, f: RawFinding) -> bool:

@@ -16,12 +16,12 @@ _PERRANK: dict[str, object] = {}
 
 
 def _perrank(*names: str) -> tuple:
-    """Names of `perrank` (which imports this module), looked up once: the origin functions
-    run on every call the evaluator makes."""
+    """Names of `perrank_model` (the evaluator's values), looked up once: the origin
+    functions run on every call the evaluator makes."""
     if not _PERRANK:
-        from commlint.lint import perrank
+        from commlint.lint import perrank_model
 
-        _PERRANK.update(vars(perrank))
+        _PERRANK.update(vars(perrank_model))
     return tuple(_PERRANK[n] for n in names)
 
 
@@ -56,7 +56,7 @@ def _dest(flags: list, kwargs: dict) -> str | None:
 
 
 def _default(ev, flags: list, kwargs: dict) -> object:
-    from commlint.lint.perrank import UNK, Builtin
+    from commlint.lint.perrank_model import UNK, Builtin
 
     positional = bool(flags) and isinstance(flags[0], str) and not flags[0].startswith("-")
     if kwargs.get("required") is True or (positional and kwargs.get("nargs") not in ("?", "*")):
@@ -81,7 +81,7 @@ def _default(ev, flags: list, kwargs: dict) -> object:
 
 def call_parser(ev, m: ParserMethod, args: list, kwargs: dict) -> object:
     """`parser.add_argument(...)`, `parser.parse_args()`, …, on rank `ev`."""
-    from commlint.lint.perrank import UNK, Cls, Obj
+    from commlint.lint.perrank_model import UNK, Cls, Obj
 
     p = m.parser
     if m.attr == "add_argument":
@@ -297,7 +297,7 @@ def under(ev, cond: object, line: int) -> object:
 def after_collective(ev, op: str, args: list, kwargs: dict, line: int) -> None:
     """A collective over every member leaves the same value on each: its buffers (or its
     output list) get one fingerprint, the same on every rank."""
-    from commlint.lint.perrank import Derived, Tensor
+    from commlint.lint.perrank_model import Derived, Tensor
 
     pos = UNIFORM_RESULT.get(op)
     if pos is None:
@@ -444,7 +444,7 @@ class Sized:
 
 def length(ev, v: object) -> int | None:
     """`len(v)` when the evaluator can know it."""
-    from commlint.lint.perrank import Fn, Obj, Tensor, _class_attr
+    from commlint.lint.perrank_model import Fn, Obj, Tensor, _class_attr
 
     if isinstance(v, list | tuple | range | str | dict | set | frozenset):
         return len(v)
@@ -470,7 +470,7 @@ def data_call(ev, name: str, args: list, kwargs: dict, line: int) -> object:
 
 
 def _subset(ev, args: list, kwargs: dict, line: int) -> object:
-    from commlint.lint.perrank import UNK
+    from commlint.lint.perrank_model import UNK
 
     indices = args[1] if len(args) > 1 else kwargs.get("indices")
     n = length(ev, indices)
@@ -481,14 +481,14 @@ def _subset(ev, args: list, kwargs: dict, line: int) -> object:
 
 
 def _tensor_dataset(ev, args: list, kwargs: dict, line: int) -> object:
-    from commlint.lint.perrank import UNK
+    from commlint.lint.perrank_model import UNK
 
     n = length(ev, args[0]) if args else None
     return Sized(n, fp_of(ev, tuple(args), line)) if n is not None else UNK
 
 
 def _distributed_sampler(ev, args: list, kwargs: dict, line: int) -> object:
-    from commlint.lint.perrank import UNK
+    from commlint.lint.perrank_model import UNK
 
     ds = args[0] if args else kwargs.get("dataset")
     n = length(ev, ds)
@@ -503,7 +503,7 @@ def _distributed_sampler(ev, args: list, kwargs: dict, line: int) -> object:
 
 
 def _data_loader(ev, args: list, kwargs: dict, line: int) -> object:
-    from commlint.lint.perrank import UNK, Derived
+    from commlint.lint.perrank_model import UNK, Derived
 
     ds = args[0] if args else kwargs.get("dataset")
     bs = args[1] if len(args) > 1 else kwargs.get("batch_size", 1)

@@ -1,6 +1,6 @@
 """CL101: a collective that only some ranks call, because a branch depends on the rank."""
 
-from commlint.lint.branches import branch_findings
+from commlint.lint.perrank_check import branch_findings
 from commlint.rules import Rule
 
 

@@ -1,6 +1,6 @@
 """CL102: a collective under a branch whose condition depends on per-rank data."""
 
-from commlint.lint.branches import branch_findings
+from commlint.lint.perrank_check import branch_findings
 from commlint.rules import Rule
 
 

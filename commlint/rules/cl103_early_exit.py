@@ -1,6 +1,6 @@
 """CL103: a rank- or data-dependent return/break/continue/exit skips a collective."""
 
-from commlint.lint.branches import branch_findings
+from commlint.lint.perrank_check import branch_findings
 from commlint.rules import Rule
 
 

@@ -1,7 +1,7 @@
 """CL108: a process group or device mesh created by only some ranks, or in a rank-dependent
 order."""
 
-from commlint.lint.branches import branch_findings
+from commlint.lint.perrank_check import branch_findings
 from commlint.rules import Rule
 
 
