@@ -6,7 +6,7 @@ from __future__ import annotations
 import dis
 import os
 
-from commlint.plans.dryrun.recorder import is_user_file
+from commlint.plans.dryrun.sites import is_user_file
 
 # Exceptions that mean "fake tensors cannot answer this", not "the program is wrong".
 FAKE_LIMITS = (

@@ -30,25 +30,17 @@ from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from torch.overrides import TorchFunctionMode
 
-from commlint.plans.dryrun import devices, fingerprint, gpu_paths, unread
-from commlint.plans.dryrun import recorder as rec_mod
+from commlint.plans.dryrun import devices, fingerprint, gpu_paths, provenance, sites, unread
 from commlint.plans.dryrun.causes import FAKE_LIMITS, own
 from commlint.plans.dryrun.channel import Live, PipeSend
 from commlint.plans.dryrun.files import FileView
+from commlint.plans.dryrun.functional import RecordingFakeTensorMode
 from commlint.plans.dryrun.overlay import enter_private_root
+from commlint.plans.dryrun.process_group import make_backend
 from commlint.plans.dryrun.procs import SESSION_MARKER, STOP_MESSAGES, STOP_SIGNALS
-from commlint.plans.dryrun.recorder import (
-    BACKEND,
-    SMALL_REAL,
-    Recorder,
-    RecordingFakeTensorMode,
-    StopRank,
-    is_user_file,
-    know,
-    make_backend,
-    short_path,
-    user_site,
-)
+from commlint.plans.dryrun.provenance import SMALL_REAL, know
+from commlint.plans.dryrun.recorder import Recorder
+from commlint.plans.dryrun.sites import BACKEND, StopRank, is_user_file, short_path, user_site
 from commlint.plans.dryrun.unread import RAISED as _RAISED
 from commlint.plans.dryrun.values import ValueTable
 
@@ -446,7 +438,7 @@ def _install(spec: RankSpec, recorder: Recorder, private_root: bool = False) -> 
             if global_ranks:
                 # torch's name for the group (a count of new_group calls, or a hash of its
                 # members): members must agree on it (CL212, `graph/group_names.py`).
-                site, _ = user_site(rec_mod._frames(2))
+                site, _ = user_site(sites._frames(2))
                 created = (str(group_name), [int(r) for r in global_ranks], site)
                 recorder.send(("gc", *created))
             k.pop("backend_options", None)
@@ -550,7 +542,7 @@ def _install(spec: RankSpec, recorder: Recorder, private_root: bool = False) -> 
     def _exit(code: int) -> None:
         if os.getpid() != rank_process:  # a process the rank forked (a DataLoader worker)
             real_exit(code)
-        site, _ = user_site(rec_mod._frames(2))
+        site, _ = user_site(sites._frames(2))
         recorder.flush()
         recorder.send(("end", {"kind": "exit", "message": f"os._exit({code})", "site": site}))
         _flush_output()
@@ -656,7 +648,7 @@ def _unread_values(recorder: Recorder, spec: RankSpec) -> None:
             recorder.send(("assume", what))
 
     def on_read() -> str | None:
-        site, _ = user_site(rec_mod._frames(3))
+        site, _ = user_site(sites._frames(3))
         if site:
             # Without symbolic steering a test of it would have stopped the rank (and the
             # run gone on with real tensors): what this run did with it steered nothing.
@@ -674,7 +666,7 @@ def _unread_values(recorder: Recorder, spec: RankSpec) -> None:
     flips = set(spec.flips)
 
     def decide(value: Any, outcome: bool, holds: bool | None) -> bool:
-        site, _ = user_site(rec_mod._frames(2))
+        site, _ = user_site(sites._frames(2))
         if holds is not None:
             # an `assert`: the program's own check of its values, taken to pass (its other
             # outcome only raises AssertionError, which says nothing about communication)
@@ -705,7 +697,7 @@ def _unread_values(recorder: Recorder, spec: RankSpec) -> None:
 
     if spec.symbolic:
         fingerprint.enable(spec.rank)  # is a decision's number the same on every rank? (`driver`)
-    unread.install(on_read, on_assume, rec_mod.is_uniform, decide if spec.symbolic else None)
+    unread.install(on_read, on_assume, provenance.is_uniform, decide if spec.symbolic else None)
 
 
 def _flex_attention_on_cpu() -> None:
@@ -1235,7 +1227,7 @@ def _note_fake_limits() -> None:
 
         def noted(self: Any, *a: Any, _init: Any = init, **k: Any) -> None:
             _init(self, *a, **k)
-            site, _ = user_site(rec_mod._frames(2))
+            site, _ = user_site(sites._frames(2))
             _RAISED[:] = [(_one_line(self), site)]
 
         cls.__init__ = noted

@@ -132,7 +132,7 @@ def made_on_the_cpu(out: Any, caller: Any) -> None:
     certainly not on a GPU in the real job, unlike one torch or a framework made, or one
     made with a device the program read from torch (a mesh's `device_type` is "cpu" here,
     "cuda" there): those may be on the GPU there and report the CPU here."""
-    from commlint.plans.dryrun.recorder import is_user_file
+    from commlint.plans.dryrun.sites import is_user_file
 
     if not isinstance(out, torch.Tensor) or index(out) is not None:
         return

@@ -661,7 +661,7 @@ def only_computed_with(
             # else asked again each time: which tensors know values varies
             _DECIDED[key] = decided, sites
         elif decided:
-            from commlint.plans.dryrun.recorder import forget
+            from commlint.plans.dryrun.provenance import forget
 
             for t in _FORGET:
                 if t.constant is not None:

@@ -326,7 +326,7 @@ def into_tensor(func: Any, args: tuple, kwargs: dict, out: Any, caller: Any) -> 
     flow analysis let it go to (`flow.PENDING`). The tensor is the same on every rank only
     when every number in it is. Returns the tensor the program gets: a small one made (a
     real tensor, whose values the dry-run computes with) becomes a fake one without value."""
-    from commlint.plans.dryrun.recorder import UNIFORM, forget
+    from commlint.plans.dryrun.provenance import UNIFORM, forget
 
     position, name = INTO_TENSOR[func]
     data = args[position] if len(args) > position else kwargs.get(name)
