@@ -45,6 +45,7 @@ from commlint.plans.dryrun.fake_helpers import (
     _unread_values,
     _wrap,
 )
+from commlint.plans.dryrun.fake_helpers import real_tensors as real_tensors  # warm.py's
 from commlint.plans.dryrun.files import FileView
 from commlint.plans.dryrun.functional import RecordingFakeTensorMode
 from commlint.plans.dryrun.gpu_standins import (
