@@ -61,6 +61,25 @@ def test_checker_never_loads_front_ends_reports_or_commands():
     )
 
 
+def test_checker_names_its_findings_without_loading_the_linter():
+    """Findings carry their rule's name from the catalog; the catalog loads that rule's module
+    only, never every rule (source rules need the linter, which the checker must not load)."""
+    code = (
+        "from commlint.plans.io import loads_trace\n"
+        "from commlint.graph.check import check_trace\n"
+        "plan = 'version: 1\\nworld_size: 2\\nranks:\\n"
+        "  0: [{op: send, peer: 1}, {op: recv, peer: 1}]\\n"
+        "  1: [{op: send, peer: 0}, {op: recv, peer: 0}]\\n'\n"
+        "found = check_trace(loads_trace(plan)).findings\n"
+        "assert [(f.code, f.name) for f in found] == [('CL201', 'deadlock-cycle')], found"
+    )
+    mods = loaded_after(code)
+    assert "commlint.rules.cl201_deadlock_cycle" in mods
+    assert (
+        under(mods, "commlint.lint", "libcst", "commlint.rules.cl101_conditional_collective") == []
+    )
+
+
 @pytest.mark.parametrize("argv", [["check", "--help"], ["--version"]])
 def test_command_line_start_up_skips_the_checker(argv):
     code = (

@@ -342,7 +342,7 @@ def explain(findings: list[Finding], trace: Trace) -> list[Finding]:
     """Re-word the mismatch and hang findings of diverging ranks at the user's line (in
     place; returns the list). The first finding on a group whose ranks part at another call
     than the one it names gets the divergence as its headline and location."""
-    from commlint.rules import all_rules
+    from commlint.rules import rule_of
 
     done: set[str] = set()
     for f in findings:
@@ -381,7 +381,7 @@ def explain(findings: list[Finding], trace: Trace) -> list[Finding]:
                 f.fix = fix
             continue
         if d.kind == "extra" and f.code == "CL204":
-            f.code, f.name = "CL203", all_rules()["CL203"].name
+            f.code, f.name = "CL203", rule_of("CL203").name
         f.message = f"{text} {_consequence(f, d.seq == seq)}"
         f.fix = fix
         # at the call where the rank left the code the others ran (the call itself when the

@@ -85,7 +85,7 @@ def _skipped(mine: list[dict], theirs: list[dict]) -> str:
 
 
 def _finding(message: str, ranks: list[int], places: list[tuple[int, dict]]) -> Finding:
-    from commlint.rules import all_rules
+    from commlint.rules import rule_of
 
     path, line = site_location(places[0][1].get("site"))
     related = []
@@ -102,7 +102,7 @@ def _finding(message: str, ranks: list[int], places: list[tuple[int, dict]]) -> 
         )
     return Finding(
         code="CL212",
-        name=all_rules()["CL212"].name,
+        name=rule_of("CL212").name,
         severity="error",
         message=message,
         path=path,

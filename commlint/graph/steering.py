@@ -26,12 +26,12 @@ _FIX = (
 
 def steering_findings(trace: Trace) -> list[Finding]:
     """CL211: one finding per entry of `meta.steering` (malformed entries are skipped)."""
-    from commlint.rules import all_rules
+    from commlint.rules import rule_of
 
     entries = trace.meta.get("steering")
     if not isinstance(entries, list):
         return []
-    name = all_rules()["CL211"].name
+    name = rule_of("CL211").name
     findings = []
     for e in entries:
         if not isinstance(e, dict) or not isinstance(e.get("rank"), int):

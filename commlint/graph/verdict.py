@@ -14,7 +14,7 @@ from itertools import islice
 from commlint.findings import CycleEdge, Finding, Location
 from commlint.graph.compile import BLOCK, SYNC, WAIT, Graph
 from commlint.graph.simulate import State
-from commlint.rules import all_rules
+from commlint.rules import rule_of
 from commlint.trace import SEND_OPS, TORCH_ISSUED, Action, Trace
 
 
@@ -166,7 +166,7 @@ class _Ctx:
         first = next((loc for loc in locs if loc.line is not None), None)
         return Finding(
             code=code,
-            name=all_rules()[code].name,
+            name=rule_of(code).name,
             severity=severity,
             message=message,
             path=self.path,

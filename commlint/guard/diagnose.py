@@ -372,7 +372,7 @@ def mismatch_text(
     it, a line per rank, the fix."""
     from commlint.graph.align import explain
     from commlint.graph.check import check_trace
-    from commlint.rules import all_rules
+    from commlint.rules import rule_of
 
     history = history or {}
     first = _window(seq, seen, history)
@@ -401,7 +401,7 @@ def mismatch_text(
         kinds = {(fp.get("op"), fp.get("root"), fp.get("reduce_op")) for fp in seen.values()}
         code = "CL203" if len(kinds) > 1 else "CL204"
         heads.append(
-            f"{code} {all_rules()[code].name}: collective #{seq + 1} on group '{group}' differs "
+            f"{code} {rule_of(code).name}: collective #{seq + 1} on group '{group}' differs "
             f"across ranks ({'op, root or reduce op' if code == 'CL203' else 'shape or dtype'})."
         )
         fixes.append(
@@ -442,9 +442,9 @@ def p2p_mismatch_text(
         f"  rank {dst}: recv(←{src}) shape {got.get('shape')} {got.get('dtype')}{at[dst]}",
     ]
     if not found:
-        from commlint.rules import all_rules
+        from commlint.rules import rule_of
 
-        head = f"CL204 {all_rules()['CL204'].name}: the send and its receive differ."
+        head = f"CL204 {rule_of('CL204').name}: the send and its receive differ."
         fix = "Send and receive tensors of one shape and dtype."
     else:
         head, fix = f"{found[0].code} {found[0].name}: {found[0].message}", found[0].fix

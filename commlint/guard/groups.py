@@ -165,7 +165,7 @@ def check_creation(guard: Any, e: dict[str, Any], members: list[int]) -> None:
 def creation_mismatch_text(group: str, seq: int, seen: dict[int, dict[str, Any]]) -> str:
     """The CL212 block: which ranks create what, where, and the fix."""
     from commlint.graph.group_names import FIX
-    from commlint.rules import all_rules
+    from commlint.rules import rule_of
 
     by_what: dict[str, list[int]] = {}
     for r, s in sorted(seen.items()):
@@ -176,7 +176,7 @@ def creation_mismatch_text(group: str, seq: int, seen: dict[int, dict[str, Any]]
         for what, rs in by_what.items()
     )
     lines = [
-        f"commlint guard: CL212 {all_rules()['CL212'].name}: group creation #{seq + 1} on "
+        f"commlint guard: CL212 {rule_of('CL212').name}: group creation #{seq + 1} on "
         f"'{group}' differs across ranks: {sides}. torch names a group by the count of groups "
         "the rank created before it: from here the ranks name their groups differently and the "
         "members wait in a group's rendezvous for peers that never arrive under that name."

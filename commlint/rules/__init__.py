@@ -45,5 +45,24 @@ def all_rules() -> dict[str, Rule]:
     return dict(sorted(found.items()))
 
 
+@cache
+def rule_of(code: str) -> Rule:
+    """The rule with this code, loading only its own module (`clNNN_*.py`): the checker and
+    the guard name trace rules without loading what source rules need (the linter).
+    KeyError for a code no rule has."""
+    code = code.upper()
+    prefix = f"{code.lower()}_"
+    for info in pkgutil.iter_modules(__path__):
+        if info.name.startswith(prefix):
+            module = importlib.import_module(f"{__name__}.{info.name}")
+            for rule in getattr(module, "RULES", None) or [module.RULE]:
+                if rule.code == code:
+                    return rule
+    return all_rules()[code]
+
+
 def get_rule(code: str) -> Rule | None:
-    return all_rules().get(code.upper())
+    try:
+        return rule_of(code)
+    except KeyError:
+        return None

@@ -186,9 +186,9 @@ def _payload_findings(
                     message=f"Flight Recorder entry {e.index} ({e.state or 'no state'})",
                 ).model_dump(exclude_none=True)
             )
-        from commlint.rules import all_rules  # only with something to report: it loads every rule
+        from commlint.rules import rule_of
 
-        rule = all_rules()["CL204"]
+        rule = rule_of("CL204")
         out.append(
             Finding(
                 code=rule.code,
