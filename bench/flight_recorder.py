@@ -8,6 +8,9 @@ one (`started`, the collective the job hangs in). Then runs, each as a child pro
 
 - peer: `python -m torch.distributed.flight_recorder.fr_trace DIR` (torch's analyzer);
 - `python -m commlint plan DIR --format json` (read, align, compare, check, report);
+- before: the same command with the `commlint/` of an earlier commit (`--before=REV`, default:
+  main before the input gate of issue 32; `--before=none` skips it), extracted by
+  bench/revision.py and run from bytecode like the current one;
 
 and prints CPU seconds and peak RSS of each child (os.wait4) and the ratio. Goal (issue 12):
 commlint >= 10x less CPU than fr_trace at 256 ranks x 2,000 entries. Each tool runs
@@ -21,6 +24,7 @@ either may take 10% longer than the next.
     nice -n 10 python bench/flight_recorder.py 256 2000 --scheduled  # gloo-like states
     nice -n 10 python bench/flight_recorder.py --dir=/tmp/fr256       # keep the dumps
     nice -n 10 python bench/flight_recorder.py 64 4000 --memory       # bytes per entry
+    nice -n 10 python bench/flight_recorder.py --before=5468e90       # another "before"
 
 `--memory`: bytes of resident memory per checked entry held after reading every dump, with
 the kept frames (of entries that did not complete) shared when equal (as past `SHARE_AFTER`
@@ -29,6 +33,7 @@ entries) and not shared, each in a child process.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -136,10 +141,18 @@ def write_dumps(folder: Path, ranks: int, entries: int, scheduled: bool = False)
         (folder / f"rank_{r}").write_bytes(pickle.dumps(dump, protocol=4))
 
 
-def run_child(cmd: list[str]) -> tuple[float, float, float, int]:
-    """(CPU s, wall s, peak RSS MB, exit code) of one child process."""
+# main before the input gate, the size limits and the isolated parsing of issue 32
+BEFORE = "c48773c"
+
+
+def run_child(cmd: list[str], tree: Path | None = None) -> tuple[float, float, float, int]:
+    """(CPU s, wall s, peak RSS MB, exit code) of one child process; `tree`: a folder holding
+    an earlier commit's `commlint/`, put first on the child's PYTHONPATH."""
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), env.get("PYTHONPATH")]))
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -200,7 +213,9 @@ def main(argv: list[str]) -> int:
     scheduled = "--scheduled" in argv
     keep = next((a.split("=", 1)[1] for a in argv if a.startswith("--dir=")), None)
     repeat = int(next((a.split("=", 1)[1] for a in argv if a.startswith("--repeat=")), "3"))
-    with tempfile.TemporaryDirectory(prefix="fr_bench_") as tmp:
+    before = next((a.split("=", 1)[1] for a in argv if a.startswith("--before=")), BEFORE)
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="fr_bench_"))
         folder = Path(keep or tmp)
         t0 = time.perf_counter()
         if not (folder / f"rank_{ranks - 1}").exists():  # --dir=DIR: write once, reuse
@@ -225,17 +240,33 @@ def main(argv: list[str]) -> int:
         )
         ours = [sys.executable, "-m", "commlint", "plan", str(folder), "--format", "json"]
         theirs = [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(folder)]
-        runs: dict[str, list[tuple[float, float, float, int]]] = {"commlint": [], "fr_trace": []}
-        for _ in range(repeat):  # interleaved, so a noisy moment of the machine hits both
+        runs: dict[str, list[tuple[float, float, float, int]]] = {
+            "commlint": [],
+            "fr_trace": [],
+            "before": [],
+        }
+        old = None
+        if before != "none":
+            from revision import describe, tree
+
+            print(f"  before: {describe(before)}")
+            old = stack.enter_context(tree(before))
+        for _ in range(repeat):  # interleaved, so a noisy moment of the machine hits all
             runs["commlint"].append(run_child(ours))
             if peer:
                 runs["fr_trace"].append(run_child(theirs))
-        for name, label in (("commlint", "commlint plan  "), ("fr_trace", "peer: fr_trace ")):
+            if old is not None:
+                runs["before"].append(run_child(ours, old))
+        for name, label in (
+            ("commlint", "commlint plan  "),
+            ("before", "before         "),
+            ("fr_trace", "peer: fr_trace "),
+        ):
             if not runs[name]:
                 continue
             cpus = sorted(r[0] for r in runs[name])
             cpu, wall, rss, code = min(runs[name])
-            rate = f"  ({ranks * entries / cpu:,.0f} entries/CPU s)" if name == "commlint" else ""
+            rate = f"  ({ranks * entries / cpu:,.0f} entries/CPU s)" if name != "fr_trace" else ""
             spread = f" (of {len(cpus)}: {cpus[0]:.2f}–{cpus[-1]:.2f})" if len(cpus) > 1 else ""
             print(
                 f"  {label} CPU {cpu:7.2f} s{spread}  wall {wall:7.2f} s  "
@@ -251,6 +282,13 @@ def main(argv: list[str]) -> int:
                 f"  ratio: commlint uses {pcpu / cpu:.1f}x less CPU, best run against best run "
                 f"({median:.1f}x median against median; goal >= 10x) and "
                 f"{prss / rss:.1f}x less memory"
+            )
+        if runs["before"]:
+            cpu, _, rss, _ = min(runs["commlint"])
+            bcpu, _, brss, _ = min(runs["before"])
+            print(
+                f"  after/before: CPU x{cpu / bcpu:.2f}, memory x{rss / brss:.2f} "
+                "(best run against best run)"
             )
     return 0
 

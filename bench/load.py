@@ -6,11 +6,15 @@ groups of RANKS/8. Each run is a child process; its peak RSS is its own `os.wait
 Peers: `previous` is the loader before the compact store (json.loads, then yaml.compose of the
 whole file for line numbers, then one pydantic object per action), taken from git history;
 `json.loads` is the floor of any loader built on the standard parser; `check only` is the
-checker on the trace already in memory (its peak includes the load).
+checker on the trace already in memory (its peak includes the load); `before` is the whole
+`commlint plan` of an earlier commit (`--before REV`, default: main before the input gate of
+issue 32), extracted with `git archive` and run from bytecode like the current one, so the
+gate's cost is a ratio measured in this run.
 
     python bench/load.py                     # 256 ranks × 1,024 = 262,144 actions
     python bench/load.py --ranks 1024        # the issue's 1,048,576 actions (previous: minutes)
     python bench/load.py --ranks 1024 --no-previous
+    python bench/load.py --before 5468e90    # another "before"; --before none: no such peer
 """
 
 from __future__ import annotations
@@ -28,11 +32,14 @@ import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+# a `before` child runs the commlint extracted from an earlier commit (bench/revision.py)
+sys.path.insert(0, os.environ.get("COMMLINT_BENCH_TREE", str(ROOT)))
 sys.path.insert(0, str(ROOT / "bench"))
 
 # the loader before the compact store and lazy line numbers (commit ccf81a2)
 PREVIOUS = "ccf81a2"
+# main before the input gate, the size limits and the isolated parsing of issue 32
+BEFORE = "c48773c"
 
 
 def _previous_io() -> types.ModuleType:
@@ -83,10 +90,18 @@ def child(mode: str, path: str) -> None:
     print(elapsed, cpu)
 
 
-def measure(mode: str, path: Path) -> tuple[float, float, float]:
-    """(wall and CPU seconds of load + check + report, peak RSS MB) of one child run."""
+def measure(mode: str, path: Path, tree: Path | None = None) -> tuple[float, float, float]:
+    """(wall and CPU seconds of load + check + report, peak RSS MB) of one child run;
+    `tree`: the folder holding an earlier commit's `commlint/` for the child to import."""
+    env = dict(os.environ)
+    if tree is not None:
+        env["COMMLINT_BENCH_TREE"] = str(tree)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), env.get("PYTHONPATH")]))
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--child", mode, str(path)], stdout=subprocess.PIPE, text=True
+        [sys.executable, __file__, "--child", "before" if tree else mode, str(path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     out = proc.stdout.read() if proc.stdout else ""
     _, status, usage = os.wait4(proc.pid, 0)
@@ -101,6 +116,9 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=256)
     parser.add_argument("--per-rank", type=int, default=1024)
     parser.add_argument("--no-previous", action="store_true", help="skip the slow peer")
+    parser.add_argument(
+        "--before", default=BEFORE, help="commit whose `commlint plan` is the before peer"
+    )
     parser.add_argument("--child", nargs=2, metavar=("MODE", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -118,6 +136,12 @@ def main() -> None:
         modes = ["json.loads", "check only", "current"]
         modes += [] if args.no_previous else ["previous"]
         results = {m: measure(m, path) for m in modes}
+        if args.before != "none":
+            from revision import describe, tree
+
+            print(f"before: {describe(args.before)}")
+            with tree(args.before) as folder:
+                results["before"] = measure("before", path, folder)
         _, cur_cpu, cur_m = results["current"]
         print(f"{'':12} {'wall s':>8} {'CPU s':>8} {'actions/CPU s':>14} {'peak MB':>8}")
         for m, (wall, cpu, rss) in results.items():
