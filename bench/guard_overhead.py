@@ -1,13 +1,20 @@
-"""Overhead of the runtime guard on a DDP training step (CPU, gloo, 2 ranks).
+"""Overhead of the runtime guard on training steps (CPU, gloo, 4 ranks by default).
 
-    python bench/guard_overhead.py [--steps 40] [--rounds 2] [--width 1024] [--layers 4]
+    python bench/guard_overhead.py [--steps 40] [--rounds 2] [--nproc 4] [--width 512]
+        [--layers 4] [--workloads ddp,fsdp2,manual] [--modes ab,unguarded,guard,...]
 
-Runs the same training job, in this process tree, in four ways — unguarded, under
-`-m commlint.guard` in its default mode (fingerprint check of every collective), with
-`--check sample:10`, and with `TORCH_DISTRIBUTED_DEBUG=DETAIL` — interleaved over `--rounds`
-rounds so machine noise hits all alike, and prints the median step time of each and the
-ratios to the unguarded run. Two workloads (`--workloads`):
+The figure of record is `ab`: ONE guarded job whose ranks turn the guard off and on every
+other step (`commlint.guard.installed().enabled`, the same step on every rank), so the same
+processes, on the same machine state, measure both; each step's time is the slowest rank's
+(a step ends when every rank has finished it). The other modes are separate jobs — unguarded,
+under `-m commlint.guard` in its default mode, with `--check sample:10`, and with
+`TORCH_DISTRIBUTED_DEBUG=DETAIL` — interleaved over `--rounds` rounds so machine noise hits all
+alike; they also show what the guard's threads cost when it is "off" in the `ab` job.
+Workloads (`--workloads`):
 - `ddp`: DistributedDataParallel (bucketed gradient all-reduce) plus a loss all_reduce;
+- `fsdp2`: every Linear and the root under `torch.distributed.fsdp.fully_shard` (an
+  all-gather per layer in forward and backward, a reduce-scatter per layer) plus the loss
+  all_reduce;
 - `manual`: the same model with one `dist.all_reduce` per parameter gradient after backward —
   the guard's worst case (many small collectives, each recorded and fingerprinted).
 In torch 2.13 (CPU build) DDP crashes under DETAIL (SIGSEGV in DDP's Logger at construction):
@@ -32,6 +39,7 @@ except ImportError:  # run as a script: bench/ itself is on sys.path
     from guard_jobs import command, job_env
 
 MODES = ("ab", "unguarded", "guard", "guard-sample", "detail")
+WARMUP = 10  # steps left out: DDP rebuilds its buckets, `--check auto` learns the paths
 
 
 def worker(steps: int, width: int, layers: int, batch: int, workload: str) -> None:
@@ -40,7 +48,7 @@ def worker(steps: int, width: int, layers: int, batch: int, workload: str) -> No
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     dist.init_process_group("gloo")
-    rank = dist.get_rank()
+    rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     mods: list[torch.nn.Module] = []
     for _ in range(layers):
@@ -48,6 +56,15 @@ def worker(steps: int, width: int, layers: int, batch: int, workload: str) -> No
     model = torch.nn.Sequential(*mods, torch.nn.Linear(width, 10))
     if workload == "ddp":
         model = DDP(model)
+    elif workload == "fsdp2":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh("cpu", (world,))
+        for layer in model:
+            if isinstance(layer, torch.nn.Linear):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     gen = torch.Generator().manual_seed(rank)
     times = []
@@ -55,7 +72,7 @@ def worker(steps: int, width: int, layers: int, batch: int, workload: str) -> No
 
     guard = commlint.guard.installed() if os.environ.get("BENCH_TOGGLE") else None
     flags = []
-    for step in range(steps + 5):
+    for step in range(steps + WARMUP):
         if guard is not None:
             guard.enabled = step % 2 == 0
             flags.append(guard.enabled)
@@ -68,18 +85,25 @@ def worker(steps: int, width: int, layers: int, batch: int, workload: str) -> No
         if workload == "manual":
             for p in model.parameters():
                 dist.all_reduce(p.grad)
-                p.grad.div_(2)
+                p.grad.div_(world)
         opt.step()
         # a small all_reduce of the loss per step, as training loops log it
         flat = loss.detach().reshape(1)
         dist.all_reduce(flat)
         times.append(time.perf_counter() - t0)
+    # a step lasts as long as its slowest rank: gather every rank's times (unguarded: the guard
+    # is off, or this collective after the last step is simply one more recorded call)
+    if guard is not None:
+        guard.enabled = False
+    every = [torch.zeros(len(times), dtype=torch.float64) for _ in range(world)]
+    dist.all_gather(every, torch.tensor(times, dtype=torch.float64))
+    slowest = torch.stack(every).max(dim=0).values.tolist()
     if rank == 0:
         print(
             json.dumps(
                 {
-                    "times": times[5:],
-                    "guarded": flags[5:],
+                    "times": slowest[WARMUP:],
+                    "guarded": flags[WARMUP:],
                     "loss": float(flat),
                     "fp": [guard.fp_seconds, guard.fp_calls, guard.fp_trusted]
                     if guard is not None
@@ -106,7 +130,7 @@ def launch(mode: str, workload: str, args: argparse.Namespace) -> dict | None:
         guard = ["--check", "sample:10"]
     worker = ["--worker", "--steps", str(args.steps), "--width", str(args.width)]
     worker += ["--layers", str(args.layers), "--batch", str(args.batch), "--workload", workload]
-    cmd = command(Path(__file__).resolve(), worker, guard=guard)
+    cmd = command(Path(__file__).resolve(), worker, guard=guard, nproc=args.nproc)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     for line in proc.stdout.splitlines():
         if line.startswith("{"):
@@ -122,11 +146,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workload", default="ddp", help=argparse.SUPPRESS)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--nproc", type=int, default=4)
     ap.add_argument("--width", type=int, default=512)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--modes", default=",".join(MODES))
-    ap.add_argument("--workloads", default="ddp,manual")
+    ap.add_argument("--workloads", default="ddp,fsdp2,manual")
     args = ap.parse_args(argv)
     if args.worker:
         worker(args.steps, args.width, args.layers, args.batch, args.workload)
@@ -161,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     params = args.layers * (args.width * args.width + args.width) + args.width * 10 + 10
     print(
         f"MLP {args.layers}x{args.width} ({params / 1e6:.2f} M parameters), batch {args.batch}, "
-        f"2 ranks, gloo, CPU; {args.steps} steps x {args.rounds} rounds per cell"
+        f"{args.nproc} ranks, gloo, CPU; {args.steps} steps x {args.rounds} rounds per cell"
     )
     for w in loads:
         base_times = times[w, "unguarded"] if "unguarded" in modes else []

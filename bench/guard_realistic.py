@@ -176,8 +176,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{label:5} {sum(r['pass'] for r in sub)}/{len(sub)} pass")
     after = [r["diagnosed_after"] for r in rows if r["diagnosed_after"] is not None]
     if after:
-        print(f"hang verdicts {min(after):.1f}-{max(after):.1f} s after the first block "
-              f"(guard timeout {args.timeout:g} s, bound {4 * args.timeout:g} s)")
+        print(
+            f"hang verdicts {min(after):.1f}-{max(after):.1f} s after the first block "
+            f"(guard timeout {args.timeout:g} s, bound {4 * args.timeout:g} s)"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0 if all(r["pass"] for r in rows) else 1

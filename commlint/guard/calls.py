@@ -32,6 +32,9 @@ API: dict[str, CallSpec] = {
     "all_gather_into_tensor": CallSpec("all_gather", tensor="input_tensor"),
     "reduce_scatter": CallSpec("reduce_scatter", tensor="output", reduce="op"),
     "reduce_scatter_tensor": CallSpec("reduce_scatter", tensor="input", reduce="op"),
+    # FSDP2's collectives in torch 2.13 (`_fsdp_collectives.DefaultAllGather` and friends)
+    "all_gather_single": CallSpec("all_gather", tensor="input_tensor"),
+    "reduce_scatter_single": CallSpec("reduce_scatter", tensor="input", reduce="op"),
     "broadcast": CallSpec("broadcast", tensor="tensor", root="src", group_root="group_src"),
     "reduce": CallSpec("reduce", tensor="tensor", root="dst", group_root="group_dst", reduce="op"),
     "gather": CallSpec("gather", tensor="tensor", root="dst", group_root="group_dst"),
