@@ -8,7 +8,7 @@ cases' process-group timeout (`CASE_TIMEOUT_S`) at 30 s, so that a hang the guar
 as a 30 s timeout, not as a diagnosis. Measured against the manifest's labels (each case run
 for real, unguarded):
 - ok: the guarded run exits 0 and every rank's stdout and stderr equal the unguarded run's
-  (log timestamps and the guard's own `commlint guard` lines aside). A line that differs is
+  (log timestamps, printed durations and the guard's own `commlint guard` lines aside). A line that differs is
   judged against a second unguarded run: only lines both unguarded runs print alike count
   (a latency benchmark prints times);
 - hang / fail: the guarded run exits non-zero with a guard verdict (a `CLnnn` code), names a
@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT.parent / "shared" / "corpus" / "realistic"
 CASE_TIMEOUT = 30
 _STAMP = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}")
+_DURATION = re.compile(r"\b\d+(\.\d+)? ?(s|ms|us)\b")  # an epoch's or a call's time
 _CODE = re.compile(r"\bCL\d{3}\b")
 _AFTER = re.compile(r"hang diagnosed ([0-9.]+) s after")
 
@@ -76,7 +77,7 @@ def launch(case: dict, guard: list[str] | None, corpus: Path) -> dict:
 
 
 def normalised(text: str) -> list[str]:
-    text = _STAMP.sub("<time>", text)
+    text = _DURATION.sub("<duration>", _STAMP.sub("<time>", text))
     return [ln for ln in text.splitlines() if "commlint guard" not in ln]
 
 
