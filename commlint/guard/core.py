@@ -22,7 +22,7 @@ from datetime import timedelta
 from typing import Any
 
 from commlint.callsites import CallSite, user_call_site
-from commlint.guard.calls import Call, describe, describe_funcol
+from commlint.guard.calls import Call, describe, describe_funcol, splits_agree
 from commlint.guard.ring import DONE, FAILED, PENDING, Ring
 
 # Fingerprint slots per group / p2p channel (overwritten in turn: the store stays small).
@@ -252,6 +252,8 @@ class Guard:
             e["dtype"] = str(t.dtype).removeprefix("torch.")
         if call.reduce_op:
             e["reduce_op"] = call.reduce_op
+        if call.in_splits is not None and call.out_splits is not None:
+            e["in_splits"], e["out_splits"] = call.in_splits, call.out_splits
         if call.p2p:
             e["peer"] = call.root
             if call.tag:
@@ -679,7 +681,7 @@ class Guard:
             if theirs.get("seq") == seq:
                 seen[r] = theirs
         complete = len(seen) == len(members)
-        if all(_same(fp, other) for other in seen.values()):
+        if all(_same(fp, other) for other in seen.values()) and splits_agree(seen, members):
             if stream is not None and key is not None:
                 stream.step(key, complete)
             return
@@ -964,7 +966,8 @@ def _fp_key(fp: dict[str, Any]) -> tuple:
 
 
 # what a collective's fingerprint carries: what must agree, and where it was called from
-_FP_FIELDS = ("op", "root", "reduce_op", "shape", "dtype", "site", "stack", "via", "label")
+_FP_FIELDS = ("op", "root", "reduce_op", "shape", "dtype", "in_splits", "out_splits")
+_FP_FIELDS += ("site", "stack", "via", "label")
 
 
 def _outward(frame: Any) -> Any:

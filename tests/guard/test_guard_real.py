@@ -137,6 +137,20 @@ def test_auto_check_still_catches_a_late_size_mismatch() -> None:
     assert "SIGABRT" not in err  # gloo never saw the mismatched sizes
 
 
+def test_all_to_all_splits_that_do_not_pair_are_cl204_before_gloo_aborts() -> None:
+    """Receive counts copied from the local send counts: fine for four steps of equal
+    counts, wrong at step 4 (the sixth collective: rank 0 sends 3 rows to rank 1, which expects 2). The counts are
+    in the fingerprint, so the changed call is compared before it enters — CL204 naming who
+    sends what to whom — where gloo aborted the receiver (SIGABRT, "Received data size
+    doesn't match") before the counts were fingerprinted."""
+    proc, _ = _launch(["a2a_splits"], guard=[])
+    assert proc.returncode != 0
+    err = proc.stderr
+    assert "CL204 argument-mismatch: all_to_all #6" in err, err[-3000:]
+    assert "rank 0 sends 12 to rank 1, which expects 8" in err, err[-3000:]
+    assert "guarded.py:117" in err and "SIGABRT" not in err
+
+
 def test_auto_check_trusts_only_paths_seen_matched() -> None:
     from commlint.guard.core import _Stream
 
