@@ -10,12 +10,12 @@ Cases (real gloo jobs, `tests/guard/programs/`):
 - `stall`: rank 1 sleeps outside communication while rank 0 waits: a state report naming rank
   1's line, after the timeout (no verdict; the job ends as unguarded);
 - `eval_subgroup_setup`: the realistic corpus's 4-rank lazy evaluation group (CL212).
-For each run: the time to the verdict as a multiple of the guard's timeout — for a checked hang
-the guard's own "hang diagnosed N s after the first call blocked"; for a fingerprint verdict
-(raised before the call) the time from the last rank reaching the call (the program prints it)
-to the end of the job; for a stall the first report's "N s since the first call blocked" —
-and the verdict itself with times left out. A case passes when every run's time is within 4x
-the timeout and every run's verdict is the same.
+For each run: the time to the verdict as a multiple of the guard's timeout — for a checked
+hang the guard's own "hang diagnosed N s after the first call blocked"; for a fingerprint
+verdict (raised before the call) the time from the last rank reaching the call (the program
+prints it) to the verdict's first line on the job's stderr; for a stall the first report's
+"N s since the first call blocked" — and the verdict itself with times left out. A case
+passes when every run's time is within 4x the timeout and every run's verdict is the same.
 """
 
 from __future__ import annotations
@@ -71,9 +71,17 @@ def verdict(stderr: str) -> tuple[str, ...]:
 
 def run_once(case: str, timeout: float) -> dict:
     cmd, cwd, env = case_job(case, timeout)
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
-    ended = time.time()
-    err = proc.stderr
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    lines: list[str] = []
+    verdict_at = None  # when the first line of a verdict reached us
+    for line in proc.stderr:  # type: ignore[union-attr]
+        lines.append(line)
+        if verdict_at is None and re.search(r"\bCL\d{3}\b", line):
+            verdict_at = time.time()
+    proc.wait(timeout=300)
+    err = "".join(lines)
     after = [float(x) for x in _AFTER.findall(err)]
     since = [float(x) for x in _SINCE.findall(err)]
     stamps = [float(ln.rsplit(" ", 1)[1]) for ln in err.splitlines() if " creating at " in ln]
@@ -81,8 +89,8 @@ def run_once(case: str, timeout: float) -> dict:
         seconds = max(after)
     elif case == "stall":
         seconds = since[0] if since else None
-    elif stamps:
-        seconds = ended - max(stamps)
+    elif stamps and verdict_at is not None:
+        seconds = verdict_at - max(stamps)
     else:
         seconds = None
     return {"rc": proc.returncode, "seconds": seconds, "verdict": verdict(err), "tail": err[-2000:]}
