@@ -3,10 +3,11 @@
     python bench/guard_overhead.py [--steps 40] [--rounds 2] [--nproc 4] [--width 512]
         [--layers 4] [--workloads ddp,fsdp2,manual] [--modes ab,unguarded,guard,...]
 
-The figure of record is `ab`: ONE guarded job whose ranks turn the guard off and on every
-other step (`commlint.guard.installed().enabled`, the same step on every rank), so the same
-processes, on the same machine state, measure both; each step's time is the slowest rank's
-(a step ends when every rank has finished it). The other modes are separate jobs — unguarded,
+The figure of record is `ab`: ONE guarded job whose ranks turn the guard on and off in
+alternate blocks of 5 steps (`commlint.guard.installed().enabled`, the same step on every
+rank; a block's first step is left out), so the same processes, on the same machine state,
+measure both; each step's time is the slowest rank's (a step ends when every rank has
+finished it). The other modes are separate jobs — unguarded,
 under `-m commlint.guard` in its default mode, with `--check sample:10`, and with
 `TORCH_DISTRIBUTED_DEBUG=DETAIL` — interleaved over `--rounds` rounds so machine noise hits all
 alike; they also show what the guard's threads cost when it is "off" in the `ab` job.
@@ -39,6 +40,7 @@ except ImportError:  # run as a script: bench/ itself is on sys.path
     from guard_jobs import command, job_env
 
 MODES = ("ab", "unguarded", "guard", "guard-sample", "detail")
+BLOCK = 5  # `ab`: steps per block with the guard on, then off
 WARMUP = 10  # steps left out: DDP rebuilds its buckets, `--check auto` learns the paths
 
 
@@ -74,8 +76,10 @@ def worker(steps: int, width: int, layers: int, batch: int, workload: str) -> No
     flags = []
     for step in range(steps + WARMUP):
         if guard is not None:
-            guard.enabled = step % 2 == 0
-            flags.append(guard.enabled)
+            # blocks of BLOCK steps on, BLOCK off; a block's first step is left out of both
+            # figures (the publisher thread may still be sending the previous block's calls)
+            guard.enabled = (step // BLOCK) % 2 == 0
+            flags.append(None if step % BLOCK == 0 else guard.enabled)
         x = torch.randn(batch, width, generator=gen)
         y = torch.randint(0, 10, (batch,), generator=gen)
         t0 = time.perf_counter()
@@ -177,8 +181,8 @@ def main(argv: list[str] | None = None) -> int:
                 if mode == "ab":
                     fp_cost[w].append(out["fp"])
                     pairs = list(zip(out["times"], out["guarded"], strict=True))
-                    ab_on[w] += [t for t, g in pairs if g]
-                    ab_off[w] += [t for t, g in pairs if not g]
+                    ab_on[w] += [t for t, g in pairs if g is True]
+                    ab_off[w] += [t for t, g in pairs if g is False]
                 times[w, mode] += out["times"]
                 losses[w, mode] = out["loss"]
                 med = statistics.median(out["times"]) * 1e3
