@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         if ab_on[w]:
             on, off = statistics.median(ab_on[w]), statistics.median(ab_off[w])
             print(
-                f"{w:6} same job, guard on/off every other step: on {on * 1e3:7.2f} ms, "
+                f"{w:6} same job, guard on/off in alternate blocks: on {on * 1e3:7.2f} ms, "
                 f"off {off * 1e3:7.2f} ms  x{on / off:.3f}  ({(on - off) * 1e3:+.2f} ms/step)"
             )
             secs = sum(c[0] for c in fp_cost[w] if c)
