@@ -108,6 +108,13 @@ def body(mode: str) -> None:
         if rank == 0:
             dist.all_reduce(t)  # rank 1 never joins: it is in DDP's forward sync
         model(x).sum().backward()
+    elif mode == "ddp_params":
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        # a vocabulary built from each rank's own shard: the embedding sizes differ
+        vocab = 30 if rank == 0 else 29
+        model = DDP(torch.nn.EmbeddingBag(vocab, 4))
+        model(torch.tensor([[1, 2]])).sum().backward()
     elif mode == "a2a_splits":
         # the receive counts are copied from the local send counts instead of exchanged:
         # right while every rank sends 2 rows to each, wrong when step 4's counts differ
