@@ -324,8 +324,11 @@ def _patch_ddp(guard: Guard) -> None:
             call = None
         if call is None:
             return guard.call_inner(init, (self, module, *args), kwargs)
+        # checked and recorded before the constructor, complete at once: the constructor's
+        # first run spends seconds importing (dynamo, DTensor), which is no wait on a peer
         label = "DDP() checks its parameters' shapes and broadcasts them"
-        return guard.run(call, init, (self, module, *args), kwargs, label)
+        guard.run(call, _nothing, (), {}, label)
+        return guard.call_inner(init, (self, module, *args), kwargs)
 
     DDP.__init__ = guarded_init
     DDP.register_comm_hook = register_comm_hook
@@ -334,12 +337,16 @@ def _patch_ddp(guard: Guard) -> None:
         DDP._pre_forward = guarded_pre_forward
 
 
+def _nothing() -> None:
+    return None
+
+
 def _ddp_construction(guard: Guard, init: Any, module: Any, args: tuple, kwargs: dict) -> Any:
     """DDP's constructor as one blocking broadcast on its group from its first rank: every
     member checks the parameters' shapes against the others' and broadcasts them (C++). Its
     fingerprint carries the parameters' total size, so ranks that built different models (a
     vocabulary from each rank's own shard) stop with CL204 at the user's `DDP(...)` line, and
-    a rank stuck inside the constructor is seen blocked, not running."""
+    a rank that never builds it is told apart by the sequence numbers that follow."""
     import inspect
     from types import SimpleNamespace
 
