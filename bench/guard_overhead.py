@@ -7,7 +7,10 @@ The figure of record is `ab`: ONE guarded job whose ranks turn the guard on and 
 alternate blocks of 5 steps (`commlint.guard.installed().enabled`, the same step on every
 rank; a block's first step is left out), so the same processes, on the same machine state,
 measure both; each step's time is the slowest rank's (a step ends when every rank has
-finished it). The other modes are separate jobs — unguarded,
+finished it), and its CPU time — every thread's, the guard's publisher and watchdog included,
+and the program thread's — summed over the ranks: on a machine with fewer cores than ranks a
+step's wall time is mostly the wait for a core, and the CPU time is what the guard adds to it.
+The other modes are separate jobs — unguarded,
 under `-m commlint.guard` in its default mode, with `--check sample:10`, and with
 `TORCH_DISTRIBUTED_DEBUG=DETAIL` — interleaved over `--rounds` rounds so machine noise hits all
 alike; they also show what the guard's threads cost when it is "off" in the `ab` job.
@@ -69,7 +72,9 @@ def worker(steps: int, width: int, layers: int, batch: int, workload: str) -> No
         fully_shard(model, mesh=mesh)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     gen = torch.Generator().manual_seed(rank)
-    times = []
+    times: list[float] = []
+    cpu: list[float] = []  # the process's CPU time (every thread: the guard's too)
+    main_cpu: list[float] = []  # the program's thread only
     import commlint.guard
 
     guard = commlint.guard.installed() if os.environ.get("BENCH_TOGGLE") else None
@@ -82,7 +87,7 @@ def worker(steps: int, width: int, layers: int, batch: int, workload: str) -> No
             flags.append(None if step % BLOCK == 0 else guard.enabled)
         x = torch.randn(batch, width, generator=gen)
         y = torch.randint(0, 10, (batch,), generator=gen)
-        t0 = time.perf_counter()
+        t0, c0, m0 = time.perf_counter(), time.process_time(), time.thread_time()
         opt.zero_grad()
         loss = torch.nn.functional.cross_entropy(model(x), y)
         loss.backward()
@@ -95,18 +100,30 @@ def worker(steps: int, width: int, layers: int, batch: int, workload: str) -> No
         flat = loss.detach().reshape(1)
         dist.all_reduce(flat)
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+        main_cpu.append(time.thread_time() - m0)
     # a step lasts as long as its slowest rank: gather every rank's times (unguarded: the guard
     # is off, or this collective after the last step is simply one more recorded call)
     if guard is not None:
         guard.enabled = False
-    every = [torch.zeros(len(times), dtype=torch.float64) for _ in range(world)]
-    dist.all_gather(every, torch.tensor(times, dtype=torch.float64))
-    slowest = torch.stack(every).max(dim=0).values.tolist()
+
+    def gathered(values: list[float]) -> torch.Tensor:
+        every = [torch.zeros(len(values), dtype=torch.float64) for _ in range(world)]
+        dist.all_gather(every, torch.tensor(values, dtype=torch.float64))
+        return torch.stack(every)
+
+    slowest = gathered(times).max(dim=0).values.tolist()
+    # CPU: what the job's ranks spent on the step together (on 2 shared cores under load, a
+    # step's wall time is mostly waiting for a core; its CPU time is what the guard adds)
+    cpu_sum = gathered(cpu).sum(dim=0).tolist()
+    main_sum = gathered(main_cpu).sum(dim=0).tolist()
     if rank == 0:
         print(
             json.dumps(
                 {
                     "times": slowest[WARMUP:],
+                    "cpu": cpu_sum[WARMUP:],
+                    "main_cpu": main_sum[WARMUP:],
                     "guarded": flags[WARMUP:],
                     "loss": float(flat),
                     "fp": [guard.fp_seconds, guard.fp_calls, guard.fp_trusted]
@@ -168,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     ab_on: dict[str, list[float]] = {w: [] for w in loads}
     fp_cost: dict[str, list] = {w: [] for w in loads}
     ab_off: dict[str, list[float]] = {w: [] for w in loads}
+    ab_cpu: dict[tuple[str, str, bool], list[float]] = {}
     for rnd in range(args.rounds):
         for w in loads:
             for mode in modes:
@@ -183,6 +201,10 @@ def main(argv: list[str] | None = None) -> int:
                     pairs = list(zip(out["times"], out["guarded"], strict=True))
                     ab_on[w] += [t for t, g in pairs if g is True]
                     ab_off[w] += [t for t, g in pairs if g is False]
+                    for kind in ("cpu", "main_cpu"):
+                        for t, g in zip(out[kind], out["guarded"], strict=True):
+                            if g is not None:
+                                ab_cpu.setdefault((w, kind, g), []).append(t)
                 times[w, mode] += out["times"]
                 losses[w, mode] = out["loss"]
                 med = statistics.median(out["times"]) * 1e3
@@ -201,6 +223,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"{w:6} same job, guard on/off in alternate blocks: on {on * 1e3:7.2f} ms, "
                 f"off {off * 1e3:7.2f} ms  x{on / off:.3f}  ({(on - off) * 1e3:+.2f} ms/step)"
             )
+            for kind, what in (("cpu", "CPU of all threads"), ("main_cpu", "program thread")):
+                con = statistics.median(ab_cpu[w, kind, True])
+                coff = statistics.median(ab_cpu[w, kind, False])
+                print(
+                    f"{w:6} same job, {what}, summed over ranks: on {con * 1e3:7.2f} ms, "
+                    f"off {coff * 1e3:7.2f} ms  x{con / coff:.3f}  ({(con - coff) * 1e3:+.2f} ms)"
+                )
             secs = sum(c[0] for c in fp_cost[w] if c)
             calls = sum(c[1] for c in fp_cost[w] if c)
             trusted = sum(c[2] for c in fp_cost[w] if c)
