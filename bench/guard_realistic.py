@@ -8,9 +8,9 @@ cases' process-group timeout (`CASE_TIMEOUT_S`) at 30 s, so that a hang the guar
 as a 30 s timeout, not as a diagnosis. Measured against the manifest's labels (each case run
 for real, unguarded):
 - ok: the guarded run exits 0 and every rank's stdout and stderr equal the unguarded run's
-  (log timestamps, printed durations and the guard's own `commlint guard` lines aside). A line that differs is
-  judged against a second unguarded run: only lines both unguarded runs print alike count
-  (a latency benchmark prints times);
+  (log timestamps, printed durations and the guard's own `commlint guard` lines aside). A
+  line that differs is judged against a second unguarded run: only lines both unguarded runs
+  print alike count;
 - hang / fail: the guarded run exits non-zero with a guard verdict (a `CLnnn` code), names a
   line of the case's own files, and — for a hang — comes within 4x the guard's timeout of the
   first blocked call (the `hang diagnosed N s after` figure, or a fingerprint mismatch, which
