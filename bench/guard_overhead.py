@@ -1,13 +1,24 @@
-"""Overhead of the runtime guard on a DDP training step (CPU, gloo, 2 ranks).
+"""Overhead of the runtime guard on training steps (CPU, gloo, 4 ranks by default).
 
-    python bench/guard_overhead.py [--steps 40] [--rounds 2] [--width 1024] [--layers 4]
+    python bench/guard_overhead.py [--steps 40] [--rounds 2] [--nproc 4] [--width 512]
+        [--layers 4] [--workloads ddp,fsdp2,manual] [--modes ab,unguarded,guard,...]
 
-Runs the same training job, in this process tree, in four ways — unguarded, under
-`-m commlint.guard` in its default mode (fingerprint check of every collective), with
-`--check sample:10`, and with `TORCH_DISTRIBUTED_DEBUG=DETAIL` — interleaved over `--rounds`
-rounds so machine noise hits all alike, and prints the median step time of each and the
-ratios to the unguarded run. Two workloads (`--workloads`):
+The figure of record is `ab`: ONE guarded job whose ranks turn the guard on and off in
+alternate blocks of 5 steps (`commlint.guard.installed().enabled`, the same step on every
+rank; a block's first step is left out), so the same processes, on the same machine state,
+measure both; each step's time is the slowest rank's (a step ends when every rank has
+finished it), and its CPU time — every thread's, the guard's publisher and watchdog included,
+and the program thread's — summed over the ranks: on a machine with fewer cores than ranks a
+step's wall time is mostly the wait for a core, and the CPU time is what the guard adds to it.
+The other modes are separate jobs — unguarded,
+under `-m commlint.guard` in its default mode, with `--check sample:10`, and with
+`TORCH_DISTRIBUTED_DEBUG=DETAIL` — interleaved over `--rounds` rounds so machine noise hits all
+alike; they also show what the guard's threads cost when it is "off" in the `ab` job.
+Workloads (`--workloads`):
 - `ddp`: DistributedDataParallel (bucketed gradient all-reduce) plus a loss all_reduce;
+- `fsdp2`: every Linear and the root under `torch.distributed.fsdp.fully_shard` (an
+  all-gather per layer in forward and backward, a reduce-scatter per layer) plus the loss
+  all_reduce;
 - `manual`: the same model with one `dist.all_reduce` per parameter gradient after backward —
   the guard's worst case (many small collectives, each recorded and fingerprinted).
 In torch 2.13 (CPU build) DDP crashes under DETAIL (SIGSEGV in DDP's Logger at construction):
@@ -32,6 +43,8 @@ except ImportError:  # run as a script: bench/ itself is on sys.path
     from guard_jobs import command, job_env
 
 MODES = ("ab", "unguarded", "guard", "guard-sample", "detail")
+BLOCK = 5  # `ab`: steps per block with the guard on, then off
+WARMUP = 10  # steps left out: DDP rebuilds its buckets, `--check auto` learns the paths
 
 
 def worker(steps: int, width: int, layers: int, batch: int, workload: str) -> None:
@@ -40,7 +53,7 @@ def worker(steps: int, width: int, layers: int, batch: int, workload: str) -> No
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     dist.init_process_group("gloo")
-    rank = dist.get_rank()
+    rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     mods: list[torch.nn.Module] = []
     for _ in range(layers):
@@ -48,38 +61,70 @@ def worker(steps: int, width: int, layers: int, batch: int, workload: str) -> No
     model = torch.nn.Sequential(*mods, torch.nn.Linear(width, 10))
     if workload == "ddp":
         model = DDP(model)
+    elif workload == "fsdp2":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh("cpu", (world,))
+        for layer in model:
+            if isinstance(layer, torch.nn.Linear):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     gen = torch.Generator().manual_seed(rank)
-    times = []
+    times: list[float] = []
+    cpu: list[float] = []  # the process's CPU time (every thread: the guard's too)
+    main_cpu: list[float] = []  # the program's thread only
     import commlint.guard
 
     guard = commlint.guard.installed() if os.environ.get("BENCH_TOGGLE") else None
     flags = []
-    for step in range(steps + 5):
+    for step in range(steps + WARMUP):
         if guard is not None:
-            guard.enabled = step % 2 == 0
-            flags.append(guard.enabled)
+            # blocks of BLOCK steps on, BLOCK off; a block's first step is left out of both
+            # figures (the publisher thread may still be sending the previous block's calls)
+            guard.enabled = (step // BLOCK) % 2 == 0
+            flags.append(None if step % BLOCK == 0 else guard.enabled)
         x = torch.randn(batch, width, generator=gen)
         y = torch.randint(0, 10, (batch,), generator=gen)
-        t0 = time.perf_counter()
+        t0, c0, m0 = time.perf_counter(), time.process_time(), time.thread_time()
         opt.zero_grad()
         loss = torch.nn.functional.cross_entropy(model(x), y)
         loss.backward()
         if workload == "manual":
             for p in model.parameters():
                 dist.all_reduce(p.grad)
-                p.grad.div_(2)
+                p.grad.div_(world)
         opt.step()
         # a small all_reduce of the loss per step, as training loops log it
         flat = loss.detach().reshape(1)
         dist.all_reduce(flat)
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+        main_cpu.append(time.thread_time() - m0)
+    # a step lasts as long as its slowest rank: gather every rank's times (unguarded: the guard
+    # is off, or this collective after the last step is simply one more recorded call)
+    if guard is not None:
+        guard.enabled = False
+
+    def gathered(values: list[float]) -> torch.Tensor:
+        every = [torch.zeros(len(values), dtype=torch.float64) for _ in range(world)]
+        dist.all_gather(every, torch.tensor(values, dtype=torch.float64))
+        return torch.stack(every)
+
+    slowest = gathered(times).max(dim=0).values.tolist()
+    # CPU: what the job's ranks spent on the step together (on 2 shared cores under load, a
+    # step's wall time is mostly waiting for a core; its CPU time is what the guard adds)
+    cpu_sum = gathered(cpu).sum(dim=0).tolist()
+    main_sum = gathered(main_cpu).sum(dim=0).tolist()
     if rank == 0:
         print(
             json.dumps(
                 {
-                    "times": times[5:],
-                    "guarded": flags[5:],
+                    "times": slowest[WARMUP:],
+                    "cpu": cpu_sum[WARMUP:],
+                    "main_cpu": main_sum[WARMUP:],
+                    "guarded": flags[WARMUP:],
                     "loss": float(flat),
                     "fp": [guard.fp_seconds, guard.fp_calls, guard.fp_trusted]
                     if guard is not None
@@ -106,7 +151,7 @@ def launch(mode: str, workload: str, args: argparse.Namespace) -> dict | None:
         guard = ["--check", "sample:10"]
     worker = ["--worker", "--steps", str(args.steps), "--width", str(args.width)]
     worker += ["--layers", str(args.layers), "--batch", str(args.batch), "--workload", workload]
-    cmd = command(Path(__file__).resolve(), worker, guard=guard)
+    cmd = command(Path(__file__).resolve(), worker, guard=guard, nproc=args.nproc)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     for line in proc.stdout.splitlines():
         if line.startswith("{"):
@@ -122,11 +167,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workload", default="ddp", help=argparse.SUPPRESS)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--nproc", type=int, default=4)
     ap.add_argument("--width", type=int, default=512)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--modes", default=",".join(MODES))
-    ap.add_argument("--workloads", default="ddp,manual")
+    ap.add_argument("--workloads", default="ddp,fsdp2,manual")
     args = ap.parse_args(argv)
     if args.worker:
         worker(args.steps, args.width, args.layers, args.batch, args.workload)
@@ -139,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     ab_on: dict[str, list[float]] = {w: [] for w in loads}
     fp_cost: dict[str, list] = {w: [] for w in loads}
     ab_off: dict[str, list[float]] = {w: [] for w in loads}
+    ab_cpu: dict[tuple[str, str, bool], list[float]] = {}
     for rnd in range(args.rounds):
         for w in loads:
             for mode in modes:
@@ -152,8 +199,12 @@ def main(argv: list[str] | None = None) -> int:
                 if mode == "ab":
                     fp_cost[w].append(out["fp"])
                     pairs = list(zip(out["times"], out["guarded"], strict=True))
-                    ab_on[w] += [t for t, g in pairs if g]
-                    ab_off[w] += [t for t, g in pairs if not g]
+                    ab_on[w] += [t for t, g in pairs if g is True]
+                    ab_off[w] += [t for t, g in pairs if g is False]
+                    for kind in ("cpu", "main_cpu"):
+                        for t, g in zip(out[kind], out["guarded"], strict=True):
+                            if g is not None:
+                                ab_cpu.setdefault((w, kind, g), []).append(t)
                 times[w, mode] += out["times"]
                 losses[w, mode] = out["loss"]
                 med = statistics.median(out["times"]) * 1e3
@@ -161,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     params = args.layers * (args.width * args.width + args.width) + args.width * 10 + 10
     print(
         f"MLP {args.layers}x{args.width} ({params / 1e6:.2f} M parameters), batch {args.batch}, "
-        f"2 ranks, gloo, CPU; {args.steps} steps x {args.rounds} rounds per cell"
+        f"{args.nproc} ranks, gloo, CPU; {args.steps} steps x {args.rounds} rounds per cell"
     )
     for w in loads:
         base_times = times[w, "unguarded"] if "unguarded" in modes else []
@@ -169,9 +220,16 @@ def main(argv: list[str] | None = None) -> int:
         if ab_on[w]:
             on, off = statistics.median(ab_on[w]), statistics.median(ab_off[w])
             print(
-                f"{w:6} same job, guard on/off every other step: on {on * 1e3:7.2f} ms, "
+                f"{w:6} same job, guard on/off in alternate blocks: on {on * 1e3:7.2f} ms, "
                 f"off {off * 1e3:7.2f} ms  x{on / off:.3f}  ({(on - off) * 1e3:+.2f} ms/step)"
             )
+            for kind, what in (("cpu", "CPU of all threads"), ("main_cpu", "program thread")):
+                con = statistics.median(ab_cpu[w, kind, True])
+                coff = statistics.median(ab_cpu[w, kind, False])
+                print(
+                    f"{w:6} same job, {what}, summed over ranks: on {con * 1e3:7.2f} ms, "
+                    f"off {coff * 1e3:7.2f} ms  x{con / coff:.3f}  ({(con - coff) * 1e3:+.2f} ms)"
+                )
             secs = sum(c[0] for c in fp_cost[w] if c)
             calls = sum(c[1] for c in fp_cost[w] if c)
             trusted = sum(c[2] for c in fp_cost[w] if c)

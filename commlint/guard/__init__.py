@@ -308,10 +308,62 @@ def _patch_ddp(guard: Guard) -> None:
                 if e["state"] == PENDING:
                     guard.ring.finish(e, DONE)  # type: ignore[union-attr]
 
+    init = DDP.__init__
+
+    def guarded_init(self: Any, module: Any, *args: Any, **kwargs: Any) -> Any:
+        if (
+            not guard.enabled
+            or getattr(guard.local, "depth", 0)
+            or not guard.started()
+            or guard.ring is None
+        ):
+            return init(self, module, *args, **kwargs)
+        try:
+            call = _ddp_construction(guard, init, module, args, kwargs)
+        except Exception:  # arguments torch itself will reject: let torch say so
+            call = None
+        if call is None:
+            return guard.call_inner(init, (self, module, *args), kwargs)
+        # checked and recorded before the constructor, complete at once: the constructor's
+        # first run spends seconds importing (dynamo, DTensor), which is no wait on a peer
+        label = "DDP() checks its parameters' shapes and broadcasts them"
+        guard.run(call, _nothing, (), {}, label)
+        return guard.call_inner(init, (self, module, *args), kwargs)
+
+    DDP.__init__ = guarded_init
     DDP.register_comm_hook = register_comm_hook
     DDP.forward = guarded_forward
     if pre_forward is not None:
         DDP._pre_forward = guarded_pre_forward
+
+
+def _nothing() -> None:
+    return None
+
+
+def _ddp_construction(guard: Guard, init: Any, module: Any, args: tuple, kwargs: dict) -> Any:
+    """DDP's constructor as one blocking broadcast on its group from its first rank: every
+    member checks the parameters' shapes against the others' and broadcasts them (C++). Its
+    fingerprint carries the parameters' total size, so ranks that built different models (a
+    vocabulary from each rank's own shard) stop with CL204 at the user's `DDP(...)` line, and
+    a rank that never builds it is told apart by the sequence numbers that follow."""
+    import inspect
+    from types import SimpleNamespace
+
+    from commlint.guard.calls import Call
+
+    bound = inspect.signature(init).bind_partial(None, module, *args, **kwargs).arguments
+    group = bound.get("process_group")
+    if bound.get("device_mesh") is not None:
+        group = bound["device_mesh"].get_group()
+    ignore = set(getattr(module, "_ddp_params_and_buffers_to_ignore", ()) or ())
+    params = [p for n, p in module.named_parameters() if n not in ignore]
+    if not params:
+        return None
+    _, members = guard.group_of(group)
+    total = sum(int(p.numel()) for p in params)
+    size = SimpleNamespace(shape=(total,), dtype=params[0].dtype)
+    return Call(op="broadcast", group=group, is_async=False, root=members[0], tensor=size)
 
 
 def _user_site(tb: Any) -> str | None:

@@ -32,6 +32,9 @@ API: dict[str, CallSpec] = {
     "all_gather_into_tensor": CallSpec("all_gather", tensor="input_tensor"),
     "reduce_scatter": CallSpec("reduce_scatter", tensor="output", reduce="op"),
     "reduce_scatter_tensor": CallSpec("reduce_scatter", tensor="input", reduce="op"),
+    # FSDP2's collectives in torch 2.13 (`_fsdp_collectives.DefaultAllGather` and friends)
+    "all_gather_single": CallSpec("all_gather", tensor="input_tensor"),
+    "reduce_scatter_single": CallSpec("reduce_scatter", tensor="input", reduce="op"),
     "broadcast": CallSpec("broadcast", tensor="tensor", root="src", group_root="group_src"),
     "reduce": CallSpec("reduce", tensor="tensor", root="dst", group_root="group_dst", reduce="op"),
     "gather": CallSpec("gather", tensor="tensor", root="dst", group_root="group_dst"),
@@ -93,6 +96,9 @@ class Call:
     p2p: str | None = None
     tag: int = 0
     obj: bool = False
+    # all_to_all: elements sent to / expected from each group member, in group-rank order
+    in_splits: list[int] | None = None
+    out_splits: list[int] | None = None
 
 
 _PARAMETERS: dict[str, tuple[str, ...] | None] = {}
@@ -139,6 +145,7 @@ def describe(name: str, fn: Any, args: tuple, kwargs: dict, dist: Any) -> Call |
     is_async = bool(bound.get("async_op", False)) if spec.can_async else False
     if spec.p2p:
         is_async = op in ("isend", "irecv")
+    in_splits, out_splits = all_to_all_splits(name, bound, group, dist)
     return Call(
         op=op,
         group=group,
@@ -149,7 +156,38 @@ def describe(name: str, fn: Any, args: tuple, kwargs: dict, dist: Any) -> Call |
         p2p=spec.p2p,
         tag=int(bound.get("tag") or 0),
         obj=spec.obj,
+        in_splits=in_splits,
+        out_splits=out_splits,
     )
+
+
+def all_to_all_splits(
+    name: str, bound: dict[str, Any], group: Any, dist: Any
+) -> tuple[list[int] | None, list[int] | None]:
+    """What an all_to_all sends to and expects from each member, in elements: rank i's
+    i→j count must equal rank j's expected count from i (gloo aborts a rank that receives
+    more than it posted; less is silent corruption). None when the call cannot be read."""
+    try:
+        if name == "all_to_all":
+            outs, ins = bound["output_tensor_list"], bound["input_tensor_list"]
+            return [int(t.numel()) for t in ins], [int(t.numel()) for t in outs]
+        if name != "all_to_all_single":
+            return None, None
+        n = dist.get_world_size(group)
+        return (
+            _counts(bound["input"], bound.get("input_split_sizes"), n),
+            _counts(bound["output"], bound.get("output_split_sizes"), n),
+        )
+    except Exception:  # a call torch itself will reject: not the guard's to judge
+        return None, None
+
+
+def _counts(tensor: Any, splits: Any, n: int) -> list[int]:
+    rows = int(tensor.shape[0]) if tensor.dim() else 1
+    per_row = int(tensor.numel()) // rows if rows else 0
+    if not splits:  # torch splits dimension 0 evenly
+        return [rows // n * per_row] * n
+    return [int(s) * per_row for s in splits]
 
 
 def describe_funcol(name: str, fn: Any, args: tuple, kwargs: dict, dist: Any) -> Call | None:
@@ -175,3 +213,15 @@ def describe_funcol(name: str, fn: Any, args: tuple, kwargs: dict, dist: Any) ->
         tensor=tensor if hasattr(tensor, "shape") else None,
         reduce_op=str(bound[reduce]).lower() if reduce and bound.get(reduce) else None,
     )
+
+
+def splits_agree(seen: dict[int, dict[str, Any]], members: list[int]) -> bool:
+    """An all_to_all's counts pair up: what member i sends to member j is what j expects
+    from i, for every pair whose fingerprints are in (other calls: nothing to pair)."""
+    for i, ri in enumerate(members):
+        sent = seen.get(ri, {}).get("in_splits")
+        for j, rj in enumerate(members):
+            got = seen.get(rj, {}).get("out_splits")
+            if sent is not None and got is not None and sent[j : j + 1] != got[i : i + 1]:
+                return False
+    return True

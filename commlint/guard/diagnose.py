@@ -31,6 +31,8 @@ ACTION_FIELDS = (
     "shape",
     "dtype",
     "reduce_op",
+    "in_splits",
+    "out_splits",
     "site",
     "stack",
     "via",

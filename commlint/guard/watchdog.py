@@ -37,9 +37,6 @@ class Watchdog(threading.Thread):
         self.requested_at = -1e9
         self.published: int | None = None
         self.want_seen: dict[int, float] = {}
-        # stall reports (a rank blocked, no hang proven): when the next is due, and the gap
-        self.next_report = 0.0
-        self.report_gap = self.timeout
         self.wake = threading.Event()  # set to end the wait between beats at once
 
     def run(self) -> None:
@@ -163,7 +160,7 @@ class Watchdog(threading.Thread):
         waited = max((s.get("blocked_for") or 0.0) for s in states.values())
         after = waited + time.monotonic() - self.want_seen.get(rnd, time.monotonic())
         if not d.hang:
-            if not self.report_stall(states, after):
+            if not self.report_stall(store, states, after):
                 store.add("round", 1)
                 return
             text = stall_report(states, self.timeout, after, None, killed=True)
@@ -179,22 +176,28 @@ class Watchdog(threading.Thread):
         time.sleep(2 * self.tick)  # the others leave first, on the verdict, not on our exit
         self.leave("")
 
-    def report_stall(self, states: dict[int, dict[str, Any]], after: float) -> bool:
+    def report_stall(self, store: Any, states: dict[int, dict[str, Any]], after: float) -> bool:
         """No hang proven, but a rank has been blocked past the timeout while others are
         running, stopped or silent: say what every rank is doing, at a growing interval.
-        True when the job is to be ended for it (`--kill-stalled`)."""
+        True when the job is to be ended for it (`--kill-stalled`).
+
+        The schedule (`stall`: when the last report was printed, the gap to the next) lives
+        in the store, not in this rank: whichever rank coordinates a round — the lowest that
+        published its state in time, which under load is not always the same — keeps the
+        one schedule (a rank-local one printed 2, 4, 8, then 2 s again when rank 1 stood in)."""
         if not any(s.get("status") == "blocked" for s in states.values()):
             return False
-        now = time.monotonic()
-        if now < self.next_report:
+        last = json.loads(store.get("stall")) if store.check(["stall"]) else None
+        now = time.time()
+        if last is not None and now < last["at"] + last["gap"]:
             return False
         if self.guard.options.kill_stalled:
             return True
-        self.next_report = now + self.report_gap
+        gap = self.timeout if last is None else 2 * last["gap"]
+        store.set("stall", json.dumps({"at": now, "gap": gap}))
         from commlint.guard.diagnose import stall_report
 
-        text = stall_report(states, self.timeout, after, self.report_gap, killed=False)
-        self.report_gap *= 2
+        text = stall_report(states, self.timeout, after, gap, killed=False)
         print(text, file=sys.stderr, flush=True)
         return False
 

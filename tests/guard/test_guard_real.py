@@ -137,6 +137,32 @@ def test_auto_check_still_catches_a_late_size_mismatch() -> None:
     assert "SIGABRT" not in err  # gloo never saw the mismatched sizes
 
 
+def test_all_to_all_splits_that_do_not_pair_are_cl204_before_gloo_aborts() -> None:
+    """Receive counts copied from the local send counts: fine for four steps of equal
+    counts, wrong at step 4 (the sixth collective: rank 0 sends 3 rows to rank 1, which
+    expects 2). The counts are in the fingerprint, so the changed call is compared before it
+    enters — CL204 naming who sends what to whom — where gloo aborted the receiver (SIGABRT,
+    "Received data size doesn't match") before the counts were fingerprinted."""
+    proc, _ = _launch(["a2a_splits"], guard=[])
+    assert proc.returncode != 0
+    err = proc.stderr
+    assert "CL204 argument-mismatch: all_to_all #6" in err, err[-3000:]
+    assert "rank 0 sends 12 to rank 1, which expects 8" in err, err[-3000:]
+    assert "guarded.py:124" in err and "SIGABRT" not in err
+
+
+def test_ddp_built_on_models_of_different_sizes_is_cl204_at_the_ddp_line() -> None:
+    """DDP's constructor checks the parameters' shapes across ranks (C++): torch's own error
+    named no rank's size and no rule; now the constructor is one recorded broadcast whose
+    fingerprint carries the parameters' total size — CL204 at the user's `DDP(...)` line."""
+    proc, _ = _launch(["ddp_params"], guard=[])
+    assert proc.returncode != 0
+    err = proc.stderr
+    assert "CL204 argument-mismatch: broadcast #2 on group 'WORLD' has different sizes" in err
+    assert "shape [120] on rank 0 @" in err and "shape [116] on rank 1 @" in err, err[-3000:]
+    assert "DDP() checks its parameters' shapes" in err and "guarded.py:116" in err
+
+
 def test_auto_check_trusts_only_paths_seen_matched() -> None:
     from commlint.guard.core import _Stream
 

@@ -186,3 +186,32 @@ def test_device_mesh_shapes_that_differ_are_cl212_and_equal_creations_run() -> N
         "rank 0 result [8.0, 8.0]",
         "rank 1 result [8.0, 8.0]",
     ]
+
+
+def test_fsdp2_collectives_are_recorded_and_a_skipped_step_is_cl203_at_the_users_lines() -> None:
+    """torch 2.13's FSDP2 gathers and reduce-scatters with `dist.all_gather_single` /
+    `reduce_scatter_single`. Rank 1 skips its last step's forward and goes to the loss
+    all_reduce: rank 0's all-gather of the first layer meets it — CL203 naming both user
+    lines (before these were wrapped: no finding, stall reports until gloo's 30 s timeout).
+    Every rank running every step ends as unguarded."""
+    from bench.guard_jobs import command, job_env
+
+    bad = subprocess.run(
+        command(PROGRAMS / "fsdp2_skip.py", ["skip"], guard=["--timeout", "2"]),
+        env=job_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bad.returncode != 0
+    assert "CL203 collective-mismatch" in bad.stderr, bad.stderr[-3000:]
+    assert re.search(
+        r"rank 0: all_gather\(WORLD\).*all_gather_single.*fsdp2_skip\.py:31", bad.stderr
+    )
+    assert re.search(r"rank 1: all_reduce\(WORLD\).*fsdp2_skip\.py:36", bad.stderr)
+    plain = _torchrun(PROGRAMS / "fsdp2_skip.py", None, args=["same"])
+    good = _torchrun(PROGRAMS / "fsdp2_skip.py", ["--timeout", "2"], args=["same"])
+    assert _finished(plain) and _finished(good), good.stderr[-3000:]
+    assert "CL2" not in good.stderr and "degraded" not in good.stderr, good.stderr[-3000:]
+    assert sorted(good.stdout.splitlines()) == sorted(plain.stdout.splitlines())
+    assert len(plain.stdout.splitlines()) == 2

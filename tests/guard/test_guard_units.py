@@ -175,3 +175,48 @@ def test_a_failure_of_the_guards_own_recording_degrades_and_the_call_goes_on(
     err = capsys.readouterr().err
     assert err == "commlint guard degraded: recording failed: KeyError: 'no such group'\n"
     assert not guard.enabled  # every later call passes straight through
+
+
+class _DictStore:
+    """The three store calls the watchdog's stall schedule uses, over one dict."""
+
+    def __init__(self) -> None:
+        self.keys: dict[str, bytes] = {}
+
+    def check(self, keys: list[str]) -> bool:
+        return all(k in self.keys for k in keys)
+
+    def get(self, key: str) -> bytes:
+        return self.keys[key]
+
+    def set(self, key: str, value: str) -> None:
+        self.keys[key] = value.encode()
+
+
+def test_stall_reports_keep_one_growing_schedule_whichever_rank_coordinates(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The coordinator of a round is the lowest rank that published in time — under load not
+    always the same. The gap between reports doubles across coordinators (2, 4, 8 s), where a
+    schedule kept per rank started again at 2 s when another rank stood in."""
+    from types import SimpleNamespace
+
+    from commlint.guard.watchdog import Watchdog
+
+    clock = [1000.0]
+    monkeypatch.setattr("commlint.guard.watchdog.time.time", lambda: clock[0])
+    guard = SimpleNamespace(options=Options(timeout=2.0, kill_stalled=False))
+    dogs = [Watchdog(guard, None) for _ in range(2)]  # type: ignore[arg-type]
+    store = _DictStore()
+    states = {0: {"status": "running", "where": []}, 1: {"status": "blocked", "blocked_for": 3}}
+    printed = []
+    for t, coordinator in ((0, 0), (1, 1), (2, 0), (2.1, 1), (6, 1), (7, 0), (14, 0)):
+        clock[0] = 1000.0 + t
+        dogs[coordinator].report_stall(store, states, 3.0)
+        out = capsys.readouterr().err
+        printed += [
+            (t, ln.split("next report in ")[1].split()[0])
+            for ln in out.splitlines()
+            if "next report in" in ln
+        ]
+    assert printed == [(0, "2"), (2, "4"), (6, "8"), (14, "16")], printed

@@ -108,6 +108,20 @@ def body(mode: str) -> None:
         if rank == 0:
             dist.all_reduce(t)  # rank 1 never joins: it is in DDP's forward sync
         model(x).sum().backward()
+    elif mode == "ddp_params":
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        # a vocabulary built from each rank's own shard: the embedding sizes differ
+        vocab = 30 if rank == 0 else 29
+        model = DDP(torch.nn.EmbeddingBag(vocab, 4))
+        model(torch.tensor([[1, 2]])).sum().backward()
+    elif mode == "a2a_splits":
+        # the receive counts are copied from the local send counts instead of exchanged:
+        # right while every rank sends 2 rows to each, wrong when step 4's counts differ
+        for step in range(6):
+            send = [2, 2] if step != 4 else [1 + rank, 3 - rank]
+            recv = torch.empty(sum(send), 4)
+            dist.all_to_all_single(recv, torch.ones(sum(send), 4), list(send), send)
     elif mode == "p2psize":
         if rank == 0:
             dist.send(torch.ones(8), 1)
