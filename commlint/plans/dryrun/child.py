@@ -30,7 +30,7 @@ from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from torch.overrides import TorchFunctionMode
 
-from commlint.plans.dryrun import devices, fingerprint, gpu_paths, unread
+from commlint.plans.dryrun import devices, executed, fingerprint, gpu_paths, unread
 from commlint.plans.dryrun import recorder as rec_mod
 from commlint.plans.dryrun.causes import FAKE_LIMITS, own
 from commlint.plans.dryrun.channel import Live, PipeSend
@@ -1209,6 +1209,7 @@ def run_rank(spec: RankSpec, table: ValueTable, conn: Any, replies: Any = None) 
         _install(spec, recorder, private_root)
         end = _run_program(spec, recorder)
         recorder.flush()
+        send(("files", executed.user_files(spec.program)))
         usage = resource.getrusage(resource.RUSAGE_SELF)
         send(("usage", usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024))
         send(("end", end))
