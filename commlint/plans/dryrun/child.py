@@ -30,7 +30,7 @@ from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from torch.overrides import TorchFunctionMode
 
-from commlint.plans.dryrun import devices, executed, fingerprint, gpu_paths, unread
+from commlint.plans.dryrun import devices, executed, fingerprint, gpu_paths, missing_api, unread
 from commlint.plans.dryrun import recorder as rec_mod
 from commlint.plans.dryrun.causes import FAKE_LIMITS, own
 from commlint.plans.dryrun.channel import Live, PipeSend
@@ -1324,6 +1324,9 @@ def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
         if spec.mode == "fake" and not limit and _RAISED:
             # a limit caught by the program, which then failed on what it did instead
             (message, site), limit = _RAISED[-1], True
+        missing = missing_api.explain(exc, _one_line(exc), short_path)
+        if missing is not None:  # the installed torch lacks a name the program uses
+            (message, site), limit = missing, False
         if os.environ.get("COMMLINT_DEBUG"):  # where in the program (or torch) it came from
             import traceback
 
