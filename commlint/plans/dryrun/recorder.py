@@ -28,7 +28,7 @@ from torch.utils import _pytree as pytree
 
 from commlint import callsites
 from commlint.callsites import USER_PROGRAMS as USER_PROGRAMS
-from commlint.plans.dryrun import fingerprint
+from commlint.plans.dryrun import bookkeeping, fingerprint
 from commlint.plans.dryrun.values import (
     MAX_FILE_BYTES,
     MAX_VALUE_BYTES,
@@ -420,7 +420,7 @@ _RANDOM_DRAWS = frozenset({"rand", "randn", "normal", "randint", "randperm"})
 _FILLED = frozenset({"zeros", "ones", "full", "arange", "scalar_tensor", "eye", "linspace"})
 
 
-_KNOWN_FACTORIES = _RANDOM_DRAWS | _FILLED
+_KNOWN_FACTORIES = _RANDOM_DRAWS | _FILLED | bookkeeping.UNWRITTEN
 
 
 def _small_draw(args: tuple, kwargs: dict, out: Any) -> bool:
@@ -429,7 +429,9 @@ def _small_draw(args: tuple, kwargs: dict, out: Any) -> bool:
     (no tensor argument, a CPU generator if any), whose fake result `out` has no value yet."""
     if not isinstance(out, _FakeTensor) or out.device.type != "cpu" or out.constant is not None:
         return False
-    if not small(out) or any(isinstance(a, torch.Tensor) for a in (*args, *kwargs.values())):
+    if not (small(out) or bookkeeping.fits(out)):
+        return False
+    if any(isinstance(a, torch.Tensor) for a in (*args, *kwargs.values())):
         return False
     generator = kwargs.get("generator")
     return generator is None or generator.device.type == "cpu"
@@ -441,7 +443,7 @@ def _small_fake_cpu(args: tuple, kwargs: dict) -> bool:
     target = args[0] if args else None
     if not isinstance(target, _FakeTensor) or target.device.type != "cpu":
         return False
-    if not small(target) or target.constant is not None:
+    if not (small(target) or bookkeeping.fits(target)):
         return False
     if any(isinstance(a, torch.Tensor) for a in (*args[1:], *kwargs.values())):
         return False
@@ -530,7 +532,9 @@ def _receivable(t: Any) -> bool:
     tensor (a pipeline's shape header, `torch.zeros(2)` then `recv`), which then knows it."""
     if _is_real(t):
         return True
-    return isinstance(t, _FakeTensor) and t.device.type == "cpu" and small(t)
+    return (
+        isinstance(t, _FakeTensor) and t.device.type == "cpu" and (small(t) or bookkeeping.fits(t))
+    )
 
 
 def _copy(dst: torch.Tensor, src: torch.Tensor | None) -> None:
@@ -1426,6 +1430,13 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
         ]
         return super().validate_and_convert_non_fake_tensors(func, converter, flat_args, args_spec)
 
+    def may_turn_const(self, t: torch.Tensor) -> bool:
+        """An output computed from known values keeps its value: small, or the program's
+        bookkeeping (`bookkeeping.py`)."""
+        return super().may_turn_const(t) or (
+            bookkeeping.fits(t) and t.layout == torch.strided and t.device.type == "cpu"
+        )
+
     def _prep_args_for_hash(self, result, args, state, id_hashed_objects):
         """FakeTensorMode's cache key of the arguments, built for the usual case without its
         layers: a fake tensor of this mode with concrete sizes in strided layout is keyed by
@@ -1516,6 +1527,7 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
         super().__init__(**kwargs)
         self.rec = recorder
         self._assumed_backward_read = False
+        self._assumed_empty = False
         self._assumed_finite: set[str | None] = set()
         self._depth = 0
 
@@ -1576,8 +1588,17 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
                 # rank's data probe `if float(torch.rand(1, generator=g)) > p` is decided as
                 # it is on the GPUs, with no real compute; a parameter drawn this way stays
                 # fake (its value is forgotten at its first update)
+                unwritten = func._opname in bookkeeping.UNWRITTEN
+                if unwritten and not bookkeeping.fits(out):
+                    return out  # model data: its memory stays unknown
                 with unset_fake_temporarily():
-                    know(out, func(*args, **kwargs))
+                    value = func(*args, **kwargs)
+                    if unwritten:
+                        value.zero_()
+                if unwritten and not self._assumed_empty:
+                    self._assumed_empty = True
+                    self.rec.send(("assume", bookkeeping.ASSUMED))
+                know(out, value)
             return out
         kept = _constants(args) if func.namespace == "c10d" else None
         # a functional collective of tensors that know their values would be run for real by
