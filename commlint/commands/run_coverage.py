@@ -245,6 +245,8 @@ def print_coverage(runs: Mapping[int, Any], program: str, shown: Any) -> None:
         print(f"commlint: note: {verdict}; the static check finds on those lines:", file=sys.stderr)
         for f in findings:
             f.path = shown(f.path)
+            for rel in f.related:
+                rel.path = shown(rel.path) if rel.path else rel.path
             for line in block(f):
                 print(f"  {line}", file=sys.stderr)
     else:
