@@ -3,10 +3,10 @@
 A dry-run's verdict covers the paths the ranks took — five steps of a loop whose evaluation
 all-reduces every tenth step never meet that all-reduce. After the verdict, the static engine
 (`commlint.lint`) reads the user's files the ranks ran (`plans/dryrun/executed.py`: the
-program and the modules it imported from outside installed packages) and lists each call that
-communicates — a collective, a send or receive, or a call of the program's own function that
-communicates — whose line no recorded stack passed through, with the branch it sits under;
-the static findings on those lines follow. The files are extracted once each, in this
+program and the modules it imported from outside installed packages) and lists each call of
+torch.distributed — a collective, a send or receive — whose line no recorded stack passed
+through, with the branch it sits under (or, at a function's top, where that function is
+called); the static findings on those lines follow. The files are extracted once each, in this
 process, with no cache written into the user's tree; installed packages are never read.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,22 +30,33 @@ SHOWN = 10  # unreached calls listed one by one; the rest are counted
 
 @dataclass(frozen=True)
 class Unreached:
-    """A call that communicates, on a line no rank's recorded stack passed through."""
+    """A torch collective, send or receive on a line no rank's recorded stack passed
+    through."""
 
     path: str  # absolute
     line: int
     end_line: int
-    what: str  # `all_reduce`, or `evaluate()` for a function of the program that communicates
+    op: str
     function: str  # the function it is in (`<module>` at top level)
     under: str | None  # the innermost branch it sits under, as the source says it
     under_line: int | None
+    # when it sits under no branch of its function: where that function is called (path,
+    # line, the branch that call sits under), the first call in the files checked
+    called_at: tuple[str, int, str | None] | None = None
 
-    def describe(self, shown_path: str) -> str:
-        where = f"under {self.under} at line {self.under_line}" if self.under else None
-        context = where or (
-            f"in `{self.function}`" if self.function != "<module>" else "at the top level"
-        )
-        return f"{shown_path}:{self.line} {self.what} ({context})"
+    def describe(self, shown: Callable[[str], str]) -> str:
+        if self.under:
+            context = f"under {self.under} at line {self.under_line}"
+        elif self.function == "<module>":
+            context = "at the top level"
+        else:
+            context = f"in `{self.function}`"
+            if self.called_at:
+                path, line, under = self.called_at
+                context += f", called at {shown(path)}:{line}" + (
+                    f" under {under}" if under else ""
+                )
+        return f"{shown(self.path)}:{self.line} {self.op} ({context})"
 
 
 def reached_lines(runs: Mapping[int, Any]) -> dict[str, set[int]]:
@@ -99,64 +110,52 @@ def _walk(nodes: Iterable[Node], under: tuple[str, int] | None):
             yield n.target, under
 
 
-def _communicating_functions(facts: list[FileFacts]) -> set[str]:
-    """Keys of the program's functions that communicate, directly or through each other."""
-    calls: dict[str, list[CallSite]] = {}
-    direct: set[str] = set()
+def _call_sites(facts: list[FileFacts]) -> dict[str, tuple[str, int, str | None]]:
+    """The first call of each of the program's functions in the files checked: function key
+    → (path, line, the branch the call sits under)."""
+    keys = {key for ff in facts for key in ff.functions}
+    found: dict[str, tuple[str, int, str | None]] = {}
     for ff in facts:
-        for key, fn in ff.functions.items():
-            calls[key] = []
-            for n, _ in _walk(fn.body, None):
-                if isinstance(n, Comm) and n.kind in _RECORDED_KINDS:
-                    direct.add(key)
-                elif isinstance(n, CallSite):
-                    calls[key].append(n)
-    found = set(direct)
-    changed = True
-    while changed:
-        changed = False
-        for key, sites in calls.items():
-            if key not in found and any(_callee(s, found) for s in sites):
-                found.add(key)
-                changed = True
+        for fn in ff.functions.values():
+            for n, under in _walk(fn.body, None):
+                if isinstance(n, CallSite):
+                    key = next((name for name in n.names if name in keys), None)
+                    if key is not None and key not in found:
+                        found[key] = (ff.path, n.pos.line, under[0] if under else None)
     return found
 
 
-def _callee(site: CallSite, keys: set[str]) -> str | None:
-    return next((name for name in site.names if name in keys), None)
-
-
 def unreached_calls(facts: list[FileFacts], reached: Mapping[str, set[int]]) -> list[Unreached]:
-    """Calls that communicate in `facts` on lines no recorded stack passed through."""
-    communicating = _communicating_functions(facts)
+    """The torch collectives, sends and receives in `facts` on lines no recorded stack
+    passed through. Only those: a call of torch.distributed that runs is always recorded, so
+    an unrecorded one did not run; a framework's wrapper (`accelerator.prepare`) or one of
+    the program's own functions may run and communicate nothing, which says nothing about
+    whether it was reached."""
+    calls = _call_sites(facts)
     out: list[Unreached] = []
     for ff in facts:
         lines = reached.get(os.path.abspath(ff.path), set())
-        for fn in ff.functions.values():
+        for key, fn in ff.functions.items():
             for n, under in _walk(fn.body, None):
-                if isinstance(n, Comm):
-                    if n.kind not in _RECORDED_KINDS:
-                        continue
-                    what = n.op
-                elif isinstance(n, CallSite) and _callee(n, communicating):
-                    what = f"{n.text}()"
-                else:
+                if not (isinstance(n, Comm) and n.torch_api and n.kind in _RECORDED_KINDS):
                     continue
                 end = n.pos.end_line or n.pos.line
                 if any(line in lines for line in range(n.pos.line, end + 1)):
                     continue
+                name = fn.name or "<module>"
                 out.append(
                     Unreached(
                         ff.path,
                         n.pos.line,
                         end,
-                        what,
-                        fn.name if fn.name else "<module>",
+                        n.op,
+                        name,
                         under[0] if under else None,
                         under[1] if under else None,
+                        None if under or name == "<module>" else calls.get(key),
                     )
                 )
-    return sorted(set(out), key=lambda u: (u.path, u.line, u.what))
+    return sorted(set(out), key=lambda u: (u.path, u.line, u.op))
 
 
 def _module(path: str, root: str) -> str:
@@ -231,9 +230,7 @@ def print_coverage(runs: Mapping[int, Any], program: str, shown: Any) -> None:
         return
     sys.stdout.flush()  # the verdict first
     for u in sites[:SHOWN]:
-        print(
-            f"commlint: note: not reached by this run: {u.describe(shown(u.path))}", file=sys.stderr
-        )
+        print(f"commlint: note: not reached by this run: {u.describe(shown)}", file=sys.stderr)
     if len(sites) > SHOWN:
         print(
             f"commlint: note: ... and {len(sites) - SHOWN} more calls that communicate, not "

@@ -33,9 +33,8 @@ def test_unreached_communication_is_named_after_the_verdict_with_its_static_find
     evaluate_call, barrier = marked(FIXTURES / "train.py")
     (helper,) = marked(FIXTURES / "helpers.py")
     assert notes == [
-        f"helpers.py:{helper} all_reduce (in `evaluate`)",
-        f"train.py:{evaluate_call} evaluate() (under `if epoch % 10 == 9:` at line "
-        f"{evaluate_call - 1})",
+        f"helpers.py:{helper} all_reduce (in `evaluate`, called at train.py:{evaluate_call} "
+        "under `if epoch % 10 == 9:`)",
         f"train.py:{barrier} barrier (under `if dist.get_rank() == 0:` at line {barrier - 1})",
     ]  # the multi-line all_reduce every epoch makes is not among them
     assert f"train.py:{barrier}:13: CL101 [error] conditional-collective" in out.stderr
