@@ -18,7 +18,10 @@ accident or, as accelerate, counting on it); that assumption is noted in the tra
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from commlint.plans.dryrun.values import MAX_VALUE_BYTES
 
@@ -35,3 +38,23 @@ def fits(t: Any) -> bool:
     if any(type(d) is not int for d in t.shape):
         return False
     return t.numel() * t.element_size() <= MAX_VALUE_BYTES
+
+
+_told: list[bool] = []  # the assumption is sent once per rank process
+
+
+def made(func: Any, args: tuple, kwargs: dict, out: Any, send: Callable[[Any], None]) -> Any:
+    """The real value of a factory's result `out` (made of numbers only, small or
+    bookkeeping): computed as a real run computes it, zeros for `torch.empty`; None for an
+    `empty` that is model data (its memory stays unknown)."""
+    unwritten = func._opname in UNWRITTEN
+    if unwritten and not fits(out):
+        return None
+    with unset_fake_temporarily():
+        value = func(*args, **kwargs)
+        if unwritten:
+            value.zero_()
+    if unwritten and not _told:
+        _told.append(True)
+        send(("assume", ASSUMED))
+    return value

@@ -425,7 +425,7 @@ _KNOWN_FACTORIES = _RANDOM_DRAWS | _FILLED | bookkeeping.UNWRITTEN
 
 def _small_draw(args: tuple, kwargs: dict, out: Any) -> bool:
     """A random draw (or a filled tensor, `_FILLED`) of at most `SMALL_REAL`
-    elements on the CPU, made of numbers only
+    elements (or an integer one of at most 4 MiB, `bookkeeping.py`) on the CPU, made of numbers only
     (no tensor argument, a CPU generator if any), whose fake result `out` has no value yet."""
     if not isinstance(out, _FakeTensor) or out.device.type != "cpu" or out.constant is not None:
         return False
@@ -1527,7 +1527,6 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
         super().__init__(**kwargs)
         self.rec = recorder
         self._assumed_backward_read = False
-        self._assumed_empty = False
         self._assumed_finite: set[str | None] = set()
         self._depth = 0
 
@@ -1588,17 +1587,9 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
                 # rank's data probe `if float(torch.rand(1, generator=g)) > p` is decided as
                 # it is on the GPUs, with no real compute; a parameter drawn this way stays
                 # fake (its value is forgotten at its first update)
-                unwritten = func._opname in bookkeeping.UNWRITTEN
-                if unwritten and not bookkeeping.fits(out):
-                    return out  # model data: its memory stays unknown
-                with unset_fake_temporarily():
-                    value = func(*args, **kwargs)
-                    if unwritten:
-                        value.zero_()
-                if unwritten and not self._assumed_empty:
-                    self._assumed_empty = True
-                    self.rec.send(("assume", bookkeeping.ASSUMED))
-                know(out, value)
+                value = bookkeeping.made(func, args, kwargs, out, self.rec.send)
+                if value is not None:
+                    know(out, value)
             return out
         kept = _constants(args) if func.namespace == "c10d" else None
         # a functional collective of tensors that know their values would be run for real by
