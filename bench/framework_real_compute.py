@@ -1,7 +1,8 @@
 """How many framework programs need real compute under `commlint run` (issue 30, item 5).
 
 Runs each program — the Lightning, HF Trainer and accelerate fixtures of
-tests/dryrun/test_frameworks.py and accelerate's own shipped multi-process test scripts —
+tests/dryrun/test_frameworks.py, accelerate's own shipped multi-process test scripts, and
+DeepSpeed ZeRO-2 (`fixtures/deepspeed_zero.py`) when `deepspeed` can be imported —
 with and without `ACCELERATE_USE_CPU=1`, 2 ranks, and prints per run: the exit code, whether
 any rank was recorded with real tensors (the saved trace's `meta.tensors`), the verdict line,
 and the time. Goal: 0 runs with real compute.
@@ -13,6 +14,7 @@ and the time. Goal: 0 runs with real compute.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -33,6 +35,8 @@ def programs() -> list[tuple[str, Path, list[str]]]:
         ("transformers", FIXTURES / "hf_trainer_ddp.py", []),
         ("accelerate", FIXTURES / "accelerate_train.py", []),
     ]
+    if importlib.util.find_spec("deepspeed") is not None:  # e.g. on PYTHONPATH, --no-deps
+        out.append(("deepspeed", FIXTURES / "deepspeed_zero.py", ["2"]))
     try:
         import accelerate.test_utils.scripts as scripts
     except ImportError:
@@ -71,7 +75,7 @@ def run_one(path: Path, args: list[str], env_cpu: bool) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default=None, help="lightning, transformers or accelerate")
+    ap.add_argument("--only", default=None, help="lightning, transformers, accelerate or deepspeed")
     ap.add_argument("--env", choices=("both", "gpu", "cpu"), default="both")
     args = ap.parse_args()
     envs = {"both": (False, True), "gpu": (False,), "cpu": (True,)}[args.env]

@@ -22,6 +22,7 @@ from typing import Any, Literal, NamedTuple
 Kind = Literal["user", "framework", "torch", "commlint", "stdlib", "internal"]
 
 _PACKAGE_FOLDERS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
+PACKAGE_FOLDERS = _PACKAGE_FOLDERS
 _COMMLINT_DIR = str(Path(__file__).resolve().parent) + os.sep
 _COMMLINT_DIR_AS_GIVEN = str(Path(__file__).parent) + os.sep
 # Files that only wrap the function they decorate (`@deprecated`, `functools.wraps`): a
@@ -35,6 +36,24 @@ _DECORATOR_FILES = (
 # Programs that are the user's even when they live among installed packages (a framework's
 # own example or test script run by `commlint run` or the guard).
 USER_PROGRAMS: set[str] = set()
+# Folders of installed packages that are the program: `commlint run -m torchtitan.train` runs
+# torchtitan itself, so its frames are the user's (an error inside it is located at its line,
+# not at `train.py`'s call of `main()`).
+USER_PACKAGES: list[str] = []
+
+
+def claim_program_package(module: str) -> None:
+    """`-m pkg.mod`: the installed package `pkg` is the program, not a framework under it."""
+    top = module.partition(".")[0]
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for folder in locations:
+        for path in {str(Path(folder)) + os.sep, str(Path(folder).resolve()) + os.sep}:
+            if any(f in path for f in _PACKAGE_FOLDERS) and path not in USER_PACKAGES:
+                USER_PACKAGES.append(path)
 
 
 @functools.cache
@@ -69,7 +88,10 @@ def frame_kind(filename: str) -> Kind:
     """Whose code `filename` is (a frame's `f_code.co_filename`)."""
     if filename in USER_PROGRAMS:
         return "user"
-    return _kind(filename)
+    kind = _kind(filename)
+    if kind == "framework" and USER_PACKAGES and filename.startswith(tuple(USER_PACKAGES)):
+        return "user"
+    return kind
 
 
 def is_user_file(filename: str) -> bool:

@@ -363,6 +363,15 @@ def run(args: argparse.Namespace) -> int:
     explain(checked.findings, trace)
     report.findings.extend(fold_follow_ons(checked.findings, trace))
     report.checked += 1
+    if not any(run.actions for run in result.runs.values()) and not report.errors and not crashed:
+        report.errors.append(
+            InputError(
+                path=program,
+                message="no rank communicated: not one collective or point-to-point call was "
+                "recorded, so nothing was checked (does the program reach its distributed "
+                "code with these arguments?)",
+            )
+        )
     if crashed:
         if any(f.severity == "error" for f in checked.findings):
             # A real run hangs (or fails on the hang) before any rank gets to the exception.
@@ -373,7 +382,16 @@ def run(args: argparse.Namespace) -> int:
             )
         else:
             report.errors.append(crashed)
-    return emit(report, args)
+    code = emit(report, args)
+    from commlint.commands.run_coverage import print_coverage
+
+    print_coverage(result.runs, program, _shown)  # after the verdict, on stderr
+    return code
+
+
+def _shown(path: str) -> str:
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
 
 
 _TRUE = ("1", "y", "yes", "t", "true", "on")  # accelerate's `str_to_bool`

@@ -61,3 +61,31 @@ def test_a_test_that_decides_communication_is_computed_and_counted(tmp_path: Pat
     assert "(2 of 2 ranks needed real values)" in result.notes[0]
     assert [a.op for a in trace.ranks[0]] == ["all_reduce"]
     assert check_trace(trace, None).findings == []
+
+
+def test_bookkeeping_in_a_large_integer_buffer_stays_on_fake_tensors(tmp_path: Path):
+    # accelerate's copy_tensor_to_devices: a shape and dtype code sent in a 2^20-element
+    # torch.int buffer made with torch.empty, summed, read back with nonzero() and int();
+    # the code and shape decide the dtype and size of rank 1's next all-reduce
+    program = tmp_path / "shape_header.py"
+    program.write_text(
+        "import torch\n"
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "rank = dist.get_rank()\n"
+        "header = torch.empty(2**20, dtype=torch.int)\n"
+        "if rank == 0:\n"
+        "    header[:3] = torch.tensor([2, 3, 7], dtype=int)\n"
+        "dist.all_reduce(header)\n"
+        "header = header[header.nonzero()]\n"
+        "code = int(header[-1:][0])\n"
+        "shape = header[:-1].view(-1).tolist()\n"
+        "t = torch.ones(2, 3) if rank == 0 else torch.zeros(shape, dtype={7: torch.float}[code])\n"
+        "dist.all_reduce(t)\n"
+    )
+    result, trace = record(program)
+    assert result.mode == "fake", result.notes
+    assert not check_trace(trace).findings
+    reduces = [a for a in trace.ranks[1] if a.op == "all_reduce"]
+    assert [(a.shape, a.dtype) for a in reduces] == [([1048576], "int32"), ([2, 3], "float32")]
+    assert "torch.empty" in trace.meta["assumes"]

@@ -136,3 +136,33 @@ def test_torchtitan_users_rank0_only_collective_is_caught_at_the_users_line(asse
     )
     assert f"{script.name}:{line}: CL20" in proc.stdout, proc.stdout
     assert "recorded again with small real CPU tensors" not in proc.stderr
+
+
+def test_the_unchanged_entry_point_names_the_torch_api_it_lacks(assets: Path):
+    # `-m torchtitan.train`, no shim: torchtitan 0.3.0 calls `torch.distributed.set_timeout`
+    # after its first step, which torch 2.13 does not have. One located line at torchtitan's
+    # own use of it, with the exception's own text; no traceback, no real compute.
+    import torch
+    import torchtitan.distributed.utils as titan_utils
+
+    source = Path(titan_utils.__file__)
+    line = next(
+        i
+        for i, text in enumerate(source.read_text().splitlines(), 1)
+        if "torch.distributed.set_timeout(" in text
+    )
+    cmd = [
+        sys.executable, "-m", "commlint", "run", "--nproc-per-node", "2", "--timeout", "240",
+        "-m", "torchtitan.train", *TINY, *FSDP2,
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=assets)
+    assert proc.returncode == 2, (proc.stdout + proc.stderr)[-3000:]
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("commlint: error")]
+    assert errors == [
+        f"commlint: error: {source}:{line}: every rank raised AttributeError: module "
+        "'torch.distributed' has no attribute 'set_timeout' — the installed torch "
+        f"{torch.__version__} has no `torch.distributed.set_timeout`, which this line uses: "
+        "the program is written for a torch that has it"
+    ], proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert "recorded again with small real CPU tensors" not in proc.stderr

@@ -32,8 +32,10 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from commlint.plans.dryrun import (
     devices,
+    executed,
     gpu_paths,
     gpu_standins,
+    missing_api,
     sites,
 )
 from commlint.plans.dryrun.causes import FAKE_LIMITS, own
@@ -73,7 +75,7 @@ from commlint.plans.dryrun.rank_errors import (
     live_fake_bytes,
 )
 from commlint.plans.dryrun.recorder import Recorder
-from commlint.plans.dryrun.sites import BACKEND, StopRank, user_site
+from commlint.plans.dryrun.sites import BACKEND, StopRank, short_path, user_site
 from commlint.plans.dryrun.unread import RAISED as _RAISED
 from commlint.plans.dryrun.values import ValueTable
 
@@ -396,6 +398,7 @@ def run_rank(spec: RankSpec, table: ValueTable, conn: Any, replies: Any = None) 
         _install(spec, recorder, private_root)
         end = _run_program(spec, recorder)
         recorder.flush()
+        send(("files", executed.user_files(spec.program)))
         usage = resource.getrusage(resource.RUSAGE_SELF)
         send(("usage", usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024))
         send(("end", end))
@@ -470,6 +473,9 @@ def _run_program(spec: RankSpec, recorder: Recorder) -> dict[str, Any] | None:
         if spec.mode == "fake" and not limit and _RAISED:
             # a limit caught by the program, which then failed on what it did instead
             (message, site), limit = _RAISED[-1], True
+        missing = missing_api.explain(exc, _one_line(exc), short_path)
+        if missing is not None:  # the installed torch lacks a name the program uses
+            (message, site), limit = missing, False
         if os.environ.get("COMMLINT_DEBUG"):  # where in the program (or torch) it came from
             import traceback
 

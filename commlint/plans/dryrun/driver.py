@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait
 from typing import Any
 
+from commlint import callsites
 from commlint.plans.dryrun import procs
 from commlint.plans.dryrun.child import RankSpec, run_rank
 from commlint.plans.dryrun.merge import rank_spec
@@ -72,6 +73,7 @@ class RankRun:
     behind: str | None = None
     # torch's name of each group the rank created, in call order (CL212)
     creations: list[dict[str, Any]] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)  # the user's files it ran (`executed.py`)
 
 
 @dataclass
@@ -541,6 +543,8 @@ def _handle(run: RankRun, msg: tuple) -> None:
         run.cpu_seconds, run.peak_bytes = msg[1], msg[2]
     elif kind == "backend":
         run.backend = msg[1]
+    elif kind == "files":
+        run.files = msg[1]
 
 
 def dry_run(
@@ -552,6 +556,8 @@ def dry_run(
     start = time.monotonic()
     mode = options.mode
     USER_PROGRAMS.update({options.program, os.path.abspath(options.program)})
+    if options.module:
+        callsites.claim_program_package(options.module)
     with procs.interruptible():  # SIGTERM, SIGHUP, SIGINT: the run's processes end first
         warm_up(mode)
         with (

@@ -11,7 +11,7 @@ from torch._subclasses import fake_tensor as _fake_tensor
 from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
 from torch.utils import _pytree as pytree
 
-from commlint.plans.dryrun import fingerprint
+from commlint.plans.dryrun import bookkeeping, fingerprint
 from commlint.plans.dryrun.provenance import (
     _FINITE_TESTS,
     _HIDDEN_WRITES,
@@ -127,6 +127,13 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
             for a in flat_args
         ]
         return super().validate_and_convert_non_fake_tensors(func, converter, flat_args, args_spec)
+
+    def may_turn_const(self, t: torch.Tensor) -> bool:
+        """An output computed from known values keeps its value: small, or the program's
+        bookkeeping (`bookkeeping.py`)."""
+        return super().may_turn_const(t) or (
+            bookkeeping.fits(t) and t.layout == torch.strided and t.device.type == "cpu"
+        )
 
     def _prep_args_for_hash(self, result, args, state, id_hashed_objects):
         """FakeTensorMode's cache key of the arguments, built for the usual case without its
@@ -278,8 +285,9 @@ class RecordingFakeTensorMode(_Shared, FakeTensorMode):
                 # rank's data probe `if float(torch.rand(1, generator=g)) > p` is decided as
                 # it is on the GPUs, with no real compute; a parameter drawn this way stays
                 # fake (its value is forgotten at its first update)
-                with unset_fake_temporarily():
-                    know(out, func(*args, **kwargs))
+                value = bookkeeping.made(func, args, kwargs, out, self.rec.send)
+                if value is not None:
+                    know(out, value)
             return out
         kept = _constants(args) if func.namespace == "c10d" else None
         # a functional collective of tensors that know their values would be run for real by

@@ -17,7 +17,7 @@ from torch._subclasses import fake_tensor as _fake_tensor
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.utils import _pytree as pytree
 
-from commlint.plans.dryrun import fingerprint
+from commlint.plans.dryrun import bookkeeping, fingerprint
 from commlint.plans.dryrun.values import (
     MAX_VALUE_BYTES,
     Value,
@@ -239,16 +239,18 @@ _RANDOM_DRAWS = frozenset({"rand", "randn", "normal", "randint", "randperm"})
 _FILLED = frozenset({"zeros", "ones", "full", "arange", "scalar_tensor", "eye", "linspace"})
 
 
-_KNOWN_FACTORIES = _RANDOM_DRAWS | _FILLED
+_KNOWN_FACTORIES = _RANDOM_DRAWS | _FILLED | bookkeeping.UNWRITTEN
 
 
 def _small_draw(args: tuple, kwargs: dict, out: Any) -> bool:
     """A random draw (or a filled tensor, `_FILLED`) of at most `SMALL_REAL`
-    elements on the CPU, made of numbers only
+    elements (or an integer one of at most 4 MiB, `bookkeeping.py`) on the CPU, made of numbers only
     (no tensor argument, a CPU generator if any), whose fake result `out` has no value yet."""
     if not isinstance(out, _FakeTensor) or out.device.type != "cpu" or out.constant is not None:
         return False
-    if not small(out) or any(isinstance(a, torch.Tensor) for a in (*args, *kwargs.values())):
+    if not (small(out) or bookkeeping.fits(out)):
+        return False
+    if any(isinstance(a, torch.Tensor) for a in (*args, *kwargs.values())):
         return False
     generator = kwargs.get("generator")
     return generator is None or generator.device.type == "cpu"
@@ -260,7 +262,7 @@ def _small_fake_cpu(args: tuple, kwargs: dict) -> bool:
     target = args[0] if args else None
     if not isinstance(target, _FakeTensor) or target.device.type != "cpu":
         return False
-    if not small(target) or target.constant is not None:
+    if not (small(target) or bookkeeping.fits(target)):
         return False
     if any(isinstance(a, torch.Tensor) for a in (*args[1:], *kwargs.values())):
         return False
@@ -349,7 +351,9 @@ def _receivable(t: Any) -> bool:
     tensor (a pipeline's shape header, `torch.zeros(2)` then `recv`), which then knows it."""
     if _is_real(t):
         return True
-    return isinstance(t, _FakeTensor) and t.device.type == "cpu" and small(t)
+    return (
+        isinstance(t, _FakeTensor) and t.device.type == "cpu" and (small(t) or bookkeeping.fits(t))
+    )
 
 
 def _copy(dst: torch.Tensor, src: torch.Tensor | None) -> None:
