@@ -122,6 +122,7 @@ class Program:
         self._classes: dict[str, list] | None = None  # simple class name -> (key, info)
         self._taint_lines: set[tuple[str, int]] | None = None  # perrank_check's dedup memo
         self.siblings: dict[int, tuple[list[Node], int]] = {}
+        self._compensation: dict[tuple, object] = {}  # branches._compensated()'s memo
         self.group_dims: dict[str, frozenset[str]] = {}
         for g in table.group_getters.values():
             if "group" in g:
