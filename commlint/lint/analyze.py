@@ -270,7 +270,8 @@ class Program:
             if not inner:
                 return []
             mapping = self._group_mapping(n, callee)
-            return [self.rebase(t, n, fn.path, mapping) for t in inner]
+            rebased = (self.rebase(t, n, fn.path, mapping) for t in inner)
+            return [t for t in rebased if t is not None]
         if isinstance(n, Branch):
             arms = self.live_arms(n, fn)
             keys = [tuple(t.key() for t in a) for a in arms]
@@ -367,11 +368,19 @@ class Program:
                     mapping[name] = d
         return mapping
 
-    def rebase(self, t: Tok, site: CallSite, path: str, mapping: dict[str, str]) -> Tok:
+    def rebase(self, t: Tok, site: CallSite, path: str, mapping: dict[str, str]) -> Tok | None:
+        """`t` seen from the caller at `site`; None past MAX_DEPTH calls. The bound holds
+        whatever order the summaries are computed in (a chain of n helpers, each calling the
+        previous one, otherwise carries tokens n calls deep: O(n^2) rebasing)."""
+        if len(t.chain) >= MAX_DEPTH:
+            return None
         group = t.group
         if group.startswith("param:"):
             group = mapping.get(group[6:], group)
-        kids = tuple(tuple(self.rebase(k, site, path, mapping) for k in arm) for arm in t.kids)
+        kids = tuple(
+            tuple(r for r in (self.rebase(k, site, path, mapping) for k in arm) if r is not None)
+            for arm in t.kids
+        )
         return replace(
             t, group=group, path=path, pos=site.pos, chain=(f"{site.text}()", *t.chain), kids=kids
         )

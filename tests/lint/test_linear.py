@@ -102,3 +102,30 @@ def test_with_jobs_a_slow_file_is_stopped_at_the_limit_and_the_others_are_report
     assert codes == {(f"m{k:02}.py", "CL101") for k in range(19)} | {("slow.py", "CL114")}
     (slow_note,) = [f for f in report.findings if f.path.endswith("slow.py")]
     assert "too slow to analyse (stopped after 1 s of CPU time)" in slow_note.message
+
+
+def test_a_chain_of_helpers_is_inlined_to_a_bounded_depth(tmp_path, monkeypatch):
+    """`f_k` calls `f_{k-1}` (under a conditional expression), n times: each summary used to
+    carry the whole chain below it, n calls deep, so rebasing it at every call cost O(n^2)
+    (1,200 helpers: 90 s of CPU). Inlining stops MAX_DEPTH calls deep, whichever order the
+    summaries are computed in; the rank-0-only call at the top is still found."""
+    n = 200
+    helpers = "".join(
+        f"\n\ndef f{k}(y, rank):\n    dist.all_reduce(y)\n"
+        f"    return f{k - 1}(y, rank) if {k} else y\n"
+        for k in range(n)
+    )
+    main = f"\n\ndef main(rank):\n    if rank == 0:\n        f{n - 1}(1, rank)\n"
+    (tmp_path / "a.py").write_text("import torch.distributed as dist\n" + helpers + main)
+    calls = [0]
+    real = Program.rebase
+
+    def counted(self, *args):
+        calls[0] += 1
+        return real(self, *args)
+
+    monkeypatch.setattr(Program, "rebase", counted)
+    report = _lint(tmp_path, jobs=1)
+    # one finding: the call under `if rank == 0`
+    assert [(f.code, f.line) for f in report.findings] == [("CL101", 5 * n + 6)]
+    assert calls[0] < 40 * n, calls[0]
