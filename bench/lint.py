@@ -295,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print()
     print(f"packages: {', '.join(PACKAGES[p] for p in packages)}")
+    print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (wall time is shared)")
     print_table(runs, baseline)
     cold_run = runs[0]
     for peer in runs[2:]:

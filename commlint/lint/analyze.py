@@ -122,6 +122,7 @@ class Program:
         self._classes: dict[str, list] | None = None  # simple class name -> (key, info)
         self._taint_lines: set[tuple[str, int]] | None = None  # perrank_check's dedup memo
         self.siblings: dict[int, tuple[list[Node], int]] = {}
+        self._compensation: dict[tuple, object] = {}  # branches._compensated()'s memo
         self.group_dims: dict[str, frozenset[str]] = {}
         for g in table.group_getters.values():
             if "group" in g:
@@ -269,7 +270,8 @@ class Program:
             if not inner:
                 return []
             mapping = self._group_mapping(n, callee)
-            return [self.rebase(t, n, fn.path, mapping) for t in inner]
+            rebased = (self.rebase(t, n, fn.path, mapping) for t in inner)
+            return [t for t in rebased if t is not None]
         if isinstance(n, Branch):
             arms = self.live_arms(n, fn)
             keys = [tuple(t.key() for t in a) for a in arms]
@@ -366,11 +368,19 @@ class Program:
                     mapping[name] = d
         return mapping
 
-    def rebase(self, t: Tok, site: CallSite, path: str, mapping: dict[str, str]) -> Tok:
+    def rebase(self, t: Tok, site: CallSite, path: str, mapping: dict[str, str]) -> Tok | None:
+        """`t` seen from the caller at `site`; None past MAX_DEPTH calls. The bound holds
+        whatever order the summaries are computed in (a chain of n helpers, each calling the
+        previous one, otherwise carries tokens n calls deep: O(n^2) rebasing)."""
+        if len(t.chain) >= MAX_DEPTH:
+            return None
         group = t.group
         if group.startswith("param:"):
             group = mapping.get(group[6:], group)
-        kids = tuple(tuple(self.rebase(k, site, path, mapping) for k in arm) for arm in t.kids)
+        kids = tuple(
+            tuple(r for r in (self.rebase(k, site, path, mapping) for k in arm) if r is not None)
+            for arm in t.kids
+        )
         return replace(
             t, group=group, path=path, pos=site.pos, chain=(f"{site.text}()", *t.chain), kids=kids
         )

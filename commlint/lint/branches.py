@@ -6,6 +6,7 @@ Computed once per program and cached; each rule module picks its own code.
 from __future__ import annotations
 
 import ast
+from functools import lru_cache
 
 from commlint.lint.analyze import (
     Program,
@@ -181,41 +182,79 @@ def _evaluate(expr: ast.expr, var: str, value: int | bool) -> bool | None:
     return None
 
 
+@lru_cache(maxsize=4096)
 def _parse(text: str) -> ast.expr | None:
+    """The condition's expression (memoised: a file repeats its condition texts; callers only
+    read the tree)."""
     try:
         return ast.parse(text.strip(), mode="eval").body
     except (SyntaxError, ValueError):  # a truncated or odd condition text: no compensation
         return None
 
 
+@lru_cache(maxsize=4096)
+def _subject_of_text(text: str) -> str | None:
+    expr = _parse(text)
+    return _subject_of(expr) if expr is not None else None
+
+
+# Distinct literal values the conditions of one block may compare their variable with before
+# the compensation proof gives up (and the finding stands): the proof replays the block once per
+# value, so it costs values x block length.
+MAX_COMPENSATION_VALUES = 32
+
+
 def _compensated(program, fn, node: Branch, group: str) -> bool:
     """`if not main: barrier()` ... `if main: barrier()` (or Hugging Face's `local_rank not in
     [-1, 0]` ... `local_rank == 0`): over the whole block, every rank value issues the same
-    sequence. A negative rank means "not distributed" and is left out."""
+    sequence. A negative rank means "not distributed" and is left out.
+
+    The block's conditions and the replay of the block per value are shared by every branch of
+    the block (memoised on the program): a block of n rank tests costs O(n), not O(n^2)."""
     if node.kind != "if" or len(node.arms) != 2:
         return False
     block, _ = program.siblings.get(id(node), ([node], 0))
     if len(block) < 2:
         return False
-    expr = _parse(node.cond.text)
-    var = _subject_of(expr) if expr is not None else None
+    var = _subject_of_text(node.cond.text)
     if var is None:
         return False
-    conds: dict[int, ast.expr] = {}
-    values: set[int] = set()
-    for n in block:
-        if isinstance(n, Branch) and n.kind == "if" and len(n.arms) == 2:
-            e = _parse(n.cond.text)
-            if e is not None and _subject_of(e) == var:
-                conds[id(n)] = e
-                for m in _iter_ints(e):
-                    values.add(m)
-    candidates: list[int | bool] = [v for v in values if v >= 0]
-    candidates += [max(values, default=0) + 1] if values else [True, False]
+    conds, candidates = _block_conditions(program, block, var)
+    if len(candidates) > MAX_COMPENSATION_VALUES:
+        return False
+    expr = _parse(node.cond.text)
     own = {_evaluate(expr, var, v) for v in candidates}
     if own != {True, False}:
         return False
-    seqs = []
+    memo = program._compensation
+    key = ("same", id(block), var, group, fn.key)
+    if key not in memo:
+        memo[key] = _same_for_every_value(program, fn, block, conds, var, candidates, group)
+    return memo[key]
+
+
+def _block_conditions(program, block: list, var: str) -> tuple[dict[int, ast.expr], list]:
+    """The two-armed `if`s of `block` that test `var` (by node id), and the values to try."""
+    memo = program._compensation
+    key = ("conds", id(block), var)
+    got = memo.get(key)
+    if got is None:
+        conds: dict[int, ast.expr] = {}
+        values: set[int] = set()
+        for n in block:
+            two_armed_if = isinstance(n, Branch) and n.kind == "if" and len(n.arms) == 2
+            if two_armed_if and _subject_of_text(n.cond.text) == var:
+                e = _parse(n.cond.text)
+                conds[id(n)] = e  # type: ignore[assignment]
+                values.update(_iter_ints(e))
+        candidates: list[int | bool] = [v for v in values if v >= 0]
+        candidates += [max(values, default=0) + 1] if values else [True, False]
+        got = memo[key] = (conds, candidates)
+    return got
+
+
+def _same_for_every_value(program, fn, block, conds, var: str, candidates, group: str) -> bool:
+    first = None
     for value in candidates:
         toks: list[Tok] = []
         for n in block:
@@ -225,8 +264,12 @@ def _compensated(program, fn, node: Branch, group: str) -> bool:
                 toks.extend(program.node_tokens(n, fn))
             else:
                 toks.extend(program.tokens(n.arms[0] if truth else n.arms[1], fn))
-        seqs.append([t.key() for t in program.project(toks, group)])
-    return all(s == seqs[0] for s in seqs)
+        seq = [t.key() for t in program.project(toks, group)]
+        if first is None:
+            first = seq
+        elif seq != first:
+            return False
+    return True
 
 
 def _iter_ints(expr: ast.AST):

@@ -1,0 +1,131 @@
+"""`commlint check` does work linear in the size of what it checks (issue 29, item 7).
+
+Time is measured by `bench/lint_limits.py` and `bench/noqa_linear.py`; these tests count the
+work instead (calls of the pieces a super-linear pass repeated), so that they hold on a loaded
+machine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from commlint.lint.analyze import Program
+from commlint.lint.config import LintConfig
+from commlint.lint.engine import Limits, LintOptions, lint_paths
+
+N = 150
+
+
+def _block(n: int) -> str:
+    body = "".join(f"    if rank == {k % 2}:\n        dist.all_reduce(y)\n" for k in range(n))
+    return f"import torch.distributed as dist\n\n\ndef step(y, rank):\n{body}    return y\n"
+
+
+def _lint(root: Path, **opts):
+    return lint_paths([str(root)], LintConfig(root=root), LintOptions(cache=False, **opts))
+
+
+def _counting_node_tokens(monkeypatch) -> list[int]:
+    calls = [0]
+    real = Program.node_tokens
+
+    def counted(self, n, fn):
+        calls[0] += 1
+        return real(self, n, fn)
+
+    monkeypatch.setattr(Program, "node_tokens", counted)
+    return calls
+
+
+def test_rank_tests_of_one_block_cost_linear_work(tmp_path, monkeypatch):
+    """Each branch's compensation proof used to replay the whole block once per value: a
+    function of n rank tests cost O(n^2) token look-ups (1,000 tests: 39 s of CPU)."""
+    (tmp_path / "a.py").write_text(_block(N), encoding="utf-8")
+    calls = _counting_node_tokens(monkeypatch)
+    report = _lint(tmp_path, jobs=1)
+    # every rank test is its own hang: rank 0 and rank 1 run different all_reduce lines
+    assert sorted(f.line for f in report.findings if f.code == "CL101") == [
+        6 + 2 * k for k in range(N)
+    ]
+    assert calls[0] < 30 * N, calls[0]
+
+
+def test_a_compensated_block_is_still_proved_once_per_block(tmp_path, monkeypatch):
+    """`if rank == 0: c()` followed by `if rank != 0: c()`, n times: every rank issues the same
+    sequence, so no finding, and the proof is shared by the block's branches."""
+    (tmp_path / "a.py").write_text(
+        "import torch.distributed as dist\n\n\ndef step(y, rank):\n"
+        + "".join(
+            f"    if rank {'==' if k % 2 == 0 else '!='} 0:\n        dist.all_reduce(y)\n"
+            for k in range(N)
+        )
+        + "    return y\n",
+        encoding="utf-8",
+    )
+    calls = _counting_node_tokens(monkeypatch)
+    report = _lint(tmp_path, jobs=1)
+    assert [f for f in report.findings if f.code in ("CL101", "CL102")] == []
+    assert calls[0] < 30 * N, calls[0]
+
+
+BAD = """\
+import torch.distributed as dist
+
+
+def save(t):
+    if dist.get_rank() == 0:
+        dist.barrier()
+"""
+
+
+def test_with_jobs_a_slow_file_is_stopped_at_the_limit_and_the_others_are_reported(
+    tmp_path, monkeypatch
+):
+    """`-j 2` over 20 files, one of which never finishes its analysis: it is stopped by the
+    per-file CPU limit (CL114) and the 19 others' findings are all reported, by the workers
+    that the slow file did not hold."""
+    from commlint.lint import extract
+
+    real_run = extract.Extractor.run
+
+    def slow(self):
+        if self.path.endswith("slow.py"):
+            while True:  # burns CPU in the forked worker until the limit interrupts it
+                pass
+        return real_run(self)
+
+    monkeypatch.setattr(extract.Extractor, "run", slow)
+    for k in range(19):
+        (tmp_path / f"m{k:02}.py").write_text(BAD, encoding="utf-8")
+    (tmp_path / "slow.py").write_text(BAD, encoding="utf-8")
+    report = _lint(tmp_path, jobs=2, limits=Limits(time_limit=1.0))
+    codes = {(Path(f.path).name, f.code) for f in report.findings}
+    assert codes == {(f"m{k:02}.py", "CL101") for k in range(19)} | {("slow.py", "CL114")}
+    (slow_note,) = [f for f in report.findings if f.path.endswith("slow.py")]
+    assert "too slow to analyse (stopped after 1 s of CPU time)" in slow_note.message
+
+
+def test_a_chain_of_helpers_is_inlined_to_a_bounded_depth(tmp_path, monkeypatch):
+    """`f_k` calls `f_{k-1}` (under a conditional expression), n times: each summary used to
+    carry the whole chain below it, n calls deep, so rebasing it at every call cost O(n^2)
+    (1,200 helpers: 90 s of CPU). Inlining stops MAX_DEPTH calls deep, whichever order the
+    summaries are computed in; the rank-0-only call at the top is still found."""
+    n = 200
+    helpers = "".join(
+        f"\n\ndef f{k}(y, rank):\n    dist.all_reduce(y)\n"
+        f"    return f{k - 1}(y, rank) if {k} else y\n"
+        for k in range(n)
+    )
+    main = f"\n\ndef main(rank):\n    if rank == 0:\n        f{n - 1}(1, rank)\n"
+    (tmp_path / "a.py").write_text("import torch.distributed as dist\n" + helpers + main)
+    calls = [0]
+    real = Program.rebase
+
+    def counted(self, *args):
+        calls[0] += 1
+        return real(self, *args)
+
+    monkeypatch.setattr(Program, "rebase", counted)
+    report = _lint(tmp_path, jobs=1)
+    # one finding: the call under `if rank == 0`
+    assert [(f.code, f.line) for f in report.findings] == [("CL101", 5 * n + 6)]
+    assert calls[0] < 40 * n, calls[0]
