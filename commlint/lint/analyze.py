@@ -162,9 +162,72 @@ class Program:
                 dims |= self.functions[sorted(keys)[0]].returns_rank
         return dims
 
+    def agreed(self, sources, through) -> bool:
+        """A value that a collective may have made the same on every rank
+        (`extract_agreement`) is: every project call it went through returns nothing of the
+        rank's own, and one of its sources returns a collective's result (`()`: seen in its
+        own function)."""
+        return all(self._clean(n, 0) for n in through) and any(
+            not s or self._returns_agreed(s, 0) for s in sources
+        )
+
+    def _callee(self, names: tuple[str, ...]) -> Function | None:
+        for name in names:
+            keys = self.index.get(name)
+            if keys:
+                return self.functions[sorted(keys)[0]]
+        return None
+
+    def _returns_agreed(self, names: tuple[str, ...], depth: int) -> bool:
+        fn = self._callee(names)
+        return fn is not None and self._fn_returns_agreed(fn, depth)
+
+    def _fn_returns_agreed(self, fn: Function, depth: int) -> bool:
+        if fn.returns_sources is None:
+            return False
+        return self._answer(("agreed", fn.key), depth, lambda: self._check_agreed(fn, depth))
+
+    def _check_agreed(self, fn: Function, depth: int) -> bool:
+        if not all(self._clean(n, depth + 1) for n in fn.returns_through):
+            return False
+        return all(
+            any(not s or self._returns_agreed(s, depth + 1) for s in sources)
+            for sources in fn.returns_sources or ()
+        )
+
+    def _clean(self, names: tuple[str, ...], depth: int) -> bool:
+        """The project function `names` returns nothing of the rank's own (a name that is no
+        project function is a library's, which computes from what it is handed)."""
+        fn = self._callee(names)
+        if fn is None:
+            return True
+        return self._answer(("clean", fn.key), depth, lambda: self._check_clean(fn, depth))
+
+    def _check_clean(self, fn: Function, depth: int) -> bool:
+        if fn.returns_rank:
+            return False
+        if fn.returns_clean and all(self._clean(n, depth + 1) for n in fn.returns_through):
+            return True
+        return self._fn_returns_agreed(fn, depth + 1)
+
+    def _answer(self, key: tuple[str, str], depth: int, decide) -> bool:
+        """Memoised; a question met again while it is being answered (recursion), or too
+        deep, is answered no."""
+        memo = self.__dict__.setdefault("_agreement_memo", {})
+        if key in memo:
+            return bool(memo[key])
+        if depth > 12:
+            return False
+        memo[key] = None  # being answered
+        memo[key] = decide()
+        return memo[key]
+
     def effective(self, cond: Cond | None) -> Cond | None:
         if cond is None:
             return None
+        if cond.data and not cond.dims and cond.agreed_if and self.agreed(*cond.agreed_if):
+            # read from values a collective made the same on every rank
+            cond = replace(cond, data=False)
         if not cond.divergent and cond.deps:
             dims = self.returns_rank(cond.deps)
             if dims:

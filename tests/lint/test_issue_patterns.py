@@ -65,6 +65,11 @@ EXPECTED = {
     # the other roles create: new_group waits for them (evaluated rank by rank at the declared
     # 4 ranks), and the roles' arms differ
     "role_dispatch_missing_group.py": [(8, "CL115"), (22, "CL108"), (24, "CL108")],
+    # megatron's generation loop with the broadcast's result thrown away: each pipeline rank
+    # stops on the tokens its own stage sampled
+    "generation_local_exit.py": [(34, "CL103")],
+    # ... or with the broadcast kept but sampled from a generator seeded with the rank
+    "generation_rank_seeded_exit.py": [(34, "CL103")],
 }
 # Correct programs that look like one of the above: no finding.
 CLEAN = {
@@ -87,6 +92,11 @@ CLEAN = {
     "sigterm_broadcast.py",
     # the same patience on an all-reduced validation loss: every rank breaks together
     "patience_reduced.py",
+    # megatron-core 0.16's static generation loop: logits broadcast from the last pipeline
+    # stage, sampled by a helper from a generator seeded alike everywhere, written into the
+    # tokens, turned into done flags by another helper: `torch.all(done)` is the same on
+    # every rank and they leave together
+    "generation_broadcast_exit.py",
 }
 
 
