@@ -39,7 +39,7 @@ class Cond:
     vs_attr: tuple[str, str, str] | None = None
     # `data` of values a collective may have made the same on every rank: (sources, calls
     # gone through) of `extract_agreement.Agreement`, answered by `Program.agreed`
-    agreed_if: tuple[tuple[tuple[str, ...], ...], tuple[tuple[str, ...], ...]] | None = None
+    agreed_if: tuple[tuple, tuple[tuple[str, ...], ...]] | None = None
 
     @property
     def divergent(self) -> bool:
@@ -172,7 +172,7 @@ class Function:
     # collective result it may be (None: some returned value is not)
     returns_clean: bool = True
     returns_through: tuple[tuple[str, ...], ...] = ()
-    returns_sources: tuple[tuple[tuple[str, ...], ...], ...] | None = None
+    returns_sources: tuple[tuple, ...] | None = None  # per value: its Agreement.sources
 
 
 @dataclass
