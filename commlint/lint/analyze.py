@@ -163,9 +163,84 @@ class Program:
                 dims |= self.functions[sorted(keys)[0]].returns_rank
         return dims
 
+    def agreed(self, sources, depth: int = 0) -> bool:
+        """A value that a collective may have made the same on every rank
+        (`extract_agreement`) is: one of its sources returns a collective's result (`()`:
+        seen in its own function) and the calls it needs clean return nothing of the
+        rank's own."""
+        return any(
+            (not names or self._returns_agreed(names, depth))
+            and all(self._clean(n, depth) for n in needs)
+            for names, needs in sources
+        )
+
+    def _callee(self, names: tuple[str, ...]) -> Function | None:
+        for name in names:
+            keys = self.index.get(name)
+            if keys:
+                return self.functions[sorted(keys)[0]]
+        return None
+
+    def _in_project(self, names: tuple[str, ...]) -> bool:
+        """A name of one of the checked modules that no extracted function answers to (a
+        file the prefilter skipped, a class's method): the project's code, unseen."""
+        modules = self.__dict__.get("_modules")
+        if modules is None:
+            modules = self.__dict__["_modules"] = {f.module for f in self.all_files if f.module}
+        for name in names:
+            head = name
+            while "." in head:
+                head = head.rsplit(".", 1)[0]
+                if head in modules:
+                    return True
+        return False
+
+    def _returns_agreed(self, names: tuple[str, ...], depth: int) -> bool:
+        fn = self._callee(names)
+        return fn is not None and self._fn_returns_agreed(fn, depth)
+
+    def _fn_returns_agreed(self, fn: Function, depth: int) -> bool:
+        if fn.returns_sources is None:
+            return False
+        return self._answer(
+            ("agreed", fn.key),
+            depth,
+            lambda: all(self.agreed(s, depth + 1) for s in fn.returns_sources or ()),
+        )
+
+    def _clean(self, names: tuple[str, ...], depth: int) -> bool:
+        """The project function `names` returns nothing of the rank's own (a name of no
+        checked module is a library's, which computes from what it is handed)."""
+        fn = self._callee(names)
+        if fn is None:
+            return not self._in_project(names)
+        return self._answer(("clean", fn.key), depth, lambda: self._check_clean(fn, depth))
+
+    def _check_clean(self, fn: Function, depth: int) -> bool:
+        if fn.returns_rank:
+            return False
+        if fn.returns_clean and all(self._clean(n, depth + 1) for n in fn.returns_through):
+            return True
+        return self._fn_returns_agreed(fn, depth + 1)
+
+    def _answer(self, key: tuple[str, str], depth: int, decide) -> bool:
+        """Memoised; a question met again while it is being answered (recursion), or too
+        deep, is answered no."""
+        memo = self.__dict__.setdefault("_agreement_memo", {})
+        if key in memo:
+            return bool(memo[key])
+        if depth > 12:
+            return False
+        memo[key] = None  # being answered
+        memo[key] = decide()
+        return memo[key]
+
     def effective(self, cond: Cond | None) -> Cond | None:
         if cond is None:
             return None
+        if cond.data and not cond.dims and cond.agreed_if and self.agreed(cond.agreed_if[0]):
+            # read from values a collective made the same on every rank
+            cond = replace(cond, data=False)
         if not cond.divergent and cond.deps:
             dims = self.returns_rank(cond.deps)
             if dims:

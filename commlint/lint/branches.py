@@ -6,6 +6,7 @@ Computed once per program and cached; each rule module picks its own code.
 from __future__ import annotations
 
 import ast
+from collections import Counter
 from functools import lru_cache
 
 from commlint.lint.analyze import (
@@ -254,7 +255,7 @@ def _block_conditions(program, block: list, var: str) -> tuple[dict[int, ast.exp
 
 
 def _same_for_every_value(program, fn, block, conds, var: str, candidates, group: str) -> bool:
-    first = None
+    seqs: list[list] = []
     for value in candidates:
         toks: list[Tok] = []
         for n in block:
@@ -264,10 +265,25 @@ def _same_for_every_value(program, fn, block, conds, var: str, candidates, group
                 toks.extend(program.node_tokens(n, fn))
             else:
                 toks.extend(program.tokens(n.arms[0] if truth else n.arms[1], fn))
-        seq = [t.key() for t in program.project(toks, group)]
-        if first is None:
-            first = seq
-        elif seq != first:
+        seqs.append([t.key() for t in program.project(toks, group)])
+    if all(s == seqs[0] for s in seqs):
+        return True
+    # Megatron's dataset build: `if rank == 0: build()` / `barrier()` / `if rank != 0:
+    # build()`, where build() may take barriers: barriers carry nothing and pair with any
+    # barrier of the group, so sequences of barriers alone meet whenever their counts do,
+    # in whatever order the ranks take them
+    if all(_only_barriers(s) for s in seqs):
+        return all(Counter(s) == Counter(seqs[0]) for s in seqs)
+    return False
+
+
+def _only_barriers(keys) -> bool:
+    """Tok keys (`Tok.key`) of barriers, or of branches and loops holding only barriers."""
+    for k in keys:
+        if k[0] in ("alt", "loop"):
+            if not all(_only_barriers(arm) for arm in k[1]):
+                return False
+        elif k[0] != "coll" or k[1] != "barrier":
             return False
     return True
 

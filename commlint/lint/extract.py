@@ -20,6 +20,7 @@ import tokenize
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
+from commlint.lint.extract_agreement import returned
 from commlint.lint.extract_calls import Calls
 from commlint.lint.extract_exprs import Expressions
 from commlint.lint.extract_stmts import Statements
@@ -210,6 +211,7 @@ class Extractor(Statements, Expressions, Calls):
             returns_rank=frozenset().union(*(v.dims for v in self.returns))
             if self.returns
             else frozenset(),
+            **returned(self.returns),
         )
         if self.async_pending:
             counts = _name_counts(fnode)

@@ -10,6 +10,8 @@ from dataclasses import replace
 
 import libcst as cst
 
+from commlint.lint.extract_agreement import call as agreement_of_call
+from commlint.lint.extract_agreement import combine
 from commlint.lint.extract_syntax import _kwarg, _spec
 from commlint.lint.extract_values import (
     CLEAN,
@@ -30,6 +32,17 @@ from commlint.lint.extract_values import (
 )
 from commlint.lint.ir import CallSite, Comm, Exit, Loop, RootFact, Spawn
 from commlint.lint.table import CallFact
+
+
+def _generator_object(node: cst.BaseExpression) -> bool:
+    """`g` or `self.rng`: a variable or an attribute of this object (not `torch.cuda`)."""
+    if isinstance(node, cst.Name):
+        return True
+    return (
+        isinstance(node, cst.Attribute)
+        and isinstance(node.value, cst.Name)
+        and node.value.value == "self"
+    )
 
 
 class Calls:
@@ -89,10 +102,21 @@ class Calls:
             if self.table.in_set(self.table.data_sources, q):
                 if args and all(a.uniform for a in args):
                     return Val(uniform=True)  # `torch.equal(reduced_max, reduced_min)`
-                return Val(data=True, origin=f"`{self.text(node)[:40]}` differs between ranks")
+                # `torch.all(done)` of flags computed from a broadcast: the same everywhere
+                # if the functions they came from answer so
+                agreed = combine(args) if args else None
+                if agreed is not None and agreed.settled:
+                    return Val(uniform=True)
+                origin = f"`{self.text(node)[:40]}` differs between ranks"
+                return Val(data=True, origin=origin, agreed=agreed)
         for q in names:
             if q in self.table.random_tensors:
                 v = join(*args)
+                gen = _kwarg(node, "generator", None)
+                if gen is not None and not any(a.tainted() or a.rank_tensor for a in args):
+                    # drawn from a generator the program made and seeded: the same numbers
+                    # wherever it was seeded alike (`manual_seed` of the rank marks it)
+                    return v
                 return Val(
                     tensor=True,
                     dims=v.dims,
@@ -154,10 +178,21 @@ class Calls:
         # a call of a project function
         site = self.callsite(node, names, callee_text)
         data = any(a.data and not a.uniform for a in args)
+        origin = next((a.origin for a in args if a.data), "")
+        # what the call computes from: its arguments and the object of a method
+        # (`logits.argmax(-1)`); a library's function computes from nothing else
+        inputs = args
+        if recv_val is not None and isinstance(func, cst.Attribute) and not self.on_module(func):
+            inputs = [recv_val, *args]
         if site is None:
-            return Val(data=data, origin=next((a.origin for a in args if a.data), ""))
+            agreed = combine(inputs) if any(a.agreeing for a in inputs) else None
+            if agreed is not None and agreed.settled and not data:
+                return Val(uniform=True)
+            return Val(data=data, origin=origin, agreed=agreed)
         self.emit(site)
-        return Val(data=data, deps=site.names, origin=next((a.origin for a in args if a.data), ""))
+        return Val(
+            data=data, deps=site.names, origin=origin, agreed=agreement_of_call(site.names, inputs)
+        )
 
     def _forget_constants(self, node: cst.Call) -> None:
         """A constant tensor (`stop = torch.tensor([0])`) changed in place (`stop.fill_(1)`)
@@ -399,7 +434,10 @@ class Calls:
         if meth in self.table.data_methods and not node.args:
             if recv.uniform:
                 return recv
-            return as_data(recv, f"`{self.text(node)[:40]}` is this rank's data")
+            v = as_data(recv, f"`{self.text(node)[:40]}` is this rank's data")
+            if recv.agreed is not None and not recv.tainted():
+                return replace(v, agreed=recv.agreed)  # agreed if the broadcast's helpers are
+            return v
         if meth == "wait":
             return CLEAN
         if meth in ("start", "join", "result") and recv.typ is None:
@@ -410,6 +448,12 @@ class Calls:
             return replace(join(recv, *args), tensor=True)  # `probe.sum()`, `t.to(...)`
         if recv.tainted() and not recv.uniform:
             return join(recv, *args)
+        if meth == "manual_seed" and args and join(*args).tainted():
+            # a generator seeded from the rank draws this rank's own numbers
+            seeded = Val(tensor=True, origin=f"`{self.text(node)[:40]}` seeds from the rank")
+            if _generator_object(func.value) and not self.on_module(func):
+                self.bind(func.value, seeded)
+            return seeded
         return None
 
     def rank_source_val(self, node, rs) -> Val:

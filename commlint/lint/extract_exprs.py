@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import libcst as cst
 
+from commlint.lint.extract_agreement import as_condition
 from commlint.lint.extract_syntax import (
     _env_key,
     _flip,
@@ -68,6 +69,7 @@ class Expressions:
             true_ranks=true_ranks,
             false_ranks=false_ranks,
             deps=v.deps,
+            agreed_if=as_condition(v.agreed) if v.data and not v.dims else None,
         )
 
     def rank_sets(self, node) -> tuple[frozenset[int] | None, frozenset[int] | None]:

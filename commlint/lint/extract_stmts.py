@@ -250,7 +250,7 @@ class Statements:
         for name in names:
             v = self.env.get(name)
             if v is not None and not v.data and not v.uniform:
-                self.env[name] = replace(v, data=True, origin=origin)
+                self.env[name] = replace(v, data=True, origin=origin, agreed=None)
 
     def arm(self, stmts, cond: Cond, truth: bool | None) -> list[Node]:
         self._enter(cond, truth)
@@ -436,6 +436,9 @@ class Statements:
                 old = self.env.get(base.value)
                 if old is not None and old.origin == CONSTANT_TENSOR:
                     self.env[base.value] = CLEAN  # `stop[0] = flag`: values of this rank now
+                elif v.agreeing and not v.tainted() and (old is None or not old.tainted()):
+                    # `tokens[:, pos] = sampled` of a broadcast: agreed if the rest was
+                    self.env[base.value] = join(old or CLEAN, v)
 
     def lookup(self, key: str) -> Val | None:
         return self.env.get(key)

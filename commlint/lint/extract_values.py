@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from commlint.lint.extract_agreement import Agreement, combine
+
 GLOBAL = "global"
 EXACT_RANK_NAMES = frozenset({"rank", "global_rank", "world_rank", "my_rank", "rank_id"})
 ZERO_NAMES = re.compile(
@@ -71,9 +73,22 @@ class Val:
     stride: tuple[int, int | None] | None = None  # ranks all ≡ a (mod k); a None: one unknown a
     loop_group: bool = False  # a group made by `new_group` in a loop: its name holds several
     payload: tuple[str, str] | None = None  # (variable it was made from, "dtype X" / "size")
+    # the same on every rank if the project functions it came from answer so (extract_agreement)
+    agreed: Agreement | None = None
 
     def tainted(self) -> bool:
         return bool(self.dims) or self.data
+
+    @property
+    def collective_result(self) -> bool:
+        """Made the same on every member by a collective (a constant tensor is the same
+        everywhere too, but agrees with nothing it is mixed with)."""
+        return self.uniform and self.origin != CONSTANT_TENSOR
+
+    @property
+    def agreeing(self) -> bool:
+        """A collective's result, or may be one (`agreed`: every project call's result)."""
+        return self.collective_result or self.agreed is not None
 
     @property
     def rank_tensor(self) -> bool:
@@ -98,7 +113,10 @@ def join(*vals: Val) -> Val:
         if not origin and (v.dims or v.data):
             origin = v.origin
         deps += v.deps
-    return Val(dims=dims, data=data, origin=origin, deps=deps)
+    agreed = combine(vals)
+    if agreed is not None and agreed.settled and not data:
+        return Val(uniform=True)
+    return Val(dims=dims, data=data, origin=origin, deps=deps, agreed=agreed)
 
 
 # Tensor methods whose result is not a tensor of the receiver's values (sizes, metadata) or

@@ -37,6 +37,9 @@ class Cond:
     # `rank != self.NAME` with NAME a class attribute this file does not give: (op, NAME,
     # the method's class key), resolved through the project's classes
     vs_attr: tuple[str, str, str] | None = None
+    # `data` of values a collective may have made the same on every rank: (sources, calls
+    # gone through) of `extract_agreement.Agreement`, answered by `Program.agreed`
+    agreed_if: tuple[tuple, tuple[tuple[str, ...], ...]] | None = None
 
     @property
     def divergent(self) -> bool:
@@ -164,6 +167,12 @@ class Function:
     body: list[Node]
     rank_guard: Cond | None = None  # a rank-zero-only decorator
     returns_rank: frozenset[str] = frozenset()  # rank dims of the returned value
+    # for `Program.agreed` (extract_agreement.returned): nothing of the rank's own is returned
+    # but what the calls in `returns_through` return; per returned value, the calls whose
+    # collective result it may be (None: some returned value is not)
+    returns_clean: bool = True
+    returns_through: tuple[tuple[str, ...], ...] = ()
+    returns_sources: tuple[tuple, ...] | None = None  # per value: its Agreement.sources
 
 
 @dataclass

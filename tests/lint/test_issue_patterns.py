@@ -65,6 +65,17 @@ EXPECTED = {
     # the other roles create: new_group waits for them (evaluated rank by rank at the declared
     # 4 ranks), and the roles' arms differ
     "role_dispatch_missing_group.py": [(8, "CL115"), (22, "CL108"), (24, "CL108")],
+    # megatron's generation loop with the broadcast's result thrown away: each pipeline rank
+    # stops on the tokens its own stage sampled
+    "generation_local_exit.py": [(34, "CL103")],
+    # ... or with the broadcast kept but sampled from a generator seeded with the rank
+    "generation_rank_seeded_exit.py": [(34, "CL103")],
+    # rank 0 builds first, then the others, and the build all-reduces: rank 0's all_reduces
+    # meet the others' barrier (the executor's own CL112 warning beside)
+    "rank0_first_build_allreduce.py": [(19, "CL112"), (30, "CL101"), (33, "CL101")],
+    # megatron-core 0.16's dataset build, where the build takes only barriers: they pair
+    # whatever the order, no CL101 (the executor's CL112 warning stays)
+    "rank0_first_build_barriers.py": [(19, "CL112")],
 }
 # Correct programs that look like one of the above: no finding.
 CLEAN = {
@@ -87,6 +98,11 @@ CLEAN = {
     "sigterm_broadcast.py",
     # the same patience on an all-reduced validation loss: every rank breaks together
     "patience_reduced.py",
+    # megatron-core 0.16's static generation loop: logits broadcast from the last pipeline
+    # stage, sampled by a helper from a generator seeded alike everywhere, written into the
+    # tokens, turned into done flags by another helper: `torch.all(done)` is the same on
+    # every rank and they leave together
+    "generation_broadcast_exit.py",
 }
 
 
