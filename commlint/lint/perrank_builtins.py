@@ -127,16 +127,23 @@ def _torch_call(name: str, last: str, args: list, kwargs: dict) -> object:
     if last == "tensor" and args:
         data = args[0]
         shape = None
-        default = "float32"
+        literal: tuple | None = None
+        default: str | None = "float32"
         if isinstance(data, list | tuple):
             if all(isinstance(x, int | float) for x in data):
                 shape = (len(data),)
+                literal = tuple(data)
                 if all(isinstance(x, int) and not isinstance(x, bool) for x in data) and data:
                     default = "int64"
+            elif any(not isinstance(x, list | tuple | Tensor) for x in data):
+                default = None  # an unknown number (`int(flag)` is int64, a loss float32)
         elif isinstance(data, int | float):
             shape = ()
+            literal = (data,)
             default = "int64" if isinstance(data, int) and not isinstance(data, bool) else default
-        return Tensor(shape, _dtype_kw(kwargs, default))
+        elif not isinstance(data, Tensor):
+            default = None  # torch infers the dtype from a value not known here
+        return Tensor(shape, _dtype_kw(kwargs, default), values=literal)
     if last == "arange" and args and all(isinstance(a, int) for a in args):
         return Tensor((len(range(*args)),), _dtype_kw(kwargs, "int64"))
     if last == "cat" and args and isinstance(args[0], list | tuple):
@@ -186,12 +193,29 @@ def _tensor_binop(op: ast.operator, a: object, b: object) -> object:
 
 def _tensor_slice(t: Tensor, lo: object, hi: object, st: object) -> Tensor:
     if t.shape and _is_known(lo, hi, st):
-        return Tensor((len(range(t.shape[0])[slice(lo, hi, st)]), *t.shape[1:]), t.dtype)
-    return Tensor(None, t.dtype)
+        part = slice(lo, hi, st)
+        got = Tensor((len(range(t.shape[0])[part]), *t.shape[1:]), t.dtype, view_of=t)
+        if t.values is not None and len(t.shape) == 1:
+            got.values = t.values[part]
+        return got
+    return Tensor(None, t.dtype, view_of=t)
+
+
+def tensor_element(t: Tensor, key: object) -> Tensor:
+    """`t[k]`: a view of one row (one number, when `t`'s elements are known)."""
+    got = Tensor(None, t.dtype, t.lo, t.hi, view_of=t)
+    known = t.values is not None and t.shape is not None and len(t.shape) == 1
+    if known and isinstance(key, int) and not isinstance(key, bool):
+        assert t.values is not None
+        if -len(t.values) <= key < len(t.values):
+            got.shape, got.values = (), (t.values[key],)
+    return got
 
 
 def _tensor_method(m: TensorMethod, args: list, kwargs: dict) -> object:
     t, attr = m.tensor, m.attr
+    if attr.endswith("_") and not attr.endswith("__"):
+        t.forget_values()  # `fill_`, `add_`, `copy_`: written in place
     if attr in DTYPE_METHODS:
         return Tensor(t.shape, DTYPE_METHODS[attr])
     if attr == "to":
@@ -208,6 +232,12 @@ def _tensor_method(m: TensorMethod, args: list, kwargs: dict) -> object:
             if attr in ("clone", "detach", "cpu")
             else Tensor(t.shape, t.dtype)
         )
+    if attr == "item" and t.values is not None and len(t.values) == 1:
+        return t.values[0]
+    if attr == "tolist" and t.values is not None and t.shape == ():
+        return t.values[0]
+    if attr == "tolist" and t.values is not None and t.shape == (len(t.values),):
+        return list(t.values)
     if attr in ("item",):
         if t.lo is not None and t.hi is not None:
             return Interval(t.lo, t.hi)

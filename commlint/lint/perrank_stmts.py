@@ -42,6 +42,8 @@ class Statements:
         self.steps += 1
         self.ev.work += 1
         self.line = line
+        if self.cur is self.ev:
+            self.ev.recorded_lines.add(line)  # the statements that ran, not only the calls
         if self.steps > MAX_STEPS or self.ev.work > MAX_WORK:
             raise Abort("evaluation budget exhausted", line)
 
@@ -53,6 +55,9 @@ class Statements:
                 # the arm that communicates; what the other arm does is not proved absent
                 self.ev.approx = True
                 return True
+            forced = self.forced(v, line)
+            if forced is not None:
+                return forced
             raise Abort("a condition whose value this rank cannot know", line, v)
         try:
             b = bool(v)
@@ -60,6 +65,27 @@ class Statements:
             raise Abort("a condition whose value this rank cannot know", line) from None
         self.decided.setdefault(line, set()).add(b)
         return b
+
+    def forced(self, v: object, line: int) -> bool | None:
+        """A test of an unknown value proved the same on every rank (made only of collectives'
+        results and constants): while the world size is explored arm by arm
+        (`FileEval.explore`), the arm this path takes; None when it is not explored so."""
+        plan = self.ev.plan
+        if plan is None:
+            return None
+        fp = values.fp_of(self, v)
+        if fp is None or not self.ev.fps.uniform(fp):
+            return None
+        unit = self._unit()
+        site = (getattr(unit, "path", None), line)
+        k = self.fork_seen.get(site, 0)
+        self.fork_seen[site] = k + 1
+        key = (*site, k)
+        self.forks.append((key, fp))
+        if key not in plan:
+            self.ev.need = key  # this path stops here; the explorer tries both arms
+            raise Abort("a uniform value to decide", line)
+        return plan[key]
 
     # ------------------------------------------------------------------ statements
     def run_block(self, stmts: list[ast.stmt], env: dict) -> None:
@@ -79,12 +105,19 @@ class Statements:
                 self.assign(s.target, self.expr(s.value, env), env)
         elif isinstance(s, ast.AugAssign):
             cur = self.expr(_load(s.target), env)
+            if isinstance(cur, Tensor):
+                cur.forget_values()  # `t += 1` writes into the tensor every alias sees
             v = self.binop(s.op, cur, self.expr(s.value, env))
             self.assign(s.target, v, env)
         elif isinstance(s, ast.If):
             c = self.expr(s.test, env)
             if isinstance(c, Unknown | Tensor | Interval) and not self.cur.communicates(s):
-                self.forget(s, env, c, s.test.lineno)
+                # an arm that leaves the loop or function decides what follows: explored
+                forced = self.forced(c, s.test.lineno) if _exits(s) else None
+                if forced is None:
+                    self.forget(s, env, c, s.test.lineno)
+                    return
+                self.run_block(s.body if forced else s.orelse, env)
                 return
             self.run_block(s.body if self.truth(c, s.test) else s.orelse, env)
         elif isinstance(s, ast.For | ast.AsyncFor):
@@ -357,8 +390,17 @@ class Statements:
         elif isinstance(target, ast.Subscript):
             base = self.expr(target.value, env)
             key = self.expr(target.slice, env)
+            if isinstance(base, Tensor):
+                base.forget_values()
             if isinstance(base, list | dict) and _is_known(key):
                 with contextlib.suppress(IndexError, TypeError, KeyError):
                     base[key] = v
         elif isinstance(target, ast.Starred):
             self.assign(target.value, UNK, env)
+
+
+def _exits(s: ast.If) -> bool:
+    """The `if` holds a `return`, `break`, `continue` or `raise`."""
+    return any(
+        isinstance(n, ast.Return | ast.Break | ast.Continue | ast.Raise) for n in ast.walk(s)
+    )
