@@ -102,6 +102,7 @@ class Rank(Statements, Expressions, Calls, TorchApi):
         self.handle_count = 0
         self.batch_count = 0
         self.decided: dict[int, set[bool]] = {}  # condition line -> values it took
+        self.trips: dict[int, list[int]] = {}  # `for` line -> iterations, each time it ran
         self.end: tuple[str, int, str] | None = None
         self.env: dict = {}  # the environment of the call being evaluated
         self.fn_nodes: list[ast.AST] = []  # the functions being evaluated, innermost last
@@ -128,6 +129,7 @@ class WorldRun:
     line: int = 0
     trace: object | None = None  # commlint.trace.Trace
     decided: dict[int, set[bool]] = field(default_factory=dict)
+    trips: dict[int, set[tuple[int, ...]]] = field(default_factory=dict)  # `for` line -> ranks'
     creation_mismatch: tuple[int, dict[int, tuple[int, ...]]] | None = None
     # (line, ranks that call it, ranks that never do) of a new_group only some ranks call
     creation_missing: tuple[int, tuple[int, ...], tuple[int, ...]] | None = None
@@ -432,6 +434,10 @@ class FileEval(CommSites):
             True,
             trace=trace,
             decided=decided,
+            trips={
+                line: {tuple(rk.trips.get(line, ())) for rk in ranks.values()}
+                for line in {ln for rk in ranks.values() for ln in rk.trips}
+            },
             creation_mismatch=mismatch,
             creation_missing=missing,
             executed=executed,

@@ -322,8 +322,11 @@ class Statements:
         self._loop(s, env, items)
 
     def _loop(self, s: ast.For | ast.AsyncFor, env: dict, items: list) -> None:
+        counts = self.trips.setdefault(s.lineno, []) if self.cur is self.ev else []
+        counts.append(0)
         for x in items:
             self.tick(s.lineno)
+            counts[-1] += 1
             self.assign(s.target, x, env)
             try:
                 self.run_block(s.body, env)

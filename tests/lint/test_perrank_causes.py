@@ -266,3 +266,38 @@ def test_a_collective_in_a_module_inside_nn_modulelist_is_followed(tmp_path: Pat
         "torch.nn.ModuleList([SyncNorm(), torch.nn.Linear(6, 6)])",
     ).replace("x = self.head(x)", "x = self.head[0](x)")
     assert _codes(src, tmp_path) == ["CL115"]
+
+
+def test_a_loop_over_equal_length_lists_chosen_by_rank_runs_alike(tmp_path: Path) -> None:
+    # 3 micro-batches on every rank: the loop's count is not what differs; the per-rank
+    # `except ...: continue` is, and the per-rank trace names it
+    src = """
+
+class Empty(Exception):
+    pass
+
+
+def valid(batch):
+    out = [n for n in batch if n >= 4]
+    if not out:
+        raise Empty
+    return out
+
+
+def main():
+    rank = dist.get_rank()
+    batches = [[8, 6], [9, 7], [5, 8]] if rank == 0 else [[7, 9], [2, 3], [6, 6]]
+    for batch in batches:
+        try:
+            valid(batch)
+        except Empty:
+            continue
+        dist.all_reduce(torch.zeros(4))
+
+
+if __name__ == "__main__":
+    main()
+"""
+    assert _codes(src, tmp_path) == ["CL115"]
+    uneven = src.replace("[[7, 9], [2, 3], [6, 6]]", "[[7, 9], [6, 6]]").replace("[2, 3]", "[2]")
+    assert "CL101" in _codes(uneven, tmp_path)  # 3 iterations on rank 0, 2 elsewhere
