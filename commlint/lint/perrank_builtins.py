@@ -113,6 +113,8 @@ def _torch_call(name: str, last: str, args: list, kwargs: dict) -> object:
     if name.startswith("torch.nn.functional.") and args and isinstance(args[0], Tensor):
         keeps = last in SHAPE_KEEPING or last in ("gelu", "silu", "dropout", "layer_norm")
         return Tensor(args[0].shape if keeps else None, args[0].dtype)
+    if last in ("split", "chunk") and args and isinstance(args[0], Tensor):
+        return _split(args[0], last, args[1:], kwargs)
     if last in CREATORS and name.count(".") == 1:
         shape_args = args[:-1] if last == "full" else args
         t = Tensor(_shape_of(shape_args, kwargs), _dtype_kw(kwargs))
@@ -201,6 +203,20 @@ def _tensor_slice(t: Tensor, lo: object, hi: object, st: object) -> Tensor:
     return Tensor(None, t.dtype, view_of=t)
 
 
+def _split(t: Tensor, how: str, args: list, kwargs: dict) -> object:
+    """`t.split(size)` / `t.chunk(n)` along dim 0 of a known shape: the pieces' shapes (how
+    many micro-batches a batch makes)."""
+    n = args[0] if args else kwargs.get("split_size_or_sections" if how == "split" else "chunks")
+    dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+    if not t.shape or dim != 0 or not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+        return UNK
+    rows = t.shape[0]
+    size = n if how == "split" else -(-rows // n)
+    if size <= 0 or rows // size > 4096:
+        return UNK
+    return tuple(Tensor((min(size, rows - k), *t.shape[1:]), t.dtype) for k in range(0, rows, size))
+
+
 def tensor_element(t: Tensor, key: object) -> Tensor:
     """`t[k]`: a view of one row (one number, when `t`'s elements are known)."""
     got = Tensor(None, t.dtype, t.lo, t.hi, view_of=t)
@@ -216,6 +232,8 @@ def _tensor_method(m: TensorMethod, args: list, kwargs: dict) -> object:
     t, attr = m.tensor, m.attr
     if attr.endswith("_") and not attr.endswith("__"):
         t.forget_values()  # `fill_`, `add_`, `copy_`: written in place
+    if attr in ("split", "chunk"):
+        return _split(t, attr, args, kwargs)
     if attr in DTYPE_METHODS:
         return Tensor(t.shape, DTYPE_METHODS[attr])
     if attr == "to":

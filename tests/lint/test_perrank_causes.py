@@ -301,3 +301,42 @@ if __name__ == "__main__":
     assert _codes(src, tmp_path) == ["CL115"]
     uneven = src.replace("[[7, 9], [2, 3], [6, 6]]", "[[7, 9], [6, 6]]").replace("[2, 3]", "[2]")
     assert "CL101" in _codes(uneven, tmp_path)  # 3 iterations on rank 0, 2 elsewhere
+
+
+def test_micro_batches_from_split_retry_a_rank_dependent_number_of_times(tmp_path: Path) -> None:
+    # rank 1's capacity is smaller: it halves its micro-batch and all-reduces more often
+    src = """
+
+class OOM(RuntimeError):
+    pass
+
+
+def step(mb, capacity):
+    if mb.shape[0] > capacity:
+        raise OOM("out of memory")
+    dist.all_reduce(mb.mean(0))
+
+
+def train(batch, size, capacity):
+    while True:
+        try:
+            for mb in batch.split(size):
+                step(mb, capacity)
+            return size
+        except OOM:
+            size //= 2
+
+
+def main():
+    capacity = 8 if dist.get_rank() == 0 else 4
+    train(torch.randn(16, 4), 8, capacity)
+
+
+if __name__ == "__main__":
+    main()
+"""
+    assert _codes(src, tmp_path) == ["CL115"]
+    same = src.replace("8 if dist.get_rank() == 0 else 4", "8")
+    assert _codes(same, tmp_path) == []
+    chunks = src.replace("batch.split(size)", "torch.chunk(batch, 16 // size)")
+    assert _codes(chunks, tmp_path) == ["CL115"]
