@@ -119,7 +119,11 @@ class Calls:
             return self.opaque(e)
         if isinstance(func, Sequential):
             return self.run_sequential(func, args, kwargs, e)
-        container = self.ev.table.canonical(func.qname) if isinstance(func, Mod) else None
+        container = (
+            self.ev.table.canonical(func.qname)
+            if isinstance(func, Mod) and func.qname.endswith(("Sequential", "ModuleList"))
+            else None
+        )
         if container in CONTAINERS:
             # modules of the project inside torch's containers keep their forward
             mods = args if container == "torch.nn.Sequential" else (args[:1] or [None])[0]

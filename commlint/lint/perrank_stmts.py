@@ -42,8 +42,6 @@ class Statements:
         self.steps += 1
         self.ev.work += 1
         self.line = line
-        if self.cur is self.ev:
-            self.ev.recorded_lines.add(line)  # the statements that ran, not only the calls
         if self.steps > MAX_STEPS or self.ev.work > MAX_WORK:
             raise Abort("evaluation budget exhausted", line)
 
@@ -124,18 +122,8 @@ class Statements:
             self.for_loop(s, env)
         elif isinstance(s, ast.While):
             self.while_loop(s, env)
-        elif isinstance(s, ast.Break):
-            raise _Break
-        elif isinstance(s, ast.Continue):
-            raise _Continue
-        elif isinstance(s, ast.Return):
-            raise _Return(self.expr(s.value, env) if s.value is not None else None)
-        elif isinstance(s, ast.Raise):
-            name = ""
-            if s.exc is not None:
-                e = s.exc.func if isinstance(s.exc, ast.Call) else s.exc
-                name = e.id if isinstance(e, ast.Name) else getattr(e, "attr", "")
-            raise Stop("exception", s.lineno, name)
+        elif isinstance(s, ast.Break | ast.Continue | ast.Return | ast.Raise):
+            self.exit_stmt(s, env)
         elif isinstance(s, ast.Assert):
             c = self.expr(s.test, env)
             if _is_known(c) and not c:
@@ -172,6 +160,21 @@ class Statements:
             if self.cur.communicates(s):
                 raise Abort(f"`{type(s).__name__}` statement", s.lineno)
             self.forget(s, env)
+
+    def exit_stmt(self, s: ast.Break | ast.Continue | ast.Return | ast.Raise, env: dict) -> None:
+        if self.cur is self.ev:
+            self.ev.recorded_lines.add(s.lineno)  # an exit that ran (where CL103 points)
+        if isinstance(s, ast.Break):
+            raise _Break
+        if isinstance(s, ast.Continue):
+            raise _Continue
+        if isinstance(s, ast.Return):
+            raise _Return(self.expr(s.value, env) if s.value is not None else None)
+        name = ""
+        if s.exc is not None:
+            e = s.exc.func if isinstance(s.exc, ast.Call) else s.exc
+            name = e.id if isinstance(e, ast.Name) else getattr(e, "attr", "")
+        raise Stop("exception", s.lineno, name)
 
     def with_items(self, s: ast.With | ast.AsyncWith, items: list, env: dict) -> None:
         """`with A() as a, B():` — a context manager of the project's classes runs its
