@@ -208,8 +208,12 @@ def _split(t: Tensor, how: str, args: list, kwargs: dict) -> object:
     many micro-batches a batch makes)."""
     n = args[0] if args else kwargs.get("split_size_or_sections" if how == "split" else "chunks")
     dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
-    if not t.shape or dim != 0 or not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+    if dim != 0 or not isinstance(n, int) or isinstance(n, bool) or n <= 0:
         return UNK
+    if not t.shape:
+        # `targets.chunk(n)` beside `inputs.chunk(n)`: n pieces (fewer only when the tensor
+        # has fewer than n rows); a split of unknown rows has no known count
+        return tuple(Tensor(None, t.dtype) for _ in range(n)) if how == "chunk" else UNK
     rows = t.shape[0]
     size = n if how == "split" else -(-rows // n)
     if size <= 0 or rows // size > 4096:

@@ -340,3 +340,25 @@ if __name__ == "__main__":
     assert _codes(same, tmp_path) == []
     chunks = src.replace("batch.split(size)", "torch.chunk(batch, 16 // size)")
     assert _codes(chunks, tmp_path) == ["CL115"]
+
+
+def test_inputs_and_targets_chunked_alike_pair_up(tmp_path: Path) -> None:
+    # the inputs' shape is known, the targets' is not: both still make 3 micro-batches
+    src = """
+
+def main():
+    rank = dist.get_rank()
+    x = torch.randn(12, 4)
+    y = x[:, :2].sum(dim=1, keepdim=True)
+    if rank == 0:
+        for mb in x.chunk(3):
+            dist.send(mb, dst=1)
+    else:
+        for tgt in y.chunk(3):
+            dist.recv(torch.empty(4, 4), src=0)
+
+
+if __name__ == "__main__":
+    main()
+"""
+    assert _codes(src, tmp_path) == []
