@@ -9,7 +9,9 @@ their section of docs/accuracy.md ("Real-issue reproductions") is written here a
 `python -m bench.accuracy.score`, which re-renders the rest of that page.
 
 The linter measured is the installed `commlint` executable, run with PYTHONPATH unset, so the
-figures are those of the checkout commlint is installed from (its commit is recorded). A
+figures are those of the checkout commlint is installed from (its commit is recorded);
+`--checkout DIR` measures another checkout instead (a worktree: PYTHONPATH=DIR, its commit
+recorded, with `+dirty` when it has uncommitted changes). A
 program is flagged when the command exits 1 (any finding), as in score.py. Precision and
 recall are given over the programs whose outcome the source alone decides (`static_visible`),
 and over all of them; a bug is positive (label hang or fail).
@@ -42,9 +44,14 @@ def results_path(tool: str) -> Path:
     return REAL / f"results_{tool}.json"
 
 
+CHECKOUT: Path | None = None  # set by --checkout: measure this tree's commlint, not the installed
+
+
 def _env() -> dict:
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
+    if CHECKOUT is not None:
+        env["PYTHONPATH"] = str(CHECKOUT)
     return env
 
 
@@ -64,6 +71,14 @@ def installed_commlint() -> tuple[str, str]:
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=where or "/", capture_output=True, text=True
     ).stdout.strip()
+    if commit and CHECKOUT is not None:
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "commlint"],
+            cwd=CHECKOUT,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        commit += "+dirty" if dirty else ""
     return exe, commit or "unknown"
 
 
@@ -295,7 +310,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tool", choices=TOOLS, action="append", help="check (default) and/or run")
     ap.add_argument("--rerun", action="store_true", help="ignore stored results")
     ap.add_argument("--table-only", action="store_true", help="only re-render the doc section")
+    ap.add_argument(
+        "--checkout",
+        type=Path,
+        help="measure this checkout's commlint (a worktree), not the installed",
+    )
     args = ap.parse_args(argv)
+    global CHECKOUT
+    if args.checkout is not None:
+        if not (args.checkout / "commlint" / "__init__.py").is_file():
+            print(
+                f"{args.checkout}: not a commlint checkout (no commlint/__init__.py)",
+                file=sys.stderr,
+            )
+            return 2
+        CHECKOUT = args.checkout.resolve()
     if not LABELS.exists():
         print(
             f"{LABELS}: no labels; run `python -m bench.accuracy.real_label` first", file=sys.stderr

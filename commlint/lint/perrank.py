@@ -82,6 +82,10 @@ __all__ = [
 ]
 
 
+UNIFORM_NOTE = " (a uniform value: the same on every rank)"
+MAX_PATHS = 32  # paths of one world size's exploration of uniform tests
+
+
 # ---------------------------------------------------------------------------- the interpreter
 class Rank(Statements, Expressions, Calls, TorchApi):
     """One rank's run of one entry point at one world size."""
@@ -98,6 +102,7 @@ class Rank(Statements, Expressions, Calls, TorchApi):
         self.handle_count = 0
         self.batch_count = 0
         self.decided: dict[int, set[bool]] = {}  # condition line -> values it took
+        self.trips: dict[int, list[int]] = {}  # `for` line -> iterations, each time it ran
         self.end: tuple[str, int, str] | None = None
         self.env: dict = {}  # the environment of the call being evaluated
         self.fn_nodes: list[ast.AST] = []  # the functions being evaluated, innermost last
@@ -106,6 +111,10 @@ class Rank(Statements, Expressions, Calls, TorchApi):
         self.modules: dict[str, ProjMod | None] = {}  # followed modules, as this rank ran them
         self.line = 0  # the statement being evaluated
         self.rng: object = None  # the seed of the default random generators
+        self.forks: list[tuple[tuple, int]] = []  # (explored test, its value's fingerprint)
+        self.fork_seen: dict[tuple, int] = {}  # explored test site -> times reached
+        self.yields: list | None = None  # what the generator being collected yielded so far
+        self.collect_next: list | None = None  # the list the next call_fn's yields go to
 
 
 # ---------------------------------------------------------------------------- one file
@@ -120,6 +129,7 @@ class WorldRun:
     line: int = 0
     trace: object | None = None  # commlint.trace.Trace
     decided: dict[int, set[bool]] = field(default_factory=dict)
+    trips: dict[int, set[tuple[int, ...]]] = field(default_factory=dict)  # `for` line -> ranks'
     creation_mismatch: tuple[int, dict[int, tuple[int, ...]]] | None = None
     # (line, ranks that call it, ranks that never do) of a new_group only some ranks call
     creation_missing: tuple[int, tuple[int, ...], tuple[int, ...]] | None = None
@@ -127,6 +137,7 @@ class WorldRun:
     issues: int = 0  # checker findings on its trace (set by the judge)
     exact: bool = True  # no loop of unknown length was approximated
     refute_only: bool = False  # called only from other files: it may refute, never report
+    explored: bool = False  # one path of an exploration (`FileEval.explore`): it refutes only
     steering: values.Steering | None = None  # ranks stopped at a rank-local decision
 
 
@@ -179,6 +190,9 @@ class FileEval(CommSites):
         self.approx = False  # a loop of unknown length was taken once: proves no absence
         self.fps = values.Fingerprints()  # the origins of the values every rank computed
         self._creations: dict[int, list[tuple[int, int, tuple[int, ...]]]] = {}
+        self.plan: dict[tuple, bool] | None = None  # the explored tests' arms (None: no exploring)
+        self.need: tuple | None = None  # the explored test a path stopped at, undecided
+        self._ranks: dict[int, Rank] = {}  # the ranks of the last path run
 
     def note_set_loop(self, node: ast.AST) -> None:
         self.set_loops[node.lineno] = node
@@ -258,14 +272,52 @@ class FileEval(CommSites):
             # a method's own group is seen from inside: one world size tells what the others do
             sizes = self.sizes[:1] if "." in name else self.sizes
             for w in sizes:
-                run = self.run_world(name, entry, w)
-                run.refute_only = refute_only
-                out.append(run)
+                runs = self.explore(name, entry, w)
+                for run in runs:
+                    run.refute_only = refute_only or run.explored
+                out.extend(runs)
                 if self.work > MAX_WORK:
                     return out
+                run = runs[0]
                 if not run.complete and run.reason != "every rank stops":
                     break  # what stops one world size (data, an opaque call) stops the others
         return out
+
+    def explore(self, name: str, entry, world: int) -> list[WorldRun]:
+        """One world size; when every rank stops at a test of a value proved the same on every
+        rank (a collective's result: `if flag.item(): continue` after all-reducing the flag),
+        each arm of each such test is explored, all ranks taking it together: a path per
+        combination, up to MAX_PATHS. The paths only refute (`explored`): the arm the data
+        picks is not known, but when every path runs clean, no choice of it hangs. Any path
+        that cannot be finished, or whose tests turn out not the same on every rank, leaves
+        the world size unevaluated, as before."""
+        first = self.run_world(name, entry, world)
+        if first.complete or not first.reason.endswith(UNIFORM_NOTE):
+            return [first]
+        paths: list[WorldRun] = []
+        pending: list[dict[tuple, bool]] = [{}]
+        try:
+            while pending:
+                if len(paths) + len(pending) > MAX_PATHS or self.work > MAX_WORK:
+                    return [first]
+                self.plan, self.need = pending.pop(), None
+                run = self.run_world(name, entry, world)
+                if self.need is not None:
+                    pending += [{**self.plan, self.need: b} for b in (False, True)]
+                    continue
+                if not run.complete or not self._paths_agree():
+                    return [first]
+                run.explored = True
+                paths.append(run)
+        finally:
+            self.plan = self.need = None
+        return paths
+
+    def _paths_agree(self) -> bool:
+        """Every rank of the last path reached the same explored tests, with values of one
+        fingerprint: the tests were decided alike on every rank, as the path assumed."""
+        seen = [rk.forks for rk in self._ranks.values()]
+        return all(f == seen[0] for f in seen[1:])
 
     def run_world(self, name: str, entry, world: int) -> WorldRun:
         from commlint.trace import Action, RankEnd, Trace
@@ -283,6 +335,7 @@ class FileEval(CommSites):
             self.recorded_lines = set()
             rk = Rank(self, r, world)
             ranks[r] = rk
+            self._ranks = ranks
             try:
                 try:
                     if isinstance(entry, list):
@@ -332,7 +385,7 @@ class FileEval(CommSites):
             run = WorldRun(name, world, False, ab.reason, ab.line)
             run.steering = values.steering(self, world, stops)
             if len(stops) == world and len({fp for _ab, fp in stops.values()}) == 1:
-                run.reason = f"{ab.reason} (a uniform value: the same on every rank)"
+                run.reason = f"{ab.reason}{UNIFORM_NOTE}"
             return run
         if not isinstance(entry, list) and not self.rank_read:
             # a helper that never asks for the rank: its callers decide which ranks run it
@@ -381,6 +434,10 @@ class FileEval(CommSites):
             True,
             trace=trace,
             decided=decided,
+            trips={
+                line: {tuple(rk.trips.get(line, ())) for rk in ranks.values()}
+                for line in {ln for rk in ranks.values() for ln in rk.trips}
+            },
             creation_mismatch=mismatch,
             creation_missing=missing,
             executed=executed,

@@ -113,6 +113,8 @@ def _torch_call(name: str, last: str, args: list, kwargs: dict) -> object:
     if name.startswith("torch.nn.functional.") and args and isinstance(args[0], Tensor):
         keeps = last in SHAPE_KEEPING or last in ("gelu", "silu", "dropout", "layer_norm")
         return Tensor(args[0].shape if keeps else None, args[0].dtype)
+    if last in ("split", "chunk") and args and isinstance(args[0], Tensor):
+        return _split(args[0], last, args[1:], kwargs)
     if last in CREATORS and name.count(".") == 1:
         shape_args = args[:-1] if last == "full" else args
         t = Tensor(_shape_of(shape_args, kwargs), _dtype_kw(kwargs))
@@ -127,16 +129,23 @@ def _torch_call(name: str, last: str, args: list, kwargs: dict) -> object:
     if last == "tensor" and args:
         data = args[0]
         shape = None
-        default = "float32"
+        literal: tuple | None = None
+        default: str | None = "float32"
         if isinstance(data, list | tuple):
             if all(isinstance(x, int | float) for x in data):
                 shape = (len(data),)
+                literal = tuple(data)
                 if all(isinstance(x, int) and not isinstance(x, bool) for x in data) and data:
                     default = "int64"
+            elif any(not isinstance(x, list | tuple | Tensor) for x in data):
+                default = None  # an unknown number (`int(flag)` is int64, a loss float32)
         elif isinstance(data, int | float):
             shape = ()
+            literal = (data,)
             default = "int64" if isinstance(data, int) and not isinstance(data, bool) else default
-        return Tensor(shape, _dtype_kw(kwargs, default))
+        elif not isinstance(data, Tensor):
+            default = None  # torch infers the dtype from a value not known here
+        return Tensor(shape, _dtype_kw(kwargs, default), values=literal)
     if last == "arange" and args and all(isinstance(a, int) for a in args):
         return Tensor((len(range(*args)),), _dtype_kw(kwargs, "int64"))
     if last == "cat" and args and isinstance(args[0], list | tuple):
@@ -186,12 +195,49 @@ def _tensor_binop(op: ast.operator, a: object, b: object) -> object:
 
 def _tensor_slice(t: Tensor, lo: object, hi: object, st: object) -> Tensor:
     if t.shape and _is_known(lo, hi, st):
-        return Tensor((len(range(t.shape[0])[slice(lo, hi, st)]), *t.shape[1:]), t.dtype)
-    return Tensor(None, t.dtype)
+        part = slice(lo, hi, st)
+        got = Tensor((len(range(t.shape[0])[part]), *t.shape[1:]), t.dtype, view_of=t)
+        if t.values is not None and len(t.shape) == 1:
+            got.values = t.values[part]
+        return got
+    return Tensor(None, t.dtype, view_of=t)
+
+
+def _split(t: Tensor, how: str, args: list, kwargs: dict) -> object:
+    """`t.split(size)` / `t.chunk(n)` along dim 0 of a known shape: the pieces' shapes (how
+    many micro-batches a batch makes)."""
+    n = args[0] if args else kwargs.get("split_size_or_sections" if how == "split" else "chunks")
+    dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+    if dim != 0 or not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+        return UNK
+    if not t.shape:
+        # `targets.chunk(n)` beside `inputs.chunk(n)`: n pieces (fewer only when the tensor
+        # has fewer than n rows); a split of unknown rows has no known count
+        return tuple(Tensor(None, t.dtype) for _ in range(n)) if how == "chunk" else UNK
+    rows = t.shape[0]
+    size = n if how == "split" else -(-rows // n)
+    if size <= 0 or rows // size > 4096:
+        return UNK
+    return tuple(Tensor((min(size, rows - k), *t.shape[1:]), t.dtype) for k in range(0, rows, size))
+
+
+def tensor_element(t: Tensor, key: object) -> Tensor:
+    """`t[k]`: a view of one row (one number, when `t`'s elements are known)."""
+    got = Tensor(None, t.dtype, t.lo, t.hi, view_of=t)
+    known = t.values is not None and t.shape is not None and len(t.shape) == 1
+    if known and isinstance(key, int) and not isinstance(key, bool):
+        assert t.values is not None
+        if -len(t.values) <= key < len(t.values):
+            got.shape, got.values = (), (t.values[key],)
+    return got
 
 
 def _tensor_method(m: TensorMethod, args: list, kwargs: dict) -> object:
     t, attr = m.tensor, m.attr
+    if attr.endswith("_") and not attr.endswith("__"):
+        t.forget_values()  # `fill_`, `add_`, `copy_`: written in place
+    if attr in ("split", "chunk"):
+        return _split(t, attr, args, kwargs)
     if attr in DTYPE_METHODS:
         return Tensor(t.shape, DTYPE_METHODS[attr])
     if attr == "to":
@@ -208,6 +254,12 @@ def _tensor_method(m: TensorMethod, args: list, kwargs: dict) -> object:
             if attr in ("clone", "detach", "cpu")
             else Tensor(t.shape, t.dtype)
         )
+    if attr == "item" and t.values is not None and len(t.values) == 1:
+        return t.values[0]
+    if attr == "tolist" and t.values is not None and t.shape == ():
+        return t.values[0]
+    if attr == "tolist" and t.values is not None and t.shape == (len(t.values),):
+        return list(t.values)
     if attr in ("item",):
         if t.lo is not None and t.hi is not None:
             return Interval(t.lo, t.hi)

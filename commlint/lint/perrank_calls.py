@@ -5,11 +5,13 @@ calls, and interpreting the program's own functions and classes.
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 
 from commlint.lint import perrank_values as values
 from commlint.lint.perrank_builtins import _tensor_method
 from commlint.lint.perrank_model import (
     MAX_DEPTH,
+    MAX_STEPS,
     TRACE_OPS,
     UNK,
     Abort,
@@ -24,6 +26,7 @@ from commlint.lint.perrank_model import (
     Property,
     RankFlag,
     Stop,
+    Tensor,
     TensorMethod,
     WorkMethod,
     _bind,
@@ -34,6 +37,15 @@ from commlint.lint.perrank_model import (
     _Return,
 )
 from commlint.lint.perrank_pipelining import ScheduleMethod
+
+CONTAINERS = frozenset({"torch.nn.Sequential", "torch.nn.ModuleList"})
+
+
+@dataclass
+class Sequential:
+    """`torch.nn.Sequential` holding modules of the project: calling it runs them in order."""
+
+    modules: list
 
 
 class Calls:
@@ -105,7 +117,22 @@ class Calls:
             if isinstance(meth, Fn):
                 return self.call_fn(_bind(meth, func), args, kwargs, e)
             return self.opaque(e)
+        if isinstance(func, Sequential):
+            return self.run_sequential(func, args, kwargs, e)
+        container = (
+            self.ev.table.canonical(func.qname)
+            if isinstance(func, Mod) and func.qname.endswith(("Sequential", "ModuleList"))
+            else None
+        )
+        if container in CONTAINERS:
+            # modules of the project inside torch's containers keep their forward
+            mods = args if container == "torch.nn.Sequential" else (args[:1] or [None])[0]
+            if isinstance(mods, list | tuple) and any(
+                isinstance(m, Obj | Fn | Sequential) for m in mods
+            ):
+                return Sequential(list(mods)) if mods is args else list(mods)
         if isinstance(func, Mod):
+            _handed_over(args, kwargs)
             if not func.qname.startswith(
                 ("torch.multiprocessing", "torch.distributed")
             ) and self.hands_over_communication(args, kwargs):
@@ -233,6 +260,7 @@ class Calls:
         self.depth += 1
         self.stack.append((fn.qualname, self.cur.short, getattr(e, "lineno", 0)))
         self.fn_nodes.append(node)
+        outer_yields, self.yields, self.collect_next = self.yields, self.collect_next, None
         outer = self.cur, self.g
         self.cur = fn.unit if fn.unit is not None else self.ev
         self.g = fn.globals
@@ -251,7 +279,39 @@ class Calls:
             self.stack.pop()
             self.fn_nodes.pop()
             self.cur, self.g = outer
+            self.yields = outer_yields
         return None
+
+    def run_sequential(self, seq: Sequential, args: list, kwargs: dict, e: ast.Call) -> object:
+        """`nn.Sequential(...)(x)`: each module's forward in turn, on the previous output (a
+        torch module's output is a tensor the evaluator does not follow)."""
+        x: object = args[0] if args else UNK
+        for m in seq.modules:
+            if isinstance(m, Obj | Fn | Sequential):
+                x = self.call(m, [x], {}, e)
+            else:
+                x = Tensor(None, None)
+        return x
+
+    def generate(self, fn: Fn) -> list | None:
+        """What a generator function (`__iter__` of an IterableDataset) yields, run to its
+        end at once; None when it yields nothing knowable or communicates (then the order
+        of its communication relative to the loop's would be wrong)."""
+        if not any(isinstance(n, ast.Yield | ast.YieldFrom) for n in ast.walk(fn.node)):
+            return None
+        out: list = []
+        before = len(self.actions)
+        self.collect_next = out
+        try:
+            self.call_fn(fn, [], {}, fn.node)
+        except (Abort, Stop):
+            return None
+        finally:
+            self.collect_next = None
+        if len(self.actions) != before or len(out) > MAX_STEPS:
+            del self.actions[before:]
+            return None
+        return out
 
     def group_method(self, m: GroupMethod, args: list) -> object:
         g = m.group
@@ -260,3 +320,12 @@ class Calls:
         if m.attr == "size":
             return len(g.members)
         return UNK
+
+
+def _handed_over(args: list, kwargs: dict) -> None:
+    """Tensors handed to a library call (a collective's buffer, `out=`, `torch.add_`) may be
+    written by it: their literal elements are no longer known."""
+    for a in [*args, *kwargs.values()]:
+        for t in a if isinstance(a, list | tuple) else (a,):
+            if isinstance(t, Tensor) and t.values is not None:
+                t.forget_values()

@@ -34,6 +34,18 @@ class FileVerdict:
         sizes the file declares, `--nproc-per-node 4`, else the configured ones)."""
         return bool(self.runs) and all(r.complete for r in self.runs)
 
+    def iterated_uniformly(self, line: int) -> bool:
+        """The `for` loop at `line` ran as many times on every rank (each time it was reached)
+        in every run, and every run was complete and exact."""
+        hit = False
+        for r in self.runs:
+            seen = r.trips.get(line)
+            if seen:
+                hit = True
+                if len(seen) > 1:
+                    return False
+        return hit and all(r.complete and r.exact for r in self.runs)
+
     def decided_uniformly(self, line: int) -> bool:
         """The condition at `line` took one value on every rank of every complete run."""
         seen: set[bool] = set()
@@ -484,6 +496,11 @@ def proved_false(program: Program, f: RawFinding) -> bool:
         cond_line = f.related[0][1].line
         if v.decided_uniformly(cond_line):
             return True
+    # CL101 "the loop runs a number of times that differs between ranks": every rank ran it
+    # equally often (`[...] if rank == 0 else [...]`, lists of one length)
+    same_file = bool(f.related) and f.related[0][0] == f.path
+    if f.code == "CL101" and same_file and v.iterated_uniformly(f.related[0][1].line):
+        return True
     if any(g.code not in ("CL118",) for g in v.findings):
         return False
     by_entry: dict[str, list[WorldRun]] = {}

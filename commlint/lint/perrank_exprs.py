@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 
 from commlint.lint import perrank_values as values
-from commlint.lint.perrank_builtins import BUILTINS, _tensor_binop, _tensor_slice
+from commlint.lint.perrank_builtins import BUILTINS, _tensor_binop, _tensor_slice, tensor_element
 from commlint.lint.perrank_model import (
     BIN_OPS,
     CMP_OPS,
@@ -23,6 +23,7 @@ from commlint.lint.perrank_model import (
     UNK,
     WORLD_ATTRS,
     WORLD_ENV,
+    Abort,
     Cls,
     Derived,
     DType,
@@ -155,6 +156,16 @@ class Expressions:
             return self.expr(e.value, env)
         if isinstance(e, ast.Await):
             return self.expr(e.value, env)
+        if isinstance(e, ast.Yield | ast.YieldFrom) and self.yields is not None:
+            v = self.expr(e.value, env)
+            if isinstance(e, ast.Yield):
+                self.yields.append(v)
+                return None
+            items = self.iterate(v, e)
+            if items is None:
+                raise Abort("a generator that yields from an unknown iterable", e.lineno)
+            self.yields.extend(items)
+            return None
         return UNK
 
     def lookup(self, name: str, env: dict) -> object:
@@ -217,12 +228,10 @@ class Expressions:
                     return base[slice(lo, hi, st)]
                 except Exception:
                     return UNK
-            return UNK
+            return self.selected(base, "slice", (base, lo, hi, st))
         key = self.expr(sl, env)
         if isinstance(base, Tensor):
-            return values.with_origin(
-                self, Tensor(None, base.dtype, base.lo, base.hi), "index", (base, key)
-            )
+            return values.with_origin(self, tensor_element(base, key), "index", (base, key))
         if base is ENVIRON:
             return self.env_var(key)
         if isinstance(base, list | tuple | range | str | dict) and _is_known(key):
@@ -230,7 +239,15 @@ class Expressions:
                 return base[key]
             except Exception:
                 return UNK
-        return values.derived(self, "index", (base, key))
+        return self.selected(base, "index", (base, key))
+
+    def selected(self, base: object, label: str, parts: tuple) -> object:
+        """Part of an unknown sequence (`torch.linspace(0, 1, n)[rank::2]`): computed from it
+        and the index; a part chosen by the rank is this rank's share of the data."""
+        got = values.derived(self, label, parts)
+        if isinstance(got, Derived):
+            self.ev.fps.data.add(got.fp)
+        return got
 
     def comprehension(self, e, env: dict) -> object:
         local = dict(env)

@@ -93,6 +93,19 @@ class Tensor:
     lo: float | None = None  # every element's value lies in [lo, hi] (torch.rand: [0, 1))
     hi: float | None = None
     fp: int | None = None  # its origin (`perrank_values.fp_of`), when known
+    # the elements of a 1-D (or 0-d) tensor made from literal numbers, while nothing may have
+    # written into it (`forget_values`); `view_of`: the tensor a slice of it shares memory with
+    values: tuple | None = None
+    view_of: Tensor | None = None
+
+    def forget_values(self) -> None:
+        """Something may have written into the tensor (an in-place op, a library call it was
+        handed to, a collective): its elements, and those of what it is a view of, are
+        unknown from now on."""
+        t: Tensor | None = self
+        while t is not None:
+            t.values = None
+            t = t.view_of
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,9 @@ class Statements:
                 # the arm that communicates; what the other arm does is not proved absent
                 self.ev.approx = True
                 return True
+            forced = self.forced(v, line)
+            if forced is not None:
+                return forced
             raise Abort("a condition whose value this rank cannot know", line, v)
         try:
             b = bool(v)
@@ -60,6 +63,27 @@ class Statements:
             raise Abort("a condition whose value this rank cannot know", line) from None
         self.decided.setdefault(line, set()).add(b)
         return b
+
+    def forced(self, v: object, line: int) -> bool | None:
+        """A test of an unknown value proved the same on every rank (made only of collectives'
+        results and constants): while the world size is explored arm by arm
+        (`FileEval.explore`), the arm this path takes; None when it is not explored so."""
+        plan = self.ev.plan
+        if plan is None:
+            return None
+        fp = values.fp_of(self, v)
+        if fp is None or not self.ev.fps.uniform(fp):
+            return None
+        unit = self._unit()
+        site = (getattr(unit, "path", None), line)
+        k = self.fork_seen.get(site, 0)
+        self.fork_seen[site] = k + 1
+        key = (*site, k)
+        self.forks.append((key, fp))
+        if key not in plan:
+            self.ev.need = key  # this path stops here; the explorer tries both arms
+            raise Abort("a uniform value to decide", line)
+        return plan[key]
 
     # ------------------------------------------------------------------ statements
     def run_block(self, stmts: list[ast.stmt], env: dict) -> None:
@@ -79,30 +103,27 @@ class Statements:
                 self.assign(s.target, self.expr(s.value, env), env)
         elif isinstance(s, ast.AugAssign):
             cur = self.expr(_load(s.target), env)
+            if isinstance(cur, Tensor):
+                cur.forget_values()  # `t += 1` writes into the tensor every alias sees
             v = self.binop(s.op, cur, self.expr(s.value, env))
             self.assign(s.target, v, env)
         elif isinstance(s, ast.If):
             c = self.expr(s.test, env)
             if isinstance(c, Unknown | Tensor | Interval) and not self.cur.communicates(s):
-                self.forget(s, env, c, s.test.lineno)
+                # an arm that leaves the loop or function decides what follows: explored
+                forced = self.forced(c, s.test.lineno) if _exits(s) else None
+                if forced is None:
+                    self.forget(s, env, c, s.test.lineno)
+                    return
+                self.run_block(s.body if forced else s.orelse, env)
                 return
             self.run_block(s.body if self.truth(c, s.test) else s.orelse, env)
         elif isinstance(s, ast.For | ast.AsyncFor):
             self.for_loop(s, env)
         elif isinstance(s, ast.While):
             self.while_loop(s, env)
-        elif isinstance(s, ast.Break):
-            raise _Break
-        elif isinstance(s, ast.Continue):
-            raise _Continue
-        elif isinstance(s, ast.Return):
-            raise _Return(self.expr(s.value, env) if s.value is not None else None)
-        elif isinstance(s, ast.Raise):
-            name = ""
-            if s.exc is not None:
-                e = s.exc.func if isinstance(s.exc, ast.Call) else s.exc
-                name = e.id if isinstance(e, ast.Name) else getattr(e, "attr", "")
-            raise Stop("exception", s.lineno, name)
+        elif isinstance(s, ast.Break | ast.Continue | ast.Return | ast.Raise):
+            self.exit_stmt(s, env)
         elif isinstance(s, ast.Assert):
             c = self.expr(s.test, env)
             if _is_known(c) and not c:
@@ -139,6 +160,21 @@ class Statements:
             if self.cur.communicates(s):
                 raise Abort(f"`{type(s).__name__}` statement", s.lineno)
             self.forget(s, env)
+
+    def exit_stmt(self, s: ast.Break | ast.Continue | ast.Return | ast.Raise, env: dict) -> None:
+        if self.cur is self.ev:
+            self.ev.recorded_lines.add(s.lineno)  # an exit that ran (where CL103 points)
+        if isinstance(s, ast.Break):
+            raise _Break
+        if isinstance(s, ast.Continue):
+            raise _Continue
+        if isinstance(s, ast.Return):
+            raise _Return(self.expr(s.value, env) if s.value is not None else None)
+        name = ""
+        if s.exc is not None:
+            e = s.exc.func if isinstance(s.exc, ast.Call) else s.exc
+            name = e.id if isinstance(e, ast.Name) else getattr(e, "attr", "")
+        raise Stop("exception", s.lineno, name)
 
     def with_items(self, s: ast.With | ast.AsyncWith, items: list, env: dict) -> None:
         """`with A() as a, B():` — a context manager of the project's classes runs its
@@ -289,8 +325,11 @@ class Statements:
         self._loop(s, env, items)
 
     def _loop(self, s: ast.For | ast.AsyncFor, env: dict, items: list) -> None:
+        counts = self.trips.setdefault(s.lineno, []) if self.cur is self.ev else []
+        counts.append(0)
         for x in items:
             self.tick(s.lineno)
+            counts[-1] += 1
             self.assign(s.target, x, env)
             try:
                 self.run_block(s.body, env)
@@ -357,8 +396,17 @@ class Statements:
         elif isinstance(target, ast.Subscript):
             base = self.expr(target.value, env)
             key = self.expr(target.slice, env)
+            if isinstance(base, Tensor):
+                base.forget_values()
             if isinstance(base, list | dict) and _is_known(key):
                 with contextlib.suppress(IndexError, TypeError, KeyError):
                     base[key] = v
         elif isinstance(target, ast.Starred):
             self.assign(target.value, UNK, env)
+
+
+def _exits(s: ast.If) -> bool:
+    """The `if` holds a `return`, `break`, `continue` or `raise`."""
+    return any(
+        isinstance(n, ast.Return | ast.Break | ast.Continue | ast.Raise) for n in ast.walk(s)
+    )

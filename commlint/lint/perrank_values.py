@@ -155,6 +155,35 @@ class Fingerprints:
             self.nodes.setdefault(h, (line, label, children))
         return h
 
+    def uniform(self, fp: int, depth: int = 0) -> bool:
+        """The value is proved the same on every rank: computed only from collectives' results
+        (all_reduce, broadcast, ...) and constants, with no ingredient of unknown origin and no
+        random draw. (Equal fingerprints alone prove nothing: an unknown counts alike on every
+        rank.)"""
+        return self._uniform(fp, depth) is True
+
+    def _uniform(self, fp: int, depth: int) -> bool | None:
+        """True: uniform and reads a collective; None: constants only; False: not proved."""
+        node = self.nodes.get(fp)
+        if node is None or depth > 40:
+            return False
+        _line, label, kids = node
+        if isinstance(label, tuple) and label[:1] == ("collective",):
+            return True
+        if isinstance(label, tuple) and label[:1] == ("v",):
+            return None
+        if isinstance(label, tuple) and label[:1] == ("random",):
+            return False
+        seen = False
+        for k in kids:
+            if k is None:
+                return False
+            got = self._uniform(k, depth + 1)
+            if got is False:
+                return False
+            seen = seen or got is True
+        return True if seen else None
+
     def first_difference(self, a: int, b: int) -> tuple[int, str, str] | None:
         """(line, a's value, b's value) of the deepest known value where a and b differ."""
         return self.difference(a, b)[0]
@@ -267,7 +296,8 @@ def call_origin(ev, result: object, func: object, args: list, kwargs: dict, e) -
     random = isinstance(func, Mod) and func.qname.rsplit(".", 1)[-1] in RANDOM
     if random and "generator" not in kwargs:
         parts.append(ev.rng)
-    return with_origin(ev, result, ("call", e.col_offset), tuple(parts), e.lineno)
+    label = ("random" if random else "call", e.col_offset)
+    return with_origin(ev, result, label, tuple(parts), e.lineno)
 
 
 def seed(ev, qname: str, args: list, kwargs: dict) -> bool:
@@ -457,6 +487,11 @@ def length(ev, v: object) -> int | None:
         if isinstance(meth, Fn):
             n = ev.call_fn(Fn(meth.node, meth.globals, meth.defaults, meth.qualname, v), [], {}, 0)
             return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
+        # an IterableDataset: as many items as its `__iter__` yields (each rank's own stream)
+        meth = _class_attr(v.cls, "__iter__")
+        if isinstance(meth, Fn):
+            items = ev.generate(replace(meth, bound=v))
+            return len(items) if items is not None else None
     return None
 
 

@@ -29,7 +29,9 @@ def check(program):
             where = f"{n.text} at {short(fn.path)}:{n.pos.line}"
             sub = n.group != "WORLD"
             if r.group_param:
-                if GLOBAL in r.dims:
+                # a parameter named `rank` holds what the caller passes: its name does not say
+                # which namespace the number is in (`group_src=rank` with rank = pg.rank())
+                if GLOBAL in r.dims and r.text not in fn.params:
                     out.append(
                         _finding(
                             fn,
