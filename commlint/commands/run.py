@@ -382,6 +382,8 @@ def run(args: argparse.Namespace) -> int:
             )
         else:
             report.errors.append(crashed)
+    if args.format == "html":  # the report's rank × sequence grids are drawn from the trace
+        args.report_options = {"traces": {program: trace}}
     code = emit(report, args)
     from commlint.commands.run_coverage import print_coverage
 

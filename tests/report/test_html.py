@@ -236,3 +236,19 @@ def test_plurals_and_where_of_a_trace_finding():
     assert "2 findings (1 error, 1 warning) in 1 checked" in text
     assert "train.py:8" in text  # no file of its own: the call site of its first action
     assert "p.yaml:3" in text
+
+
+def test_a_dry_run_page_has_the_rank_grids(tmp_path):
+    """`commlint run --format html` draws the same rank × sequence grids as `commlint plan`:
+    the dry-run's recorded trace is handed to the report (it was not: a page of findings
+    without grids)."""
+    pytest.importorskip("torch")
+    program = Path(__file__).parents[1] / "dryrun" / "programs" / "bad_conditional_collective.py"
+    out = tmp_path / "run.html"
+    code = main(["run", "--nproc-per-node", "2", "--format", "html", "-o", str(out), str(program)])
+    assert code == 1
+    page = Page(out.read_text())
+    assert [h["data-group"] for h in page.find("h3", "group")] == ["WORLD"]
+    # one row per rank in the issue-order grid, and cells of the recorded collectives
+    assert {c["data-rank"] for c in page.find("td", "c")} == {"0", "1"}
+    assert "all_reduce" in {c.get("data-op") for c in page.find("td", "c")}
