@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from commlint.callsites import CallSite, user_call_site
+from commlint.callsites import CallSite, call_site_at
 from commlint.guard.calls import Call, describe, describe_funcol, splits_agree
-from commlint.guard.frames import _brief, _outward, short_path
+from commlint.guard.frames import _brief, short_path
 from commlint.guard.ring import DONE, FAILED, PENDING, Ring
 
 # Fingerprint slots per group / p2p channel (overwritten in turn: the store stays small).
@@ -221,7 +221,7 @@ class Guard:
         user's program (not an installed package, the standard library, torch or commlint),
         the user's frames outward, and the framework frame that made the call, if one did
         (`commlint.callsites`, as the dry-run names it)."""
-        return user_call_site(_outward(sys._getframe(depth)), short_path, depth=4)
+        return call_site_at(sys._getframe(depth), short_path, depth=4)
 
     # -- recording ------------------------------------------------------------------------
 
