@@ -155,19 +155,24 @@ def user_call_site(frames: Iterable[Any], short_path: Any = None, depth: int = 6
     of the stack: they are the same for every call. One pass over the frames, which stops at
     the `depth`-th user frame."""
     name_of = short_path or (lambda f: f)
+    _programs_checked()
+    roles = _ROLES
     site = None
     via = None
     stack: list[str] = []
     for f in frames:
-        role = _role(f.f_code.co_filename)
+        code = f.f_code
+        role = roles.get(code.co_filename)
+        if role is None:
+            role = _role(code.co_filename)
         if role == _MAKER and site is None and via is None:
             via = _framework_name(f)
         if role != _USER:
             continue
-        entry = f"{name_of(f.f_code.co_filename)}:{f.f_lineno}"
+        entry = f"{name_of(code.co_filename)}:{f.f_lineno}"
         if site is None:
             site = entry
-        stack.append(f"{entry} in {f.f_code.co_name}")
+        stack.append(f"{entry} in {code.co_name}")
         if len(stack) >= depth:
             break
     return CallSite(site, stack, via if site is not None else None)
@@ -186,14 +191,17 @@ def call_site_at(frame: Any, short_path: Any = None, depth: int = 6) -> CallSite
     only each frame's file (its role is cached per file) and stops at the `depth`-th user
     frame; the names are formatted once per chain."""
     _programs_checked()
-    roles = _ROLES
+    get = _ROLES.get
     key: list[Any] = [short_path, depth, 0, 0]
     codes: list[Any] = []
     users = 0
     f = frame
     while f is not None:
         code = f.f_code
-        role = roles.get(code.co_filename)
+        role = get(code.co_filename)
+        if role == _OTHER:  # most frames: torch's, commlint's, the standard library's
+            f = f.f_back
+            continue
         if role is None:
             role = _role(code.co_filename)
         if role == _USER:

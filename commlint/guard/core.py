@@ -233,7 +233,11 @@ class Guard:
         t = call.tensor
         if t is not None and hasattr(t, "shape"):
             e["shape"] = list(t.shape)
-            e["dtype"] = str(t.dtype).removeprefix("torch.")
+            dtype = t.dtype
+            dtype_name = _DTYPES.get(dtype)
+            if dtype_name is None:
+                dtype_name = _DTYPES[dtype] = str(dtype).removeprefix("torch.")
+            e["dtype"] = dtype_name
         if call.reduce_op:
             e["reduce_op"] = call.reduce_op
         if call.in_splits is not None and call.out_splits is not None:
@@ -252,8 +256,9 @@ class Guard:
             e["async"] = True
             if self.ring is not None and self.ring.backward_since is not None:
                 e["bwd"] = self.ring.backward_id
-        if threading.current_thread() is not threading.main_thread():
-            e["thread"] = threading.current_thread().name
+        thread = threading.current_thread()
+        if thread is not threading.main_thread():
+            e["thread"] = thread.name
         return e, key
 
     # -- DDP's gradient buckets (see `commlint.guard._patch_ddp`) ---------------------------
@@ -862,6 +867,9 @@ def _peer_gone(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and any(
         m in text for m in ("connection closed", "connection reset", "broken pipe")
     )
+
+
+_DTYPES: dict[Any, str] = {}  # torch.float32 -> "float32", named once per dtype
 
 
 def _fp_key(fp: dict[str, Any]) -> tuple:
