@@ -117,14 +117,11 @@ def framework_frame(frames: Iterable[Any]) -> str | None:
     barrier, accelerate's gather) — as `package/path.py:line in function`; None when the
     user's own code called torch."""
     for f in frames:
-        name = f.f_code.co_filename
-        kind = frame_kind(name)
-        if kind == "user":
+        role = _role(f.f_code.co_filename)
+        if role == _USER:
             return None
-        if kind == "framework":
-            if name.endswith(_DECORATOR_FILES) or os.sep + "wrapt" + os.sep in name:
-                continue
-            return f"{package_path(name)}:{f.f_lineno} in {f.f_code.co_name}"
+        if role == _MAKER:
+            return _framework_name(f)
     return None
 
 
@@ -136,23 +133,120 @@ class CallSite(NamedTuple):
     via: str | None  # the framework frame that made the call, when one did
 
 
+# A frame's role in naming a call, by its file: the user's, a framework frame that may have
+# made the call (`framework_frame`), or neither (torch, commlint, the standard library, an
+# installed decorator's wrapper). Cached per file name and dropped when `USER_PROGRAMS` changes.
+_OTHER, _USER, _MAKER = 0, 1, 2
+_ROLES: dict[str, int] = {}
+_ROLES_FOR: frozenset[str] = frozenset()
+
+
+def _programs_checked() -> None:
+    """Drop the cached roles and call sites when `USER_PROGRAMS` changed."""
+    global _ROLES_FOR
+    if USER_PROGRAMS != _ROLES_FOR:
+        _ROLES.clear()
+        _SITES.clear()
+        _ROLES_FOR = frozenset(USER_PROGRAMS)
+
+
+def _role(filename: str) -> int:
+    _programs_checked()
+    role = _ROLES.get(filename)
+    if role is None:
+        kind = frame_kind(filename)
+        role = _OTHER
+        if kind == "user":
+            role = _USER
+        elif kind == "framework" and not (
+            filename.endswith(_DECORATOR_FILES) or os.sep + "wrapt" + os.sep in filename
+        ):
+            role = _MAKER
+        _ROLES[filename] = role
+    return role
+
+
+def _framework_name(f: Any) -> str:
+    return f"{package_path(f.f_code.co_filename)}:{f.f_lineno} in {f.f_code.co_name}"
+
+
 def user_call_site(frames: Iterable[Any], short_path: Any = None, depth: int = 6) -> CallSite:
     """The user's frames of a stack (`frames` innermost first, frame objects), at most
     `depth` of them, named by `short_path(filename)` (as given when None), and the framework
     frame that made the call. Frames of the standard library, torch and commlint are left out
-    of the stack: they are the same for every call."""
+    of the stack: they are the same for every call. One pass over the frames, which stops at
+    the `depth`-th user frame."""
     name_of = short_path or (lambda f: f)
-    frames = list(frames)
+    _programs_checked()
+    roles = _ROLES
     site = None
+    via = None
     stack: list[str] = []
     for f in frames:
-        filename = f.f_code.co_filename
-        if frame_kind(filename) != "user":
+        code = f.f_code
+        role = roles.get(code.co_filename)
+        if role is None:
+            role = _role(code.co_filename)
+        if role == _MAKER and site is None and via is None:
+            via = _framework_name(f)
+        if role != _USER:
             continue
-        entry = f"{name_of(filename)}:{f.f_lineno}"
+        entry = f"{name_of(code.co_filename)}:{f.f_lineno}"
         if site is None:
             site = entry
-        stack.append(f"{entry} in {f.f_code.co_name}")
+        stack.append(f"{entry} in {code.co_name}")
         if len(stack) >= depth:
             break
-    return CallSite(site, stack, framework_frame(frames) if site is not None else None)
+    return CallSite(site, stack, via if site is not None else None)
+
+
+# `call_site_at`'s memo: (short_path, depth, the framework frame's code id and line, then each
+# user frame's code id and line) -> (the code objects, which keep those ids theirs, CallSite)
+_SITES: dict[tuple, tuple[tuple, CallSite]] = {}
+_SITES_MAX = 4096
+
+
+def call_site_at(frame: Any, short_path: Any = None, depth: int = 6) -> CallSite:
+    """`user_call_site` of the stack outward from `frame`, memoized per chain of (code object,
+    line) of the frames that name the call: the runtime guard names every call it records,
+    and a training step makes the same calls from the same lines each time. The walk reads
+    only each frame's file (its role is cached per file) and stops at the `depth`-th user
+    frame; the names are formatted once per chain."""
+    _programs_checked()
+    get = _ROLES.get
+    key: list[Any] = [short_path, depth, 0, 0]
+    codes: list[Any] = []
+    users = 0
+    f = frame
+    while f is not None:
+        code = f.f_code
+        role = get(code.co_filename)
+        if role == _OTHER:  # most frames: torch's, commlint's, the standard library's
+            f = f.f_back
+            continue
+        if role is None:
+            role = _role(code.co_filename)
+        if role == _USER:
+            key += (id(code), f.f_lineno)
+            codes.append(code)
+            users += 1
+            if users >= depth:
+                break
+        elif role == _MAKER and not users and not key[2]:
+            key[2], key[3] = id(code), f.f_lineno
+            codes.append(code)
+        f = f.f_back
+    k = tuple(key)
+    known = _SITES.get(k)
+    if known is None:
+        if len(_SITES) >= _SITES_MAX:
+            _SITES.clear()
+        known = _SITES[k] = (tuple(codes), user_call_site(_frames(frame), short_path, depth))
+    where = known[1]
+    return CallSite(where.site, list(where.stack), where.via)
+
+
+def _frames(frame: Any) -> Iterable[Any]:
+    while frame is not None:
+        yield frame
+        frame = frame.f_back

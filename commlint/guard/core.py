@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from commlint.callsites import CallSite, user_call_site
+from commlint.callsites import CallSite, call_site_at
 from commlint.guard.calls import Call, describe, describe_funcol, splits_agree
-from commlint.guard.frames import _brief, _outward, short_path
+from commlint.guard.frames import _brief, short_path
 from commlint.guard.ring import DONE, FAILED, PENDING, Ring
 
 # Fingerprint slots per group / p2p channel (overwritten in turn: the store stays small).
@@ -30,6 +30,7 @@ FP_KEEP = 64
 # `--check auto`: how long a call whose fingerprint follows a path not yet seen matched waits
 # for its peers' fingerprints before it goes on (a peer blocked elsewhere costs this, once).
 FP_WAIT = 1.0
+FP_TEXTS = 4096  # fingerprint texts kept per rank (`Guard.fp_text`), one per group and site
 
 
 @dataclass
@@ -101,6 +102,8 @@ class Guard:
         self.every = options.sample_every()
         self.adaptive = options.check == "auto"
         self.streams: dict[str, _Stream] = {}
+        # (group, site) -> a fingerprint without its sequence number, its key, its JSON text
+        self.fp_texts: dict[tuple[str, Any], tuple[dict[str, Any], tuple, str]] = {}
         self.ring: Ring | None = None
         self.rank = -1
         self.world_size = 0
@@ -221,7 +224,7 @@ class Guard:
         user's program (not an installed package, the standard library, torch or commlint),
         the user's frames outward, and the framework frame that made the call, if one did
         (`commlint.callsites`, as the dry-run names it)."""
-        return user_call_site(_outward(sys._getframe(depth)), short_path, depth=4)
+        return call_site_at(sys._getframe(depth), short_path, depth=4)
 
     # -- recording ------------------------------------------------------------------------
 
@@ -233,7 +236,11 @@ class Guard:
         t = call.tensor
         if t is not None and hasattr(t, "shape"):
             e["shape"] = list(t.shape)
-            e["dtype"] = str(t.dtype).removeprefix("torch.")
+            dtype = t.dtype
+            dtype_name = _DTYPES.get(dtype)
+            if dtype_name is None:
+                dtype_name = _DTYPES[dtype] = str(dtype).removeprefix("torch.")
+            e["dtype"] = dtype_name
         if call.reduce_op:
             e["reduce_op"] = call.reduce_op
         if call.in_splits is not None and call.out_splits is not None:
@@ -252,8 +259,9 @@ class Guard:
             e["async"] = True
             if self.ring is not None and self.ring.backward_since is not None:
                 e["bwd"] = self.ring.backward_id
-        if threading.current_thread() is not threading.main_thread():
-            e["thread"] = threading.current_thread().name
+        thread = threading.current_thread()
+        if thread is not threading.main_thread():
+            e["thread"] = thread.name
         return e, key
 
     # -- DDP's gradient buckets (see `commlint.guard._patch_ddp`) ---------------------------
@@ -637,23 +645,23 @@ class Guard:
         if e["op"] == "all_to_all":
             fp.pop("shape", None)
         group, seq = e["group"], e["seq"]
+        key, text = self.fp_text(group, fp, seq)
         fp["seq"] = seq
         _, members = self.group_of(call.group)
         slot, first_round = self.slot(seq)
         mine = f"fp/{group}/{slot}/{self.rank}"
         if len(members) < 2:
             return
-        stream = key = None
+        stream = None
         if self.adaptive:
-            key = _fp_key(fp)
-            stream = self.streams.setdefault(f"coll:{group}", _Stream())
+            stream = self.stream(f"coll:{group}")
             if stream.trusted(key):
                 stream.step(key, True)
                 self.fp_trusted += 1
-                self.publish(mine, fp)  # peers that check will find it
+                self.publish(mine, text)  # peers that check will find it
                 return
         store = self.store()
-        store.set(mine, json.dumps(fp))
+        store.set(mine, text)
         others = [r for r in members if r != self.rank]
         # No waiting in `all`: the member that publishes last sees every fingerprint and
         # compares; the members already inside the collective are ended by their watchdog.
@@ -666,7 +674,7 @@ class Guard:
                 seen[r] = theirs
         complete = len(seen) == len(members)
         if all(_same(fp, other) for other in seen.values()) and splits_agree(seen, members):
-            if stream is not None and key is not None:
+            if stream is not None:
                 stream.step(key, complete)
             return
         from commlint.guard.diagnose import mismatch_text, mismatch_trace
@@ -678,6 +686,28 @@ class Guard:
         with contextlib.suppress(Exception):
             store.set("fperr", json.dumps({"rank": self.rank, "text": text}))
         raise CommlintGuardError(text)
+
+    def fp_text(self, group: str, fp: dict[str, Any], seq: int) -> tuple[tuple, str]:
+        """A fingerprint's key (`_fp_key`) and its JSON text with `seq` added (what
+        `json.dumps(fp | {"seq": seq})` gives), formatted once per group, site and content: a
+        training step makes the same calls from the same lines, only the sequence number new."""
+        where = (group, fp.get("site"))
+        known = self.fp_texts.get(where)
+        if known is None or known[0] != fp:
+            if len(self.fp_texts) >= FP_TEXTS:
+                self.fp_texts.clear()
+            body = json.dumps(fp)[:-1]
+            # the cached copy is the text's own reading: nothing the caller edits later
+            known = self.fp_texts[where] = (json.loads(body + "}"), _fp_key(fp), body)
+        body = known[2]
+        return known[1], f'{body}, "seq": {seq}}}' if len(body) > 1 else f'{{"seq": {seq}}}'
+
+    def stream(self, name: str) -> _Stream:
+        """`--check auto`'s memory of a group or channel (made on its first call)."""
+        stream = self.streams.get(name)
+        if stream is None:
+            stream = self.streams[name] = _Stream()
+        return stream
 
     HISTORY = 8  # earlier fingerprints read per rank to find where the calls parted
 
@@ -746,11 +776,11 @@ class Guard:
         stream = fkey = None
         if self.adaptive:
             fkey = _fp_key(fp)
-            stream = self.streams.setdefault(f"{key}:{me}", _Stream())
+            stream = self.stream(f"{key}:{me}")
             if stream.trusted(fkey):
                 stream.step(fkey, True)
                 self.fp_trusted += 1
-                self.publish(mine, fp)
+                self.publish(mine, json.dumps(fp))
                 return
         store.set(mine, json.dumps(fp))
         values = self.read_slots(
@@ -795,12 +825,12 @@ class Guard:
         snap.update(status="blocked", groups={n: r for n, r in self.groups.values()})
         return build_trace({self.rank: snap}, self.world_size, self.backend)[0]
 
-    def publish(self, key: str, fp: dict[str, Any]) -> None:
+    def publish(self, key: str, text: str) -> None:
         """Publish a fingerprint without comparing: a store `set`, which sends and does not
         wait for an answer (4 us here, against 38 us for a `get`). Until 2026-11-27 a
         publisher thread did it: its wake-ups and its share of the GIL cost 5-8 ms of CPU per
         rank per FSDP2 step on 4 ranks sharing 2 cores — more than the recording itself."""
-        self.store().set(key, json.dumps(fp))
+        self.store().set(key, text)
 
     # -- end of the program -------------------------------------------------------------------
 
@@ -862,6 +892,9 @@ def _peer_gone(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and any(
         m in text for m in ("connection closed", "connection reset", "broken pipe")
     )
+
+
+_DTYPES: dict[Any, str] = {}  # torch.float32 -> "float32", named once per dtype
 
 
 def _fp_key(fp: dict[str, Any]) -> tuple:

@@ -220,3 +220,34 @@ def test_stall_reports_keep_one_growing_schedule_whichever_rank_coordinates(
             if "next report in" in ln
         ]
     assert printed == [(0, "2"), (2, "4"), (6, "8"), (14, "16")], printed
+
+
+def test_fingerprint_texts_are_formatted_once_per_site_and_stay_exact() -> None:
+    import json
+
+    from commlint.guard.core import Guard, _fp_key
+
+    guard = Guard(Options())
+    site = {"site": "train.py:9", "stack": ["train.py:9 in step", "train.py:30 in main"]}
+    calls = [
+        {"op": "all_reduce", "reduce_op": "sum", "shape": [4], "dtype": "float32", **site},
+        {"op": "all_reduce", "reduce_op": "sum", "shape": [4], "dtype": "float32", **site},
+        {"op": "all_reduce", "reduce_op": "sum", "shape": [5], "dtype": "float32", **site},
+        {"op": "all_reduce", "reduce_op": "max", "shape": [5], "dtype": "float32", **site},
+        {"op": "broadcast", "root": 0, "shape": [5], "dtype": "int64", "site": "train.py:12"},
+        {},
+    ]
+    for seq, fp in enumerate(calls * 2):
+        fp = json.loads(json.dumps(fp))  # a fresh dict per call, as `fingerprint` makes
+        key, text = guard.fp_text("WORLD", fp, seq)
+        assert key == _fp_key(fp)
+        assert text == json.dumps({**fp, "seq": seq})
+        if "stack" in fp:
+            fp["stack"].append("edited later by the caller")  # must not change what is cached
+    assert len(guard.fp_texts) == 3  # one per (group, site)
+    # a caller that edits its fingerprint after formatting it: the cache keeps what it formatted
+    fp = {"op": "barrier", "site": "train.py:40", "stack": ["train.py:40 in main"]}
+    guard.fp_text("WORLD", fp, 100)
+    fp["stack"].append("train.py:50 in run")
+    later = {"op": "barrier", "site": "train.py:40", "stack": fp["stack"][:]}
+    assert guard.fp_text("WORLD", later, 101)[1] == json.dumps({**later, "seq": 101})
