@@ -192,6 +192,8 @@ class Calls:
 
     def defaults(self, a: ast.arguments, env: dict) -> dict[str, object]:
         out: dict[str, object] = {}
+        if not a.defaults and not a.kw_defaults:
+            return out  # most functions: nothing to evaluate
         pos = a.posonlyargs + a.args
         for p, d in zip(pos[len(pos) - len(a.defaults) :], a.defaults, strict=True):
             out[p.arg] = self.expr(d, env)

@@ -92,7 +92,13 @@ class Statements:
 
     def stmt(self, s: ast.stmt, env: dict) -> None:
         self.tick(s.lineno)
-        if isinstance(s, ast.Expr):
+        kind = type(s)
+        # the top levels of followed modules are mostly imports and definitions: tested first
+        if kind is ast.ImportFrom:
+            self.import_from(s, env)
+        elif kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
+            env[s.name] = self.make_fn(s, env)
+        elif isinstance(s, ast.Expr):
             self.expr(s.value, env)
         elif isinstance(s, ast.Assign):
             v = self.expr(s.value, env)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 from bisect import bisect_left
 from collections.abc import Callable
+from functools import cached_property
 from pathlib import PurePath
 
 from commlint.lint.ir import Branch, CallSite, Comm, FileFacts, Loop, iter_nodes
@@ -72,8 +73,12 @@ class Unit(CommSites):
         self.short = short
         self.source = source
         self.tree = ast.parse(source)
-        self.nodes = list(ast.walk(self.tree))
         self.index_sites(facts, communicating)
+
+    @cached_property
+    def nodes(self) -> list[ast.AST]:
+        """Every node of the file (walked only when asked: most followed files never are)."""
+        return list(ast.walk(self.tree))
 
 
 def any_line_within(sorted_lines: list[int], lo: int, hi: int) -> bool:
@@ -113,6 +118,8 @@ class ModuleIndex:
         self.communicating = communicating
         self._units: dict[str, Unit | None] = {}
         self._suffix: dict[str, list[str]] = {}
+        # every rank of every evaluated file asks again for the same imports: answered once
+        self._found: dict[tuple[str, str, str, int], str | None] = {}
         for mod in self.by_module:
             parts = mod.split(".")
             for k in range(1, len(parts)):
@@ -121,6 +128,14 @@ class ModuleIndex:
     def find(self, importer: str, importer_module: str, name: str, level: int) -> str | None:
         """The module name of the run's file that `import name` (with `level` leading dots)
         means in the file `importer`, or None."""
+        key = (importer, importer_module, name, level)
+        if key in self._found:
+            return self._found[key]
+        got = self._find(importer, importer_module, name, level)
+        self._found[key] = got
+        return got
+
+    def _find(self, importer: str, importer_module: str, name: str, level: int) -> str | None:
         if level:
             base = importer_module.split(".")
             is_package = PurePath(importer).stem == "__init__"
