@@ -264,6 +264,10 @@ def _small_fake_cpu(args: tuple, kwargs: dict) -> bool:
         return False
     if not (small(target) or bookkeeping.fits(target)):
         return False
+    if target.constant is not None:
+        # a tensor that knows its value is filled by FakeTensorMode's constant propagation
+        # (drawing it here as well segfaulted DTensor's RNG state on a GPU mesh: its dropout)
+        return False
     if any(isinstance(a, torch.Tensor) for a in (*args[1:], *kwargs.values())):
         return False
     generator = kwargs.get("generator")
