@@ -76,7 +76,12 @@ def child(mode: str, path: str) -> None:
     if mode == "previous":
         import commlint.plans.io as current
 
-        current.load_trace = _previous_io().load_trace  # what `commlint plan` calls
+        old_load = _previous_io().load_trace
+
+        def load_trace(path, allow_paths=()):  # the gate's `--allow-path` did not exist then
+            return old_load(path)
+
+        current.load_trace = load_trace  # what `commlint plan` calls
     # imports outside the measured time
     import commlint.commands.plan
     import commlint.graph.check  # noqa: F401
