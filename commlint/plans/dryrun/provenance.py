@@ -264,9 +264,11 @@ def _small_fake_cpu(args: tuple, kwargs: dict) -> bool:
         return False
     if not (small(target) or bookkeeping.fits(target)):
         return False
-    if target.constant is not None:
-        # a tensor that knows its value is filled by FakeTensorMode's constant propagation
-        # (drawing it here as well segfaulted DTensor's RNG state on a GPU mesh: its dropout)
+    if target.constant is not None and not bookkeeping.fits(target):
+        # a floating tensor that knows its value is left to FakeTensorMode's constant
+        # propagation (drawing it here as well segfaulted rank 0 in DTensor's dropout on a GPU
+        # mesh); an integer one (`bookkeeping.py`: accelerate's sampler seed,
+        # `torch.empty((), dtype=torch.int64).random_()`, zeros until drawn) is drawn for real
         return False
     if any(isinstance(a, torch.Tensor) for a in (*args[1:], *kwargs.values())):
         return False
