@@ -257,18 +257,17 @@ def _small_draw(args: tuple, kwargs: dict, out: Any) -> bool:
 
 
 def _small_fake_cpu(args: tuple, kwargs: dict) -> bool:
-    """A fake CPU tensor of at most `SMALL_REAL` elements filled in place, by numbers only
-    (no generator argument of another device, no tensor argument)."""
+    """A fake CPU tensor filled in place, by numbers only (no generator argument of another
+    device, no tensor argument), that a real run's value is wanted for: integer bookkeeping
+    (`bookkeeping.py`: accelerate's sampler seed, `torch.empty((), dtype=torch.int64)
+    .random_()`, zeros until drawn), or a tensor of at most `SMALL_REAL` elements whose value
+    is not known yet. A floating tensor that knows its value stays with FakeTensorMode's
+    constant propagation (drawing it here as well segfaulted rank 0 in DTensor's dropout on a
+    GPU mesh)."""
     target = args[0] if args else None
     if not isinstance(target, _FakeTensor) or target.device.type != "cpu":
         return False
-    if not (small(target) or bookkeeping.fits(target)):
-        return False
-    if target.constant is not None and not bookkeeping.fits(target):
-        # a floating tensor that knows its value is left to FakeTensorMode's constant
-        # propagation (drawing it here as well segfaulted rank 0 in DTensor's dropout on a GPU
-        # mesh); an integer one (`bookkeeping.py`: accelerate's sampler seed,
-        # `torch.empty((), dtype=torch.int64).random_()`, zeros until drawn) is drawn for real
+    if not (bookkeeping.fits(target) or (small(target) and target.constant is None)):
         return False
     if any(isinstance(a, torch.Tensor) for a in (*args[1:], *kwargs.values())):
         return False
