@@ -501,6 +501,8 @@ def proved_false(program: Program, f: RawFinding) -> bool:
     same_file = bool(f.related) and f.related[0][0] == f.path
     if f.code == "CL101" and same_file and v.iterated_uniformly(f.related[0][1].line):
         return True
+    if f.code == "CL101" and _members_call_alike(v, f.pos.line):
+        return True
     if any(g.code not in ("CL118",) for g in v.findings):
         return False
     by_entry: dict[str, list[WorldRun]] = {}
@@ -559,3 +561,30 @@ def _payload_never_meets(v, line: int) -> bool:
             if not set(members) <= callers:
                 return False
     return True
+
+
+def _members_call_alike(v, line: int) -> bool:
+    """CL101 says the ranks that take the other arm skip the call at `line` and wait elsewhere
+    on its group. False when every evaluated run is complete and exact, the line ran, and
+    each group called there is called there equally often by every one of its members: the
+    ranks that skip it are not members (`if rank in ranks: ...(group=g)`). What else is wrong
+    with that call (a root outside the group) is the per-rank rules' to report."""
+    runs = list(v.runs)
+    if not runs or not all(r.complete and r.exact and r.trace is not None for r in runs):
+        return False
+    ran = False
+    suffix = f":{line}"
+    for r in runs:
+        trace = r.trace
+        counts: dict[str, dict[int, int]] = {}
+        for rank, actions in trace.ranks.items():
+            for a in actions:
+                if a.site and a.site.endswith(suffix) and a.site.rsplit(":", 1)[0] == v.fe.short:
+                    per = counts.setdefault(a.group or "WORLD", {})
+                    per[rank] = per.get(rank, 0) + 1
+        for group, per in counts.items():
+            ran = True
+            members = trace.groups.get(group) or list(range(trace.world_size))
+            if {per.get(m, 0) for m in members} != {max(per.values())}:
+                return False
+    return ran
