@@ -99,6 +99,9 @@ class DryRunOptions:
     device: str = "cuda"
     # where the ranks run (`launch.py`): "local" (forked here) or "ray"
     launcher: str = "local"
+    # what ranks recorded elsewhere sent (another Slurm task's: `slurm_launcher.py`),
+    # delivered as values of an earlier pass are
+    values: ValueTable | None = None
 
 
 @dataclass
@@ -503,6 +506,13 @@ def dry_run(
         return result
 
 
+def _fresh_table(options: DryRunOptions) -> ValueTable:
+    """The values a run starts from: none, or what ranks recorded elsewhere sent."""
+    if options.values is None:
+        return ValueTable()
+    return ValueTable({k: dict(v) for k, v in options.values.values.items()})
+
+
 def _keep_debug_notes(notes: dict[str, bytes]) -> None:
     """`COMMLINT_DEBUG=1`: a rank's exception tracebacks (written into its scratch: its view
     of the working folder is its own), appended to their files in the working folder."""
@@ -520,7 +530,7 @@ def _dry_run(
     launcher: Launcher,
 ) -> DryRunResult:
     notes: list[str] = []
-    table = ValueTable()
+    table = _fresh_table(options)
     runs: dict[int, RankRun] = {}
     todo = list(options.ranks)
     passes = 0
@@ -546,7 +556,7 @@ def _dry_run(
         runs.update(new)
         for r, run in new.items():
             table.replace_rank(r, run.sent)
-        todo = _stale(runs, table)
+        todo = stale_ranks(runs, table)
         converged = not todo
         if (
             todo
@@ -575,7 +585,7 @@ def _dry_run(
             # not by value: a program checking gradient sync reads those values. Run again
             # until they settle too (each pass settles the next link of the chain of steps).
             table.exact_model = True
-            todo = _stale(runs, table)
+            todo = stale_ranks(runs, table)
             if todo:
                 converged, stable, settled_at, exact_from = False, 0, None, passes
                 continue
@@ -615,7 +625,7 @@ def _dry_run(
                     "rank took the outcome its placeholder gives there, and the other outcome "
                     "of each test of a rank-local value was recorded too"
                 )
-                table, runs, todo = ValueTable(), {}, list(options.ranks)
+                table, runs, todo = _fresh_table(options), {}, list(options.ranks)
                 converged, stable, settled_at = False, 0, None
                 continue
             if options.real_budget is not None and need > options.real_budget:
@@ -638,7 +648,7 @@ def _dry_run(
                         "there, the same on every rank, and the other outcome of each test of "
                         "a rank-local value was recorded too"
                     )
-                    table, runs, todo = ValueTable(), {}, list(options.ranks)
+                    table, runs, todo = _fresh_table(options), {}, list(options.ranks)
                     converged, stable, settled_at = False, 0, None
                     continue
                 for r, (msg, _, is_limit) in (hard or limited).items():
@@ -658,7 +668,7 @@ def _dry_run(
             if not hard:
                 confirm = (rank, message)
             mode = "real"
-            table = ValueTable()
+            table = _fresh_table(options)
             runs = {}
             todo = list(options.ranks)
             converged = False
@@ -789,7 +799,7 @@ def _describe(a: dict[str, Any] | None) -> str:
     return f"{a.get('label') or a['op']} on group {a.get('group', 'WORLD')}"
 
 
-def _stale(runs: dict[int, RankRun], table: ValueTable) -> list[int]:
+def stale_ranks(runs: dict[int, RankRun], table: ValueTable) -> list[int]:
     """The ranks that would receive something else than in their last run."""
     return [
         r

@@ -58,7 +58,6 @@ class NodeAgent:
             "node": ray.get_runtime_context().get_node_id(),
             "host": socket.gethostname(),
             "pid": os.getpid(),
-            "cpus": len(os.sched_getaffinity(0)),
         }
 
     def open_run(self, cwd: str, programs: list[str], module: str | None, mode: str) -> None:
@@ -195,12 +194,14 @@ class RayLauncher(Launcher):
                 "--launcher ray needs Ray: pip install 'commlint[ray]' (or pip install ray)"
             ) from None
         if not ray.is_initialized():
+            # RAY_ADDRESS, or a fresh local instance (never a stale one Ray would look up
+            # in its temp folder)
             address = os.environ.get("RAY_ADDRESS") or None
             if address:
                 _reachable(address)
             try:
                 ray.init(
-                    address=address,
+                    address=address or "local",
                     include_dashboard=False,
                     log_to_driver=False,
                     logging_level="error",
@@ -378,7 +379,9 @@ _AGENTS: dict[str, tuple[Any, dict[str, Any]]] = {}
 def _agents(ray: Any) -> list[tuple[Any, dict[str, Any]]]:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    alive = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    alive = [n["NodeID"] for n in nodes]
+    cpus = {n["NodeID"]: int(n.get("Resources", {}).get("CPU", 1)) for n in nodes}
     for gone in set(_AGENTS) - set(alive):
         _AGENTS.pop(gone)
     actor_class = ray.remote(num_cpus=0, max_concurrency=8)(NodeAgent)
@@ -392,6 +395,8 @@ def _agents(ray: Any) -> list[tuple[Any, dict[str, Any]]]:
         infos = ray.get([a.info.remote() for a in fresh.values()])
         for (node_id, actor), info in zip(fresh.items(), infos, strict=True):
             _AGENTS[node_id] = (actor, info)
+    for node_id in alive:  # the CPUs Ray gives the node (`ray start --num-cpus`), not the host's
+        _AGENTS[node_id][1]["cpus"] = max(1, cpus[node_id])
     return [_AGENTS[n] for n in alive]
 
 

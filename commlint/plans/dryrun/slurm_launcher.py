@@ -24,11 +24,13 @@ import shutil
 from dataclasses import replace
 from typing import Any
 
-from commlint.plans.dryrun.driver import DryRunOptions, DryRunResult, dry_run
+from commlint.plans.dryrun.driver import DryRunOptions, DryRunResult, dry_run, stale_ranks
 from commlint.plans.dryrun.launch import LauncherError, NodeUsage
 from commlint.plans.dryrun.merge import rank_spec
+from commlint.plans.dryrun.values import ValueTable
 
 MAX_DEFAULT_TASKS = 32  # shares when --slurm-tasks is not given: one per node, at most this
+MAX_ROUNDS = 8  # rounds of tasks that deliver values sent in other tasks
 
 
 def shares(ranks: list[int], tasks: int) -> list[list[int]]:
@@ -102,17 +104,45 @@ def record(
     except (ValueError, TypeError) as exc:
         raise LauncherError(f"--slurm-option: {str(exc).splitlines()[0]}") from None
     cwd = os.getcwd()
-    results = _run(executor, [replace(options, ranks=p, jobs=jobs or 0) for p in parts], cwd)
+    base = replace(options, jobs=jobs or 0)
+    results = _run(executor, [replace(base, ranks=p) for p in parts], cwd)
     modes = {r.mode for r in results}
     if len(modes) > 1:  # fake and real tensors can take different paths: one mode for all
+        base = replace(base, mode="real")
         again = [i for i, r in enumerate(results) if r.mode != "real"]
-        redo = [replace(options, ranks=parts[i], jobs=jobs or 0, mode="real") for i in again]
-        for i, r in zip(again, _run(executor, redo, cwd), strict=True):
+        for i, r in zip(
+            again, _run(executor, [replace(base, ranks=parts[i]) for i in again], cwd), strict=True
+        ):
             results[i] = r
-    merged = merge(results, cluster)
+    rounds = 1
+    while rounds < MAX_ROUNDS:
+        # what every task's ranks sent, delivered to the tasks whose ranks would receive
+        # something else than in their last run (a value sent in another task)
+        table = _values(results)
+        runs = {r: run for res in results for r, run in res.runs.items()}
+        stale = set(stale_ranks(runs, table))
+        again = [i for i, p in enumerate(parts) if stale & set(p)]
+        if not again:
+            break
+        rounds += 1
+        shares_again = [replace(base, ranks=parts[i], values=table) for i in again]
+        for i, r in zip(again, _run(executor, shares_again, cwd), strict=True):
+            results[i] = r
+    else:
+        runs = {r: run for res in results for r, run in res.runs.items()}
+        stale = set(stale_ranks(runs, _values(results)))
+    merged = merge(results, cluster, rounds, sorted(stale))
     with contextlib.suppress(OSError):
         shutil.rmtree(folder)
     return merged
+
+
+def _values(results: list[DryRunResult]) -> ValueTable:
+    table = ValueTable()
+    for res in results:
+        for rank, run in res.runs.items():
+            table.replace_rank(rank, run.sent)
+    return table
 
 
 def _run(executor: Any, shares: list[DryRunOptions], cwd: str) -> list[DryRunResult]:
@@ -130,8 +160,11 @@ def _run(executor: Any, shares: list[DryRunOptions], cwd: str) -> list[DryRunRes
     return out
 
 
-def merge(results: list[DryRunResult], cluster: str) -> DryRunResult:
-    """One dry-run from the shares' results: every rank's run, the longest share's passes."""
+def merge(
+    results: list[DryRunResult], cluster: str, rounds: int = 1, unsettled: list[int] | None = None
+) -> DryRunResult:
+    """One dry-run from the shares' results: every rank's run, the passes of the longest
+    share in each round; `unsettled`: ranks whose values from other tasks still changed."""
     runs = {}
     notes: list[str] = []
     usage = []
@@ -144,18 +177,17 @@ def merge(results: list[DryRunResult], cluster: str) -> DryRunResult:
             )
     if len(results) > 1:
         notes.append(
-            f"recorded by {len(results)} Slurm tasks ({cluster}): values exchanged between "
-            "ranks flowed within a task only; a rank whose sender was in another task received "
-            "what every rank would get had each sent what it sent"
+            f"recorded by {len(results)} Slurm tasks ({cluster}) in {rounds} round"
+            f"{'s' if rounds != 1 else ''}: values sent in another task arrive one round later"
         )
     return DryRunResult(
         runs=runs,
-        passes=max(r.passes for r in results),
+        passes=max(r.passes for r in results) + rounds - 1,
         mode=results[0].mode,
         notes=notes,
-        converged=all(r.converged for r in results),
+        converged=all(r.converged for r in results) and not unsettled,
         seconds=max(r.seconds for r in results),
-        unsettled=sorted(u for r in results for u in r.unsettled),
+        unsettled=sorted({u for r in results for u in r.unsettled} | set(unsettled or ())),
         steering=[s for r in results for s in r.steering],
         usage=usage,
     )
