@@ -211,7 +211,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(spread over the nodes of the Ray cluster RAY_ADDRESS names, or a local one; values "
         "between ranks travel through Ray: pip install 'commlint[ray]'), slurm (the ranks "
         "split into --slurm-tasks Slurm tasks through submitit, each recorded locally, merged "
-        "into one verdict; values flow within a task only: pip install 'commlint[slurm]')",
+        "into one verdict; values sent in another task arrive a round later: pip install "
+        "'commlint[slurm]')",
     )
     p.add_argument(
         "--slurm-tasks",

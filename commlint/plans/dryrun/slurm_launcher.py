@@ -3,12 +3,13 @@ share recorded by one Slurm task with the local launcher, through submitit; the 
 results merged into one dry-run, checked once — the array recipe of docs/dryrun.md, run and
 collected for you.
 
-Slurm tasks have no channel to each other while they run: values exchanged between ranks
-(object collectives, votes, barrier hand-overs of files) flow within a share only; a rank
-whose sender is in another share receives "what it would get if every rank had sent what it
-sent", as with `--ranks` parts (docs/dryrun.md). Where that matters, one task with every
-rank (`--slurm-tasks 1`, a large node) is exact. Shares that fell back to real tensors make
-every share record with real tensors, so the merged traces come from one mode.
+Slurm tasks have no channel to each other while they run. Within a task values flow live, as
+on one machine; between tasks they flow by rounds: after each round, a task whose ranks would
+receive something else from another task's ranks (a broadcast plan, the files a barrier hands
+over, a reduced flag) records again with what every rank sent, delivered as values of an
+earlier pass are (`DryRunOptions.values`) — until nothing changes (`MAX_ROUNDS`). Shares that
+fell back to real tensors make every share record with real tensors, so the merged traces
+come from one mode.
 
 submitit moves each task's function and result through a folder every node sees
 (`--slurm-folder`, removed after a successful run), as Slurm jobs always do; the ranks of a
