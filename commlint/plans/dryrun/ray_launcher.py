@@ -102,15 +102,16 @@ class NodeAgent:
             self._serial[spec.rank] = serial
             self._launcher.start(spec)
 
-    def poll(self, timeout: float) -> tuple[list[tuple[int, Event]], dict[int, Sample], int]:
+    def poll(self, timeout: float) -> tuple[list[tuple[int, Event]], dict[int, Sample], bool]:
         """The ranks' messages and ends (each tagged with its start's serial), waiting at most
-        `timeout` for the first; their CPU samples when due; how many ranks run here."""
+        `timeout` for the first; their CPU samples when due; whether the node's memory allows
+        one more rank."""
         deadline = time.monotonic() + timeout
         while True:
             with self._lock:
                 launcher = self._launcher
                 if launcher is None:
-                    return [], {}, 0
+                    return [], {}, True
                 events = launcher.wait(0.02)
                 for e in events:
                     if e.ended is not None:
@@ -126,11 +127,8 @@ class NodeAgent:
                 live = len(launcher.live())
             if events or samples or time.monotonic() >= deadline:
                 tagged = [(self._serial.get(e.rank, 0), e) for e in events]
-                return tagged, samples, live
+                return tagged, samples, live < live_limit(live)
             time.sleep(0.002)  # let a start or a reply take the lock
-
-    def room(self, live: int) -> bool:
-        return live < live_limit(live)
 
     def reply(self, rank: int, value: Any) -> None:
         with self._lock:
@@ -292,11 +290,10 @@ class RayLauncher(Launcher):
         for ref in ready:
             node = self._polls.pop(ref)
             try:
-                tagged, samples, live = ray.get(ref)
+                tagged, samples, node.room = ray.get(ref)
             except Exception as exc:  # the agent (its node) is gone: so are its ranks
                 events.extend(self._node_lost(node, exc))
                 continue
-            node.room = ray.get(node.actor.room.remote(live)) if live else True
             self._samples.update(samples)
             for serial, event in tagged:
                 if self._serial.get(event.rank) != serial or event.rank not in self._where:
