@@ -17,14 +17,14 @@ import os
 import re
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from commlint import callsites
 from commlint.plans.dryrun import procs
 from commlint.plans.dryrun.child import RankSpec
-from commlint.plans.dryrun.launch import Ended, Launcher, NodeUsage, opened
+from commlint.plans.dryrun.launch import Ended, Launcher, LauncherError, NodeUsage
 from commlint.plans.dryrun.merge import rank_spec
 from commlint.plans.dryrun.recorder import USER_PROGRAMS, is_user_file, short_path
 from commlint.plans.dryrun.values import Key, ValueTable
@@ -504,6 +504,28 @@ def dry_run(
         result = _dry_run(options, mode, start, on_start_pass, on_done, launcher)
         result.usage = launcher.usage()
         return result
+
+
+@contextlib.contextmanager
+def opened(name: str, mode: str, program: str, module: str | None) -> Iterator[Launcher]:
+    """The launcher called `name` (`launch.py`), open for a run of `program` (`-m module`);
+    closed after."""
+    launcher: Launcher
+    if name == "local":
+        from commlint.plans.dryrun.local_launcher import LocalLauncher
+
+        launcher = LocalLauncher()
+    elif name == "ray":
+        from commlint.plans.dryrun.ray_launcher import RayLauncher
+
+        launcher = RayLauncher(program, module)
+    else:
+        raise LauncherError(f"--launcher {name}: not a rank launcher (one of local, ray)")
+    try:
+        launcher.open(mode)
+        yield launcher
+    finally:
+        launcher.close()
 
 
 def _fresh_table(options: DryRunOptions) -> ValueTable:

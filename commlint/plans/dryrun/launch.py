@@ -17,9 +17,7 @@ Ranks are named by their rank number: a pass runs each rank at most once.
 
 from __future__ import annotations
 
-import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -127,24 +125,3 @@ class Launcher(ABC):
 
     def close(self) -> None:  # noqa: B027 (optional)
         """After the run: nothing of it is left running."""
-
-
-@contextlib.contextmanager
-def opened(name: str, mode: str, program: str, module: str | None) -> Iterator[Launcher]:
-    """The launcher called `name`, open for a run of `program` (`-m module`); closed after."""
-    launcher: Launcher
-    if name == "local":
-        from commlint.plans.dryrun.local_launcher import LocalLauncher
-
-        launcher = LocalLauncher()
-    elif name == "ray":
-        from commlint.plans.dryrun.ray_launcher import RayLauncher
-
-        launcher = RayLauncher(program, module)
-    else:
-        raise LauncherError(f"--launcher {name}: not a rank launcher (one of local, ray)")
-    try:
-        launcher.open(mode)
-        yield launcher
-    finally:
-        launcher.close()
