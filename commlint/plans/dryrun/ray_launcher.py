@@ -215,7 +215,14 @@ class RayLauncher(Launcher):
             raise LauncherError("--launcher ray: the Ray cluster has no live node")
         programs = [self._program, os.path.abspath(self._program)]
         cwd = os.getcwd()
-        ray.get([n.actor.open_run.remote(cwd, programs, self._module, mode) for n in self._nodes])
+        try:
+            ray.get(
+                [n.actor.open_run.remote(cwd, programs, self._module, mode) for n in self._nodes]
+            )
+        except Exception as exc:  # a node without the working folder, an agent that died
+            cause = getattr(exc, "cause", None) or exc
+            why = str(cause) if isinstance(cause, LauncherError) else _fault(cause)
+            raise LauncherError(f"--launcher ray: a node cannot run the ranks: {why}") from None
         for n in self._nodes:
             self._polls[n.actor.poll.remote(_POLL_SECONDS)] = n
 
