@@ -72,7 +72,7 @@ def test_local_verdicts_are_what_the_programs_say():
     ok, bad = local(OK), local(BAD)
     assert ok["findings"] == [] and not ok["incomplete"]
     # every rank followed the step count rank 0 broadcast, over the sizes from its file
-    assert all(len(calls) == 7 for calls in ok["calls"].values())
+    assert all(len(calls) == 8 for calls in ok["calls"].values())
     site = f"{BAD.name}:{line_of(BAD, 'the last rank' + chr(39) + 's fourth call')}"
     assert [(c, s, r[-1]) for c, s, r in bad["findings"]] == [("CL203", site, WORLD - 1)]
 

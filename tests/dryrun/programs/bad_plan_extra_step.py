@@ -18,12 +18,13 @@ if rank == 0:
 dist.barrier()
 with open(plan_file) as fh:
     sizes = json.load(fh)["sizes"]
+dist.barrier()  # every rank has read it
+if rank == 0:
+    os.remove(plan_file)
 steps = [3 if rank == 0 else None]
 dist.broadcast_object_list(steps, src=0)
 extra = 1 if rank == dist.get_world_size() - 1 else 0
 for size in sizes[: steps[0] + extra]:
     dist.all_reduce(torch.ones(size))  # the last rank's fourth call
 dist.barrier()
-if rank == 0:
-    os.remove(plan_file)
 dist.destroy_process_group()

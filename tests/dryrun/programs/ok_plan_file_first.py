@@ -17,11 +17,12 @@ if rank == 0:
 dist.barrier()
 with open(plan_file) as fh:
     sizes = json.load(fh)["sizes"]
+dist.barrier()  # every rank has read it
+if rank == 0:
+    os.remove(plan_file)
 steps = [3 if rank == 0 else None]
 dist.broadcast_object_list(steps, src=0)
 for size in sizes[: steps[0]]:
     dist.all_reduce(torch.ones(size))
 dist.barrier()
-if rank == 0:
-    os.remove(plan_file)
 dist.destroy_process_group()
