@@ -63,7 +63,8 @@ def main() -> int:
 
     start = time.monotonic()
     from commlint.graph.check import check_trace
-    from commlint.plans.dryrun.driver import DryRunOptions, default_jobs, dry_run, warm_up
+    from commlint.plans.dryrun.driver import DryRunOptions, default_jobs, dry_run
+    from commlint.plans.dryrun.warm import warm_up
 
     args.jobs = args.jobs or default_jobs()
     warm_up("fake")

@@ -203,6 +203,41 @@ def register(sub: argparse._SubParsersAction) -> None:
         "or `none` (default: 0); torchrun's LOCAL_RANK:STREAM form (0:3,1:1) shows those "
         "local ranks of every node, a bare number is a rank",
     )
+    p.add_argument(
+        "--launcher",
+        choices=("local", "ray", "slurm"),
+        default="local",
+        help="where the rank processes run: local (forked on this machine; the default), ray "
+        "(spread over the nodes of the Ray cluster RAY_ADDRESS names, or a local one; values "
+        "between ranks travel through Ray: pip install 'commlint[ray]'), slurm (the ranks "
+        "split into --slurm-tasks Slurm tasks through submitit, each recorded locally, merged "
+        "into one verdict; values sent in another task arrive a round later: pip install "
+        "'commlint[slurm]')",
+    )
+    p.add_argument(
+        "--slurm-tasks",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="with --launcher slurm: Slurm tasks the ranks are split into (default: one per "
+        "simulated node, at most 32)",
+    )
+    p.add_argument(
+        "--slurm-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --launcher slurm: a submitit parameter for every task, e.g. "
+        "slurm_partition=cpu, timeout_min=30, cpus_per_task=8, mem_gb=16 (repeatable); "
+        "cluster=local runs the tasks here with submitit's local executor",
+    )
+    p.add_argument(
+        "--slurm-folder",
+        default="commlint-slurm",
+        metavar="DIR",
+        help="with --launcher slurm: submitit's folder for the tasks' pickles and logs, on a "
+        "filesystem every node sees (default: ./commlint-slurm, removed after a run)",
+    )
     add_output_options(p)
     p.add_argument("program", metavar="train.py", help="the training script (with -m: the module)")
     p.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="its arguments")
@@ -215,6 +250,14 @@ def run(args: argparse.Namespace) -> int:
     report = Report()
     if importlib.util.find_spec("torch") is None:
         print(f"commlint: error: {NEEDS_TORCH}", file=sys.stderr)
+        return 2
+    needs = {"ray": ("ray", "ray"), "slurm": ("submitit", "slurm")}.get(args.launcher)
+    if needs and importlib.util.find_spec(needs[0]) is None:
+        print(
+            f"commlint: error: --launcher {args.launcher} needs {needs[0]}, which is not "
+            f"installed: pip install 'commlint[{needs[1]}]'",
+            file=sys.stderr,
+        )
         return 2
     try:
         launch = resolve_launch(args)
@@ -272,19 +315,32 @@ def run(args: argparse.Namespace) -> int:
         ranks=ranks,
         timeout=args.timeout,
         steps=args.steps,
-        jobs=args.jobs or default_jobs(),
+        # local: this machine's CPUs; ray: the cluster's (0: the launcher's default)
+        jobs=args.jobs or (default_jobs() if args.launcher == "local" else 0),
         mode=args.tensors,
         model=args.model,
         module=launch.module,
         env=launch.env,
         device=device,
+        launcher="local" if args.launcher == "slurm" else args.launcher,
         **({"max_passes": args.max_passes} if "max_passes" in args else {}),
         **({"real_budget": args.real_budget} if "real_budget" in args else {}),
     )
+    from commlint.plans.dryrun.launch import LauncherError
     from commlint.plans.dryrun.procs import Interrupted
 
     try:
-        result = _record(options)
+        if args.launcher == "slurm":
+            from commlint.plans.dryrun.slurm_launcher import record
+
+            result = record(
+                options, args.slurm_tasks, args.slurm_option, args.slurm_folder, args.jobs
+            )
+        else:
+            result = _record(options)
+    except LauncherError as exc:
+        print(f"commlint: error: {exc}", file=sys.stderr)
+        return 2
     except Interrupted as exc:
         # a CI cancel, a closed terminal, Ctrl-C: every rank and every process it started
         # was stopped before getting here (`procs.Keeper`)
@@ -295,6 +351,13 @@ def run(args: argparse.Namespace) -> int:
         )
         return 128 + exc.signum
     _show_output(result, tee)
+    if args.launcher != "local":
+        for u in result.usage:
+            print(
+                f"commlint: note: {args.launcher} node {u.node}: {u.ranks} rank runs, "
+                f"{u.cpu_seconds:.1f} CPU s, largest rank {u.peak_rank_bytes / 2**20:.0f} MB",
+                file=sys.stderr,
+            )
     for note in result.notes:
         print(f"commlint: note: {note}", file=sys.stderr)
     incomplete = result.incomplete()

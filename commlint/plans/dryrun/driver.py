@@ -1,36 +1,33 @@
-"""The parent side of a dry-run: fork one process per rank, collect, repeat until stable.
+"""The parent side of a dry-run: start one process per rank, collect, repeat until stable.
 
-Ranks run one OS process each, forked after torch is imported (explicit `Process` objects and
-pipes). A pass runs the ranks that need it, `jobs` at a time; a rank runs again in the next
+Ranks run one OS process each, started by a launcher (`launch.py`: forked from this warm
+process by default, or on the nodes of a Ray cluster), each with a channel to this driver. A
+pass runs the ranks that need it, `jobs` at a time; a rank runs again in the next
 pass only when the values it would receive changed (see `values.py`). A rank is stopped when
 it makes no progress for --timeout (no CPU time, not even waiting for a CPU, no message, no wait
 for its peers) or used --timeout of CPU time: a signal it raises at its line, SIGKILL from here
 as a last resort (`_pass`); load alone never stops one. Every process of the run is kept in
-hand by `procs.Keeper`.
+hand by `procs.Keeper` where it runs.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gc
-import multiprocessing as mp
 import os
 import re
 import signal
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from multiprocessing.connection import wait
 from typing import Any
 
 from commlint import callsites
 from commlint.plans.dryrun import procs
-from commlint.plans.dryrun.child import RankSpec, run_rank
+from commlint.plans.dryrun.child import RankSpec
+from commlint.plans.dryrun.launch import Ended, Launcher, LauncherError, NodeUsage
 from commlint.plans.dryrun.merge import rank_spec
 from commlint.plans.dryrun.recorder import USER_PROGRAMS, is_user_file, short_path
 from commlint.plans.dryrun.values import Key, ValueTable
-from commlint.plans.dryrun.warm import warm_up
 from commlint.trace import Action, RankEnd, Trace
 
 GRACE_SECONDS = 3.0
@@ -100,6 +97,11 @@ class DryRunOptions:
     env: dict[str, str] = field(default_factory=dict)
     # the machine the job runs on: "cuda" (GPUs, played by stand-ins) or "cpu" (none)
     device: str = "cuda"
+    # where the ranks run (`launch.py`): "local" (forked here) or "ray"
+    launcher: str = "local"
+    # what ranks recorded elsewhere sent (another Slurm task's: `slurm_launcher.py`),
+    # delivered as values of an earlier pass are
+    values: ValueTable | None = None
 
 
 @dataclass
@@ -122,6 +124,8 @@ class DryRunResult:
     unsettled: list[int] = field(default_factory=list)
     # rank-local values that decide what a rank communicates (CL211; `_explore`)
     steering: list[dict[str, Any]] = field(default_factory=list)
+    # per node of the launcher: ranks started, their CPU seconds, their largest peak
+    usage: list[NodeUsage] = field(default_factory=list)
 
     def incomplete(self) -> list[Incomplete]:
         """Every rank that did not reach the end of its program (stopped at the time limit,
@@ -200,43 +204,32 @@ def _run_pass(
     table: ValueTable,
     mode: str,
     on_done: Callable[[int], None] | None,
-    scratch: str,
+    launcher: Launcher,
     symbolic: bool = False,
     flips: dict[int, tuple[str, ...]] | None = None,
 ) -> dict[int, RankRun]:
-    with procs.kept() as keeper:
-        return _pass(options, ranks, table, mode, on_done, scratch, symbolic, flips, keeper)
+    launcher.begin(table, mode)
+    clean = False
+    try:
+        runs = _pass(options, ranks, table, mode, on_done, launcher, symbolic, flips)
+        clean = True
+        return runs
+    finally:
+        if not clean:  # interrupted: stop them at once (`Launcher.close`: the rest)
+            launcher.abandon()
+        launcher.end_pass(clean)
 
 
 @dataclass
 class _Running:
-    """A rank process of this pass, and what the parent knows of its progress."""
+    """A rank of this pass, and what the driver knows of its progress."""
 
     rank: int
-    proc: Any
     start: float
-    cgroup: str | None
     idle_since: float  # when it last made progress (CPU, a message, a wait for peers)
-    exit_fd: int  # readable once the process ended (`_exit_fd`)
     last: procs.Sample | None = None
-    # stopped by the parent: (why: "idle" | "cpu", when, its CPU seconds then)
+    # stopped by the driver: (why: "idle" | "cpu", when, its CPU seconds then)
     stop: tuple[str, float, float] | None = None
-
-
-def _exit_fd(proc: Any) -> int:
-    """A descriptor that becomes readable when the rank's process ends: a pidfd. Not the
-    process's sentinel, nor its pipe: both are pipes a child it forked inherits and keeps
-    open after the rank ended."""
-    try:
-        return os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):  # before Linux 5.3
-        return proc.sentinel
-
-
-def _rank_main(spec: RankSpec, table: ValueTable, conn: Any, replies: Any, parent: int,
-               cgroup: str | None) -> None:  # fmt: skip
-    procs.enter_rank(parent, cgroup)
-    run_rank(spec, table, conn, replies)
 
 
 def _pass(
@@ -245,26 +238,21 @@ def _pass(
     table: ValueTable,
     mode: str,
     on_done: Callable[[int], None] | None,
-    scratch: str,
+    launcher: Launcher,
     symbolic: bool,
     flips: dict[int, tuple[str, ...]] | None,
-    keeper: procs.Keeper,
 ) -> dict[int, RankRun]:
-    ctx = mp.get_context("fork")
     pending = list(ranks)
-    running: dict[Any, _Running] = {}
-    # a rank process's exit (`_exit_fd`) -> its pipe
-    sentinels: dict[int, Any] = {}
+    running: dict[int, _Running] = {}
     runs: dict[int, RankRun] = {r: RankRun() for r in ranks}
     # Live delivery (`channel.Live`): what each rank sent in this pass, and the receives
-    # waiting for it (rank -> (key, senders)), answered through each rank's reply pipe. Each
-    # wait keeps the senders it still misses, and each key its waiters: a value that arrives
-    # or a rank that ends costs only the waits it concerns (1,024 ranks each waiting for all).
+    # waiting for it (rank -> (key, senders)), answered through the launcher. Each wait keeps
+    # the senders it still misses, and each key its waiters: a value that arrives or a rank
+    # that ends costs only the waits it concerns (1,024 ranks each waiting for all).
     sent_now: dict[Any, dict[int, Any]] = {}
     waiting: dict[int, tuple[Any, list[int]]] = {}
     missing: dict[int, set[int]] = {}
     waiters: dict[Any, set[int]] = {}
-    replies: dict[int, Any] = {}
     this_pass = set(ranks)
     timeout = options.timeout
     tick = min(1.0, max(0.05, timeout / 8))
@@ -282,8 +270,7 @@ def _pass(
             value = now[s] if s in now else before.get(s)
             if value is not None:
                 got[s] = value
-        with contextlib.suppress(OSError):
-            replies[rank].send(got)
+        launcher.reply(rank, got)
 
     def want(rank: int, key: Any, senders: list[int]) -> None:
         now = sent_now.get(key, {})
@@ -314,53 +301,41 @@ def _pass(
                 answer(rank)
 
     def can_start() -> bool:
-        return len(running) < procs.live_limit(len(running))
+        return launcher.can_start(len(running))
 
     finished: set[int] = set()
 
-    def finish(conn: Any) -> None:
-        r = running.pop(conn)
-        if sentinels.pop(r.exit_fd, None) is not None and r.exit_fd != r.proc.sentinel:
-            os.close(r.exit_fd)
-        rank, proc = r.rank, r.proc
+    def finish(rank: int, ended: Ended) -> None:
+        r = running.pop(rank)
         finished.add(rank)
         if rank in waiting:
             key = waiting.pop(rank)[0]
             missing.pop(rank, None)
             waiters.get(key, set()).discard(rank)
         arrived(rank, None)
-        with contextlib.suppress(OSError):
-            replies.pop(rank).close()
-        proc.join(1.0)
-        if proc.is_alive():
-            keeper.end_rank(proc.pid, r.cgroup)
-            proc.join()
         run = runs[rank]
-        # what it started and left running goes with it (a child holding its pipe too)
-        run.leftover = keeper.end_rank(proc.pid, r.cgroup)
+        run.leftover = ended.leftover
         run.seconds = time.monotonic() - r.start
-        run.output = _read(os.path.join(scratch, f"rank-{rank}.out"))
-        _keep_debug_notes(scratch, rank)
+        run.output = ended.output
+        _keep_debug_notes(ended.debug)
         if not run.ended:
-            site, why = _lost(proc.exitcode, _read(os.path.join(scratch, f"rank-{rank}.fault")))
+            site, why = _lost(ended.exitcode, ended.fault)
             run.end = {"kind": "exit", "message": why, "site": site or _last_site(run)}
             run.stopped = why
-        conn.close()
         if on_done:
             on_done(rank)
 
-    def receive(conn: Any) -> None:
-        r = running[conn]
-        run = runs[r.rank]
+    def receive(rank: int, messages: list[Any]) -> None:
+        r = running[rank]
+        run = runs[rank]
         r.idle_since = time.monotonic()  # a message is progress
-        while conn.poll():
-            msg = conn.recv()
+        for msg in messages:
             if msg[0] == "want":
-                want(r.rank, msg[1], msg[2])
+                want(rank, msg[1], msg[2])
                 continue
             if msg[0] in ("v", "v0"):
-                sent_now.setdefault(msg[1], {})[r.rank] = msg[2] if msg[0] == "v" else None
-                arrived(r.rank, msg[1])
+                sent_now.setdefault(msg[1], {})[rank] = msg[2] if msg[0] == "v" else None
+                arrived(rank, msg[1])
                 if msg[0] == "v0":
                     continue
             _handle(run, msg)
@@ -369,11 +344,11 @@ def _pass(
         """Stop a rank that made no progress for --timeout (it used no CPU and did not even
         wait for one, sent nothing, and did not wait for its peers), or that used --timeout
         of CPU time; kill one that did not end within its grace after that."""
-        for conn, r in list(running.items()):
-            if r.rank in waiting:
-                r.idle_since = now  # waiting for peers: the parent answers it
+        for rank, r in list(running.items()):
+            if rank in waiting:
+                r.idle_since = now  # waiting for peers: the driver answers it
                 continue
-            sample = keeper.sample(r.proc.pid, r.cgroup)
+            sample = launcher.sample(rank)
             if sample is not None and (
                 r.last is None or sample.cpu > r.last.cpu or sample.delay > r.last.delay
             ):
@@ -384,15 +359,14 @@ def _pass(
                 why = "cpu" if cpu >= timeout else "idle" if now - r.idle_since >= timeout else None
                 if why:
                     r.stop = (why, now, cpu)
-                    with contextlib.suppress(OSError):
-                        # the rank raises where it is (`child._run_program`), naming the line
-                        os.kill(r.proc.pid, procs.STOP_SIGNALS[why])
+                    # the rank raises where it is (`child._run_program`), naming the line
+                    launcher.stop(rank, procs.STOP_SIGNALS[why])
                 continue
             why, when, cpu_then = r.stop
             if now - max(when, r.idle_since) < GRACE_SECONDS and cpu - cpu_then < GRACE_SECONDS:
                 continue
-            keeper.end_rank(r.proc.pid, r.cgroup)
-            run = runs[r.rank]
+            ended = launcher.kill(rank)
+            run = runs[rank]
             run.end = {
                 "kind": "timeout",
                 "message": procs.STOP_MESSAGES[why].format(t=timeout)
@@ -400,19 +374,17 @@ def _pass(
                 "site": _last_site(run),
             }
             run.ended = True
-            finish(conn)
+            finish(rank, ended)
 
-    try:
-        while pending or running:
-            while (
-                pending
-                and len(running) - len(waiting) < max(1, options.jobs)
-                and (not running or can_start())
-            ):
-                rank = pending.pop(0)
-                recv_end, send_end = ctx.Pipe(duplex=False)
-                reply_recv, replies[rank] = ctx.Pipe(duplex=False)
-                spec = RankSpec(
+    while pending or running:
+        while (
+            pending
+            and len(running) - len(waiting) < max(1, options.jobs)
+            and (not running or can_start())
+        ):
+            rank = pending.pop(0)
+            launcher.start(
+                RankSpec(
                     program=options.program,
                     module=options.module,
                     env=options.env,
@@ -424,52 +396,23 @@ def _pass(
                     mode=mode,
                     timeout=timeout,
                     steps=options.steps,
-                    output=os.path.join(scratch, f"rank-{rank}.out"),
-                    fault=os.path.join(scratch, f"rank-{rank}.fault"),
                     symbolic=symbolic,
                     flips=(flips or {}).get(rank, ()),
                 )
-                cgroup = keeper.cgroup_for(rank)
-                # Not a daemon: a rank may start processes of its own (DataLoader workers); it
-                # and they are killed together when it ends or overruns (`procs.Keeper`).
-                proc = ctx.Process(
-                    target=_rank_main,
-                    args=(spec, table, send_end, reply_recv, os.getpid(), cgroup),
-                    daemon=False,
-                )
-                proc.start()
-                keeper.started(proc.pid, cgroup)
-                send_end.close()
-                reply_recv.close()
-                begun = time.monotonic()
-                running[recv_end] = _Running(rank, proc, begun, cgroup, begun, _exit_fd(proc))
-                sentinels[running[recv_end].exit_fd] = recv_end
-            for ready in wait([*running, *sentinels], timeout=min(0.2, tick)):
-                # a pipe with messages (or closed); or a rank process that ended, though a
-                # process it forked may still hold its pipe open: what it sent is all there
-                conn = sentinels.get(ready, ready)
-                if conn not in running:
-                    continue
-                try:
-                    receive(conn)
-                except (EOFError, OSError):
-                    finish(conn)
-                    continue
-                if ready is not conn:
-                    finish(conn)
-            settle_waits()
-            now = time.monotonic()
-            if now >= next_check:
-                next_check = now + tick
-                watch(now)
-    finally:
-        for r in running.values():  # interrupted: stop them at once (`Keeper.close`: the rest)
-            keeper.abandon(r.proc.pid, r.cgroup)
-        for r in running.values():
-            with contextlib.suppress(Exception):
-                r.proc.join(1.0)
-        if not running:
-            keeper.sweep()
+            )
+            begun = time.monotonic()
+            running[rank] = _Running(rank, begun, begun)
+        for event in launcher.wait(min(0.2, tick)):
+            if event.rank not in running:
+                continue
+            receive(event.rank, event.messages)
+            if event.ended is not None:
+                finish(event.rank, event.ended)
+        settle_waits()
+        now = time.monotonic()
+        if now >= next_check:
+            next_check = now + tick
+            watch(now)
     return runs
 
 
@@ -492,14 +435,6 @@ def _lost(exitcode: int | None, fault: str) -> tuple[str | None, str]:
         f"its process ended (code {exitcode}) without reporting its end: the pipe to "
         "commlint was closed or lost, so what it did after its last recorded action is unknown"
     )
-
-
-def _read(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read()
-    except OSError:
-        return ""
 
 
 def format_bytes(n: int) -> str:
@@ -558,40 +493,54 @@ def dry_run(
     USER_PROGRAMS.update({options.program, os.path.abspath(options.program)})
     if options.module:
         callsites.claim_program_package(options.module)
-    with procs.interruptible():  # SIGTERM, SIGHUP, SIGINT: the run's processes end first
-        warm_up(mode)
-        with (
-            _frozen_heap(),
-            tempfile.TemporaryDirectory(prefix="commlint-dryrun-") as scratch,
-            procs.kept(),  # nothing the ranks start outlives the run
-        ):
-            return _dry_run(options, mode, start, on_start_pass, on_done, scratch)
-
-
-def _keep_debug_notes(scratch: str, rank: int) -> None:
-    """`COMMLINT_DEBUG=1`: a rank's exception tracebacks, written into the scratch (its view of
-    the working folder is its own), appended to its file in the working folder."""
-    for mode in ("fake", "real"):
-        name = f"commlint-debug-rank{rank}-{mode}.txt"
-        with contextlib.suppress(OSError):
-            with open(os.path.join(scratch, name), "rb") as src:
-                text = src.read()
-            os.remove(os.path.join(scratch, name))
-            with open(name, "ab") as out:
-                out.write(text)
+    with (
+        procs.interruptible(),  # SIGTERM, SIGHUP, SIGINT: the run's processes end first
+        opened(
+            options.launcher, mode, options.program, options.module
+        ) as launcher,  # nothing the ranks start outlives it
+    ):
+        if not options.jobs:  # as many as the launcher's CPUs
+            options = replace(options, jobs=launcher.default_jobs() or default_jobs())
+        result = _dry_run(options, mode, start, on_start_pass, on_done, launcher)
+        result.usage = launcher.usage()
+        return result
 
 
 @contextlib.contextmanager
-def _frozen_heap() -> Iterator[None]:
-    """Move every object the parent holds (torch's modules, the warm caches) out of the
-    garbage collector's reach while ranks are forked: a child's collections then scan only its
-    own objects and never touch (and copy) the parent's pages. ~15-20 % of a rank's CPU."""
-    gc.collect()
-    gc.freeze()
+def opened(name: str, mode: str, program: str, module: str | None) -> Iterator[Launcher]:
+    """The launcher called `name` (`launch.py`), open for a run of `program` (`-m module`);
+    closed after."""
+    launcher: Launcher
+    if name == "local":
+        from commlint.plans.dryrun.local_launcher import LocalLauncher
+
+        launcher = LocalLauncher()
+    elif name == "ray":
+        from commlint.plans.dryrun.ray_launcher import RayLauncher
+
+        launcher = RayLauncher(program, module)
+    else:
+        raise LauncherError(f"--launcher {name}: not a rank launcher (one of local, ray)")
     try:
-        yield
+        launcher.open(mode)
+        yield launcher
     finally:
-        gc.unfreeze()
+        launcher.close()
+
+
+def _fresh_table(options: DryRunOptions) -> ValueTable:
+    """The values a run starts from: none, or what ranks recorded elsewhere sent."""
+    if options.values is None:
+        return ValueTable()
+    return ValueTable({k: dict(v) for k, v in options.values.values.items()})
+
+
+def _keep_debug_notes(notes: dict[str, bytes]) -> None:
+    """`COMMLINT_DEBUG=1`: a rank's exception tracebacks (written into its scratch: its view
+    of the working folder is its own), appended to their files in the working folder."""
+    for name, text in notes.items():
+        with contextlib.suppress(OSError), open(name, "ab") as out:
+            out.write(text)
 
 
 def _dry_run(
@@ -600,10 +549,10 @@ def _dry_run(
     start: float,
     on_start_pass: Callable[[int, int], None] | None,
     on_done: Callable[[int], None] | None,
-    scratch: str,
+    launcher: Launcher,
 ) -> DryRunResult:
     notes: list[str] = []
-    table = ValueTable()
+    table = _fresh_table(options)
     runs: dict[int, RankRun] = {}
     todo = list(options.ranks)
     passes = 0
@@ -620,7 +569,7 @@ def _dry_run(
         passes += 1
         if on_start_pass:
             on_start_pass(passes, len(todo))
-        new = _run_pass(options, todo, table, mode, on_done, scratch, symbolic)
+        new = _run_pass(options, todo, table, mode, on_done, launcher, symbolic)
         same = all(
             r in runs and (runs[r].actions, runs[r].end) == (run.actions, run.end)
             for r, run in new.items()
@@ -629,7 +578,7 @@ def _dry_run(
         runs.update(new)
         for r, run in new.items():
             table.replace_rank(r, run.sent)
-        todo = _stale(runs, table)
+        todo = stale_ranks(runs, table)
         converged = not todo
         if (
             todo
@@ -658,7 +607,7 @@ def _dry_run(
             # not by value: a program checking gradient sync reads those values. Run again
             # until they settle too (each pass settles the next link of the chain of steps).
             table.exact_model = True
-            todo = _stale(runs, table)
+            todo = stale_ranks(runs, table)
             if todo:
                 converged, stable, settled_at, exact_from = False, 0, None, passes
                 continue
@@ -698,7 +647,7 @@ def _dry_run(
                     "rank took the outcome its placeholder gives there, and the other outcome "
                     "of each test of a rank-local value was recorded too"
                 )
-                table, runs, todo = ValueTable(), {}, list(options.ranks)
+                table, runs, todo = _fresh_table(options), {}, list(options.ranks)
                 converged, stable, settled_at = False, 0, None
                 continue
             if options.real_budget is not None and need > options.real_budget:
@@ -721,7 +670,7 @@ def _dry_run(
                         "there, the same on every rank, and the other outcome of each test of "
                         "a rank-local value was recorded too"
                     )
-                    table, runs, todo = ValueTable(), {}, list(options.ranks)
+                    table, runs, todo = _fresh_table(options), {}, list(options.ranks)
                     converged, stable, settled_at = False, 0, None
                     continue
                 for r, (msg, _, is_limit) in (hard or limited).items():
@@ -741,7 +690,7 @@ def _dry_run(
             if not hard:
                 confirm = (rank, message)
             mode = "real"
-            table = ValueTable()
+            table = _fresh_table(options)
             runs = {}
             todo = list(options.ranks)
             converged = False
@@ -773,11 +722,13 @@ def _dry_run(
             if run.fake_limit and run.fake_limit[2] and not run.stopped and not run.behind:
                 run.stopped = f"fake tensors cannot run it ({run.fake_limit[0]})"
     unsettled = [] if converged else sorted(todo)
-    steering = _explore(options, runs, table, scratch, notes) if symbolic else []
+    steering = _explore(options, runs, table, launcher, notes) if symbolic else []
     if decided_first and steering and mode == "fake":
         sites = {s["test"] for s in steering}
         needed = [r for r, run in runs.items() if any(d[2] in sites for d in run.decisions)]
-        return _real_for_steering(options, start, on_start_pass, on_done, scratch, steering, needed)
+        return _real_for_steering(
+            options, start, on_start_pass, on_done, launcher, steering, needed
+        )
     return DryRunResult(
         runs, passes, mode, notes, converged, time.monotonic() - start, unsettled, steering
     )
@@ -788,7 +739,7 @@ def _real_for_steering(
     start: float,
     on_start_pass: Callable[[int, int], None] | None,
     on_done: Callable[[int], None] | None,
-    scratch: str,
+    launcher: Launcher,
     steering: list[dict[str, Any]],
     needed: list[int],
 ) -> DryRunResult:
@@ -797,7 +748,7 @@ def _real_for_steering(
     the budget: record every rank with small real CPU tensors, where the test takes the
     outcome the real values give (exact: one that is the same on every rank is no finding)."""
     first = steering[0]
-    result = _dry_run(options, "real", start, on_start_pass, on_done, scratch)
+    result = _dry_run(options, "real", start, on_start_pass, on_done, launcher)
     n = len(options.ranks)
     result.notes.insert(
         0,
@@ -870,7 +821,7 @@ def _describe(a: dict[str, Any] | None) -> str:
     return f"{a.get('label') or a['op']} on group {a.get('group', 'WORLD')}"
 
 
-def _stale(runs: dict[int, RankRun], table: ValueTable) -> list[int]:
+def stale_ranks(runs: dict[int, RankRun], table: ValueTable) -> list[int]:
     """The ranks that would receive something else than in their last run."""
     return [
         r
@@ -887,7 +838,7 @@ def _explore(
     options: DryRunOptions,
     runs: dict[int, RankRun],
     table: ValueTable,
-    scratch: str,
+    launcher: Launcher,
     notes: list[str],
 ) -> list[dict[str, Any]]:
     """For the first test at each line of a rank-local number fake tensors did not compute
@@ -935,7 +886,7 @@ def _explore(
             )
     found = []
     for site, (r, key, read, outcome) in list(first.items())[:_MAX_EXPLORED]:
-        other = _run_pass(options, [r], table, "fake", None, scratch, True, {r: (key,)})[r]
+        other = _run_pass(options, [r], table, "fake", None, launcher, True, {r: (key,)})[r]
         base = runs[r].actions
         i = next(
             (
