@@ -27,7 +27,7 @@ from commlint.findings import InputError, Report
 from commlint.lint.analyze import Program, RawFinding, module_name
 from commlint.lint.config import LintConfig
 from commlint.lint.discovery import changed_lines, discover, project_context
-from commlint.lint.gc_pause import paused_gc
+from commlint.lint.gc_pause import Survivors, paused_gc, survivors_kept_apart
 from commlint.lint.ir import FileFacts, Pos
 from commlint.lint.names import Names
 from commlint.lint.source import Unreadable, decode_source
@@ -483,6 +483,14 @@ class _Progress:
 
 # ------------------------------------------------------------------ main entry
 def lint_paths(paths: list[str], config: LintConfig, opts: LintOptions) -> Report:
+    """The report of `paths` (files and folders) under `config` and `opts`."""
+    with survivors_kept_apart() as survivors:
+        return _lint_paths(paths, config, opts, survivors)
+
+
+def _lint_paths(
+    paths: list[str], config: LintConfig, opts: LintOptions, survivors: Survivors
+) -> Report:
     import json
 
     from commlint.rules import all_rules
@@ -564,6 +572,7 @@ def lint_paths(paths: list[str], config: LintConfig, opts: LintOptions) -> Repor
     finally:
         progress.close()
     facts.extend(fresh)
+    survivors.freeze()  # the facts live until the report
     facts.sort(key=lambda x: x.path)
     report.checked = sum(f.path not in excluded for f in facts)
 

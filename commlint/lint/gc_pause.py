@@ -28,3 +28,34 @@ def paused_gc() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+class Survivors:
+    """What a run builds and keeps to its end (every file's facts), kept out of the
+    collector's walks once built: left in, the first collection after the extraction walked
+    all of it again, and every full one after that (a tenth of the CPU time on a 2 MB file).
+    `gc.freeze` moves every object alive into a generation the collector never walks;
+    `release` hands them back (a caller that froze objects itself is left alone)."""
+
+    def __init__(self) -> None:
+        self.frozen = False
+
+    def freeze(self) -> None:
+        if not self.frozen and gc.get_freeze_count() == 0:
+            gc.freeze()
+            self.frozen = True
+
+    def release(self) -> None:
+        if self.frozen:
+            gc.unfreeze()
+            self.frozen = False
+
+
+@contextmanager
+def survivors_kept_apart() -> Iterator[Survivors]:
+    """A `Survivors` released when the block ends, however it ends."""
+    survivors = Survivors()
+    try:
+        yield survivors
+    finally:
+        survivors.release()

@@ -178,3 +178,26 @@ def test_the_cyclic_collector_never_walks_a_file_being_analysed(tmp_path, monkey
     assert sum(f.code == "CL101" for f in report.findings) == n
     assert passes == []
     assert gc.isenabled()  # and it is on again after the run
+
+
+def test_the_facts_are_kept_out_of_the_collectors_walks_until_the_report(tmp_path, monkeypatch):
+    """Once every file is extracted its facts live to the end of the run: frozen (`gc.freeze`)
+    while the rules run, so that no collection walks them again, and handed back after."""
+    import gc
+
+    from commlint.lint.perrank import FileEval
+
+    (tmp_path / "a.py").write_text(_block(4), encoding="utf-8")
+    frozen: list[int] = []
+    real = FileEval.run
+
+    def run(self):
+        frozen.append(gc.get_freeze_count())
+        return real(self)
+
+    monkeypatch.setattr(FileEval, "run", run)
+    assert gc.get_freeze_count() == 0
+    report = _lint(tmp_path, jobs=1)
+    assert sum(f.code == "CL101" for f in report.findings) == 4
+    assert frozen and min(frozen) > 0
+    assert gc.get_freeze_count() == 0
