@@ -27,6 +27,7 @@ from commlint.findings import InputError, Report
 from commlint.lint.analyze import Program, RawFinding, module_name
 from commlint.lint.config import LintConfig
 from commlint.lint.discovery import changed_lines, discover, project_context
+from commlint.lint.gc_pause import Survivors, paused_gc, survivors_kept_apart
 from commlint.lint.ir import FileFacts, Pos
 from commlint.lint.names import Names
 from commlint.lint.source import Unreadable, decode_source
@@ -291,10 +292,11 @@ def extract(
 ) -> FileFacts:
     """One file's facts. Never raises for bad input: a syntax error is part of the facts."""
     limits = limits or Limits()
-    checked = precheck(path, module, data, extra_key, limits)
-    if isinstance(checked, FileFacts):
-        return checked
-    return analyse(path, module, checked, extra_key, limits)
+    with paused_gc():
+        checked = precheck(path, module, data, extra_key, limits)
+        if isinstance(checked, FileFacts):
+            return checked
+        return analyse(path, module, checked, extra_key, limits)
 
 
 Task = tuple[str, str, bytes, str, Limits]
@@ -349,12 +351,13 @@ def _isolated_main() -> None:
 def _extract_serial(task: Task) -> FileFacts:
     """In this process, unless the pre-check finds the file risky for the native parser."""
     path, module, data, extra_key, limits = task
-    checked = precheck(path, module, data, extra_key, limits)
-    if isinstance(checked, FileFacts):
-        return checked
-    if checked.depth > RISKY_DEPTH:
-        return extract_isolated(task)
-    return analyse(path, module, checked, extra_key, limits)
+    with paused_gc():
+        checked = precheck(path, module, data, extra_key, limits)
+        if isinstance(checked, FileFacts):
+            return checked
+        if checked.depth > RISKY_DEPTH:
+            return extract_isolated(task)
+        return analyse(path, module, checked, extra_key, limits)
 
 
 def _extract_parallel(todo: list[Task], jobs: int, keep: Callable[[FileFacts], None]) -> None:
@@ -480,6 +483,14 @@ class _Progress:
 
 # ------------------------------------------------------------------ main entry
 def lint_paths(paths: list[str], config: LintConfig, opts: LintOptions) -> Report:
+    """The report of `paths` (files and folders) under `config` and `opts`."""
+    with survivors_kept_apart() as survivors:
+        return _lint_paths(paths, config, opts, survivors)
+
+
+def _lint_paths(
+    paths: list[str], config: LintConfig, opts: LintOptions, survivors: Survivors
+) -> Report:
     import json
 
     from commlint.rules import all_rules
@@ -561,6 +572,7 @@ def lint_paths(paths: list[str], config: LintConfig, opts: LintOptions) -> Repor
     finally:
         progress.close()
     facts.extend(fresh)
+    survivors.freeze()  # the facts live until the report
     facts.sort(key=lambda x: x.path)
     report.checked = sum(f.path not in excluded for f in facts)
 
@@ -613,7 +625,8 @@ def lint_paths(paths: list[str], config: LintConfig, opts: LintOptions) -> Repor
         if rule.check is None:
             continue
         try:
-            raw.extend(rule.check(program))
+            with paused_gc():  # garbage in cycles is collected between rules
+                raw.extend(rule.check(program))
         except Exception as exc:
             if os.environ.get("COMMLINT_DEBUG"):
                 raise
