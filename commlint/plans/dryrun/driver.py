@@ -74,6 +74,7 @@ class RankRun:
     # torch's name of each group the rank created, in call order (CL212)
     creations: list[dict[str, Any]] = field(default_factory=list)
     files: list[str] = field(default_factory=list)  # the user's files it ran (`executed.py`)
+    classes: dict[str, Any] | None = None  # its rank-class record (`rankexpr.ClassRecord`)
 
 
 @dataclass
@@ -100,6 +101,7 @@ class DryRunOptions:
     env: dict[str, str] = field(default_factory=dict)
     # the machine the job runs on: "cuda" (GPUs, played by stand-ins) or "cpu" (none)
     device: str = "cuda"
+    rank_classes: bool = False  # one recorded rank per program path (`classes.py`)
 
 
 @dataclass
@@ -122,6 +124,7 @@ class DryRunResult:
     unsettled: list[int] = field(default_factory=list)
     # rank-local values that decide what a rank communicates (CL211; `_explore`)
     steering: list[dict[str, Any]] = field(default_factory=list)
+    derived: dict[int, int] = field(default_factory=dict)  # rank classes: derived -> recorded
 
     def incomplete(self) -> list[Incomplete]:
         """Every rank that did not reach the end of its program (stopped at the time limit,
@@ -164,6 +167,9 @@ class DryRunResult:
             "passes": self.passes,
             "recorded_ranks": rank_spec(ranks),
         }
+        if options.rank_classes:
+            derived = [r for r in ranks if r in self.derived]
+            meta["rank_classes"] = {"recorded": len(ranks) - len(derived), "derived": len(derived)}
         if options.steps:
             meta["steps"] = options.steps
         assumed = sorted({self.runs[r].assumes for r in ranks if self.runs[r].assumes})
@@ -428,6 +434,7 @@ def _pass(
                     fault=os.path.join(scratch, f"rank-{rank}.fault"),
                     symbolic=symbolic,
                     flips=(flips or {}).get(rank, ()),
+                    rank_classes=options.rank_classes,
                 )
                 cgroup = keeper.cgroup_for(rank)
                 # Not a daemon: a rank may start processes of its own (DataLoader workers); it
@@ -545,6 +552,8 @@ def _handle(run: RankRun, msg: tuple) -> None:
         run.backend = msg[1]
     elif kind == "files":
         run.files = msg[1]
+    elif kind == "classes":
+        run.classes = msg[1]
 
 
 def dry_run(
@@ -565,7 +574,22 @@ def dry_run(
             tempfile.TemporaryDirectory(prefix="commlint-dryrun-") as scratch,
             procs.kept(),  # nothing the ranks start outlives the run
         ):
-            return _dry_run(options, mode, start, on_start_pass, on_done, scratch)
+            run = _by_class if options.rank_classes else _dry_run  # `classes.py`
+            return run(options, mode, start, on_start_pass, on_done, scratch)
+
+
+def _by_class(options: DryRunOptions, mode: str, start: float, *rest: Any) -> DryRunResult:
+    from commlint.plans.dryrun.classes import record_by_class
+
+    got = record_by_class(
+        options, lambda batch: _run_pass(options, batch, ValueTable(), mode, *rest[1:]), rest[0]
+    )
+    if isinstance(got, str):  # what classes cannot carry: every rank recorded
+        result = _dry_run(options, mode, start, *rest)
+        result.notes.insert(0, f"rank classes: {got}; every rank was recorded")
+        return result
+    runs, derived, passes, notes = got
+    return DryRunResult(runs, passes, mode, notes, True, time.monotonic() - start, derived=derived)
 
 
 def _keep_debug_notes(scratch: str, rank: int) -> None:
