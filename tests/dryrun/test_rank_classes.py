@@ -18,20 +18,21 @@ from commlint.plans.dryrun.rankexpr import ClassRecord, Evaluator
 PROGRAMS = Path(__file__).parent / "programs"
 STAGES = PROGRAMS / "bad_stage_first_rank_classes.py"
 INDEXES = PROGRAMS / "bad_rank_indexes_data.py"
+TITAN = Path(__file__).parents[2] / "bench" / "titan_layout.py"
 
 
-def record(program: Path, world: int, classes: bool = True):
+def record(program: Path, world: int, classes: bool = True, args=(), device="cpu"):
     from commlint.plans.dryrun.driver import DryRunOptions, dry_run
 
     options = DryRunOptions(
         program=str(program),
-        args=[],
+        args=list(args),
         world_size=world,
         nproc_per_node=8,
         ranks=list(range(world)),
         timeout=60,
         jobs=2,
-        device="cpu",
+        device=device,
         rank_classes=classes,
     )
     result = dry_run(options)
@@ -76,11 +77,20 @@ def test_few_recorded_runs_and_the_first_rank_of_one_stage_found():
     assert "barrier(g32-47) on rank 32; all_reduce(g32-47) on ranks 33" in findings[0].message
 
 
-def test_derived_traces_are_the_traces_recording_every_rank_gives():
-    classes, _ = record(STAGES, 16)
-    every, _ = record(STAGES, 16, classes=False)
+@pytest.mark.parametrize(
+    ("program", "world", "args", "device"),
+    [
+        (STAGES, 16, (), "cpu"),
+        # torchtitan's layout, groups made by their members only: torch names each group by
+        # a hash of its members, which a derived rank's creations must carry (CL212)
+        (TITAN, 32, ("--pp", "2", "--dp-shard", "2", "--cp", "2", "--tp", "4"), "cuda"),
+    ],
+)
+def test_derived_traces_are_the_traces_recording_every_rank_gives(program, world, args, device):
+    classes, _ = record(program, world, args=args, device=device)
+    every, _ = record(program, world, classes=False, args=args, device=device)
     assert classes.derived and not every.derived
-    for r in range(16):
+    for r in range(world):
         a, b = classes.runs[r], every.runs[r]
         assert (a.actions, a.groups, a.creations, a.end) == (
             b.actions,

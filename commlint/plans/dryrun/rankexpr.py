@@ -18,6 +18,7 @@ at `r`; `_asc(list)`: the list is strictly increasing), evaluated with no builti
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -33,6 +34,8 @@ class ClassRecord:
     actions: dict[int, dict[str, str]] = field(default_factory=dict)  # index -> peer/root
     groups: dict[str, int] = field(default_factory=dict)  # group name -> index in `lists`
     creations: dict[int, int] = field(default_factory=dict)  # creation index -> `lists`
+    # creation index -> the groups made before it, for a name torch hashes from the members
+    hashed: dict[int, int] = field(default_factory=dict)
     unproven: str | None = None  # why this run covers only its own rank
     escapes: list[str] = field(default_factory=list)  # where values left the tracking
 
@@ -44,9 +47,17 @@ class ClassRecord:
             actions={int(k): dict(v) for k, v in payload.get("actions", {}).items()},
             groups=dict(payload.get("groups", {})),
             creations={int(k): int(v) for k, v in payload.get("creations", {}).items()},
+            hashed={int(k): int(v) for k, v in payload.get("hashed", {}).items()},
             unproven=payload.get("unproven"),
             escapes=list(payload.get("escapes", ())),
         )
+
+
+def hashed_name(ranks: list[int], made: int) -> str:
+    """torch's name of a group made with `use_local_synchronization` (`_hash_ranks_to_str`):
+    a hash of its members and of how many groups existed before it."""
+    text = "_".join(["_".join(map(str, ranks)), str(made)])
+    return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
 
 
 def _asc(values: list[int]) -> bool:
@@ -171,7 +182,12 @@ def relabel(run: Any, record: ClassRecord, rank: int, other: int) -> Any | None:
     creations = []
     for i, c in enumerate(run.creations):
         k = record.creations.get(i)
-        creations.append(c if k is None else {**c, "ranks": list(env["_m"](k))})
+        if k is None:
+            creations.append(c)
+            continue
+        members = list(env["_m"](k))
+        name = hashed_name(members, record.hashed[i]) if i in record.hashed else c["name"]
+        creations.append({**c, "ranks": members, "name": name})
     return replace(
         run,
         actions=actions,

@@ -37,6 +37,8 @@ import os
 import sys
 from typing import Any
 
+from commlint.plans.dryrun import rankexpr
+
 _MAX_EXPR = 2000  # longer expressions are concretised (a loop adding to the rank)
 _MAX_CONDS = 4096  # more distinct conditions: the rank proves nothing (`unproven`)
 
@@ -57,6 +59,7 @@ class _State:
         self.torch_groups: dict[str, int] = {}  # torch's group name -> `lists` index
         self.groups: dict[str, int] = {}  # the recorder's group name -> `lists` index
         self.creations: dict[int, int] = {}
+        self.hashed: dict[int, int] = {}  # creation index -> groups before it (its name)
         self.unproven: str | None = None
         self.escapes: list[str] = []
         self.pending_members: list[str] | None = None  # of the new_group being made
@@ -81,6 +84,7 @@ class _State:
             "actions": self.actions,
             "groups": self.groups,
             "creations": self.creations,
+            "hashed": self.hashed,
             "unproven": self.unproven,
             "escapes": self.escapes[:8],
         }
@@ -700,6 +704,9 @@ def install(rank: int, world: int, nproc: int, device: str, recorder: Any) -> An
         elif kind == "gc":
             if st.pending_members is not None:
                 st.creations[st.creation_count] = st.member_list(st.pending_members)
+                made = len(c10d._world.pg_names)  # torch's hashed name counts the groups
+                if msg[1] == rankexpr.hashed_name(msg[2], made):
+                    st.hashed[st.creation_count] = made
             st.creation_count += 1
         elif kind == "g" and st.pending_members is not None:
             st.groups[msg[1]] = st.member_list(st.pending_members)
