@@ -585,7 +585,7 @@ def _by_class(options: DryRunOptions, mode: str, start: float, *rest: Any) -> Dr
         options, lambda batch: _run_pass(options, batch, ValueTable(), mode, *rest[1:]), rest[0]
     )
     if isinstance(got, str):  # what classes cannot carry: every rank recorded
-        result = _dry_run(options, mode, start, *rest)
+        result = _dry_run(replace(options, rank_classes=False), mode, start, *rest)
         result.notes.insert(0, f"rank classes: {got}; every rank was recorded")
         return result
     runs, derived, passes, notes = got
