@@ -118,7 +118,7 @@ class RankValue:
 
     def _concrete(self, how: str = "") -> int:
         st = STATE
-        if st is not None and st.window == 0:
+        if st is not None:
             st.add(f"({self._e}) == {self._v!r}")
             if len(st.escapes) < 8:
                 st.escapes.append(f"{how} at {_where()}")
@@ -174,7 +174,7 @@ class RankValue:
     # -- tests -----------------------------------------------------------------------------
     def __bool__(self) -> bool:
         out = self._v != 0
-        if STATE is not None and STATE.window == 0:
+        if STATE is not None:
             STATE.add(f"({self._e}) != 0" if out else f"({self._e}) == 0")
         return out
 
@@ -191,11 +191,11 @@ def _operand(x: Any) -> tuple[str, Any] | None:
 def make(expr: str, value: Any) -> Any:
     """A rank value for `expr`; a plain value when it is not an int or too long."""
     if type(value) is not int:
-        if STATE is not None and STATE.window == 0:
+        if STATE is not None:
             STATE.add(f"({expr}) == {value!r}")
         return value
     if len(expr) > _MAX_EXPR:
-        if STATE is not None and STATE.window == 0:
+        if STATE is not None:
             STATE.add(f"({expr}) == {value!r}")
         return value
     return RankValue(expr, value)
@@ -265,7 +265,7 @@ def _comparison(sym: str, fn: Any) -> Any:
                 return sym == "!="
             return fn(self._concrete(f"`{sym}` with {type(other).__name__}"), other)
         out = fn(self._v, o[1])
-        if STATE is not None and STATE.window == 0:
+        if STATE is not None:
             expr = f"({self._e}) {sym} ({o[0]})"
             STATE.add(expr if out else f"not ({expr})")
         return out
@@ -294,11 +294,24 @@ def expr_of(x: Any) -> str | None:
 
 
 def plain(x: Any) -> Any:
-    """`x` with rank values replaced by their values (inside a window: no condition)."""
+    """A peer, root or member argument with its rank values replaced by their values, with
+    no condition: the call records their expressions instead."""
     if type(x) is RankValue:
         return x._v
     if type(x) in (list, tuple) and any(type(v) is RankValue for v in x):
         return type(x)(plain(v) for v in x)
+    return x
+
+
+def concrete(x: Any) -> Any:
+    """Any other argument of a call: its rank values (in lists, tuples and dicts too) pinned
+    (`RankValue._concrete`): a tag, a size, an object sent."""
+    if type(x) is RankValue:
+        return x._concrete("an argument of torch.distributed")
+    if type(x) in (list, tuple):
+        return type(x)(concrete(v) for v in x)
+    if type(x) is dict:
+        return {concrete(k): concrete(v) for k, v in x.items()}
     return x
 
 
@@ -394,11 +407,11 @@ def _comm(name: str, orig: Any) -> Any:
     def call(*a: Any, **k: Any) -> Any:
         st = STATE
         if st is None or st.window:
-            return orig(*(plain(x) for x in a), **{n: plain(v) for n, v in k.items()})
+            return orig(*(concrete(x) for x in a), **{n: concrete(v) for n, v in k.items()})
         try:
             bound = sig.bind(*a, **k)
         except TypeError:
-            return orig(*a, **k)
+            return orig(*(concrete(x) for x in a), **{n: concrete(v) for n, v in k.items()})
         found = _global_expr(bound, glob, rel)
         context = {role: found[0]} if found else {}
         if found and role == "root":
@@ -409,10 +422,10 @@ def _comm(name: str, orig: Any) -> Any:
                 st.add(expr if is_root else f"not ({expr})")
             else:
                 context["root_test"] = expr
-        args = [plain(x) for x in a]
-        kwargs = {n: plain(v) for n, v in k.items()}
+        for n, v in bound.arguments.items():
+            bound.arguments[n] = plain(v) if n in (glob, rel) and found else concrete(v)
         with window(context):
-            result = orig(*args, **kwargs)
+            result = orig(*bound.args, **bound.kwargs)
         if name == "recv" and result is not None and found is not None:
             return make(found[0], result) if found[1] is None else bound.arguments[glob]
         return result
@@ -427,18 +440,19 @@ def _make_new_group(orig: Any) -> Any:
     def new_group(*a: Any, **k: Any) -> Any:
         st = STATE
         if st is None or st.window:
-            return orig(*a, **k)
+            return orig(*(concrete(x) for x in a), **{n: concrete(v) for n, v in k.items()})
         bound = sig.bind(*a, **k)
+        for n, v in bound.arguments.items():
+            if n != "ranks":
+                bound.arguments[n] = concrete(v)
         ranks = bound.arguments.get("ranks")
-        if ranks is None:
+        if ranks is None or any(expr_of(x) is None for x in ranks):  # every rank; or not ints
+            bound.arguments["ranks"] = concrete(ranks)
             with window():
-                return orig(*a, **k)
+                return orig(*bound.args, **bound.kwargs)
         ranks = list(ranks)
         exprs = [expr_of(x) for x in ranks]
         values = [plain(x) for x in ranks]
-        if any(e is None for e in exprs):  # not numbers: torch says so
-            with window():
-                return orig(*a, **k)
         sort = bound.arguments.get("sort_ranks", True)
         order = sorted(range(len(values)), key=values.__getitem__) if sort else range(len(ranks))
         ordered = [exprs[i] for i in order]
@@ -471,12 +485,15 @@ def _make_p2pop_init(orig: Any) -> Any:
     def init(self: Any, *a: Any, **k: Any) -> None:
         st = STATE
         if st is None or st.window:
-            orig(self, *(plain(x) for x in a), **{n: plain(v) for n, v in k.items()})
+            orig(self, *(concrete(x) for x in a), **{n: concrete(v) for n, v in k.items()})
             return
         bound = sig.bind(self, *a, **k)
         found = _global_expr(bound, "peer", "group_peer")
+        for n, v in bound.arguments.items():
+            if n != "self":
+                bound.arguments[n] = plain(v) if n in ("peer", "group_peer") else concrete(v)
         with window():
-            orig(self, *(plain(x) for x in a), **{n: plain(v) for n, v in k.items()})
+            orig(*bound.args, **bound.kwargs)
         if found is None:
             return
         members = _members(self.group)
@@ -492,7 +509,7 @@ def _make_group_rank(orig: Any) -> Any:
     def get_group_rank(group: Any, global_rank: Any) -> Any:
         st = STATE
         if st is None or st.window or type(global_rank) is not RankValue:
-            return orig(group, plain(global_rank))
+            return orig(group, concrete(global_rank))
         members = _members(group)
         if members is None:
             return global_rank
@@ -512,7 +529,7 @@ def _make_global_rank(orig: Any) -> Any:
     def get_global_rank(group: Any, group_rank: Any) -> Any:
         st = STATE
         if st is None or st.window or type(group_rank) is not RankValue:
-            return orig(group, plain(group_rank))
+            return orig(group, concrete(group_rank))
         members = _members(group)
         with window():
             value = orig(group, plain(group_rank))
@@ -557,7 +574,7 @@ def _make_environ(nproc: int) -> None:
         def __getitem__(self, key: Any) -> Any:
             value = base.__getitem__(self, key)
             st = STATE
-            if st is not None and not st.window and key in exprs:
+            if st is not None and key in exprs:
                 with contextlib.suppress(ValueError):
                     st.add(f"{exprs[key]} == {int(value)}")
                     if len(st.escapes) < 8:
@@ -685,6 +702,11 @@ def install(rank: int, world: int, nproc: int, device: str, recorder: Any) -> An
         fn, args, nprocs, join
     )
     at_end = _guard_entropy(st)
+
+    def forking() -> None:  # what a child process decides from the rank is not seen here
+        st.unproven = st.unproven or "it started processes of its own (os.fork)"
+
+    os.register_at_fork(before=forking)
     torch.tensor = _concretising(torch.tensor)
     torch.as_tensor = _concretising(torch.as_tensor)
 
