@@ -84,6 +84,9 @@ def test_few_recorded_runs_and_the_first_rank_of_one_stage_found():
         # torchtitan's layout, groups made by their members only: torch names each group by
         # a hash of its members, which a derived rank's creations must carry (CL212)
         (TITAN, 32, ("--pp", "2", "--dp-shard", "2", "--cp", "2", "--tp", "4"), "cuda"),
+        # `1 - rank` is a valid peer on ranks 0 and 1 only; past them torch raises and the
+        # dry-run counts from the end: rank 0 proves nothing about ranks 2-7
+        (PROGRAMS / "bad_pipeline_send_send.py", 8, (), "cpu"),
     ],
 )
 def test_derived_traces_are_the_traces_recording_every_rank_gives(program, world, args, device):

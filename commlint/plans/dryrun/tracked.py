@@ -382,21 +382,31 @@ _ROLES = {
 
 
 def _global_expr(bound: inspect.BoundArguments, glob: str, rel: str) -> tuple[str, int] | None:
-    """The expression and value of the call's global peer or root, if it names one."""
+    """The expression and value of the call's global peer or root, if it names one; the
+    expression is valid (an index into the world, or into the group) on every rank of the
+    class, a condition added here. Outside that range torch or the dry-run does something
+    else (raises, or a negative index counts from the end): the rank proves nothing then."""
+    st = STATE
+    assert st is not None
     args = bound.arguments
     g, gr = args.get(glob), args.get(rel)
-    if g is not None:
-        e = expr_of(g)
-        return (e, plain(g)) if e is not None else None
-    if gr is not None:
-        e = expr_of(gr)
-        if e is None:
-            return None
+    arg, members, size = (g, None, st.world) if g is not None else (gr, None, st.world)
+    if g is None and gr is not None:
         members = _members(args.get("group"))
-        if members is None:
-            return e, plain(gr)
-        return f"{members[0]}[{e}]", None  # value checked by the parent
-    return None
+        with window():
+            ranks = c10d_ranks(args["group"]) if members is not None else None
+        size = len(ranks) if ranks is not None else st.world
+    e = expr_of(arg) if arg is not None else None
+    if e is None:
+        return None
+    value = plain(arg)
+    if not 0 <= value < size:
+        st.unproven = st.unproven or f"a peer or root outside its group ({value})"
+        return None
+    st.add(f"0 <= ({e}) < {size}")
+    if members is None:
+        return e, value
+    return f"{members[0]}[{e}]", ranks[value]
 
 
 def _comm(name: str, orig: Any) -> Any:
@@ -414,20 +424,17 @@ def _comm(name: str, orig: Any) -> Any:
             return orig(*(concrete(x) for x in a), **{n: concrete(v) for n, v in k.items()})
         found = _global_expr(bound, glob, rel)
         context = {role: found[0]} if found else {}
-        if found and role == "root":
-            # whether the rank is the root decides what the call does for it
-            is_root = found[1] == st.rank if found[1] is not None else None
+        if found:
+            # whether the rank is the root (or its own peer: torch raises) decides what the
+            # call does for it
             expr = f"(r) == ({found[0]})"
-            if is_root is not None:
-                st.add(expr if is_root else f"not ({expr})")
-            else:
-                context["root_test"] = expr
+            st.add(expr if found[1] == st.rank else f"not ({expr})")
         for n, v in bound.arguments.items():
             bound.arguments[n] = plain(v) if n in (glob, rel) and found else concrete(v)
         with window(context):
             result = orig(*bound.args, **bound.kwargs)
         if name == "recv" and result is not None and found is not None:
-            return make(found[0], result) if found[1] is None else bound.arguments[glob]
+            return make(found[0], result)
         return result
 
     return call
@@ -457,6 +464,8 @@ def _make_new_group(orig: Any) -> Any:
         order = sorted(range(len(values)), key=values.__getitem__) if sort else range(len(ranks))
         ordered = [exprs[i] for i in order]
         k_list = st.member_list(ordered)
+        if not all(0 <= v < st.world for v in values) or len(set(values)) != len(values):
+            st.unproven = st.unproven or "a group of ranks outside the world, or repeated"
         if any(type(x) is RankValue for x in ranks):
             if sort:
                 st.add(f"_asc(_m({k_list}))")
@@ -719,9 +728,6 @@ def install(rank: int, world: int, nproc: int, device: str, recorder: Any) -> An
             note = {k: v for k, v in ctx.items() if k in ("peer", "root")}
             if note:
                 st.actions[st.count] = note
-            if "root_test" in ctx and "root" in msg[1]:
-                expr = ctx["root_test"]
-                st.add(expr if msg[1]["root"] == rank else f"not ({expr})")
             st.count += 1
         elif kind == "gc":
             if st.pending_members is not None:
