@@ -9,6 +9,7 @@ machine is shared.
 
     python bench/dryrun_classes.py                 # 4,096 ranks: pp 8, dp_shard 32, cp 2, tp 8
     python bench/dryrun_classes.py --pp 4 --dp-shard 2 --cp 2 --tp 4   # 64 ranks
+    python bench/dryrun_classes.py --device-mesh   # the groups of init_device_mesh
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ def main() -> None:
     p.add_argument("--nproc-per-node", type=int, default=8)
     p.add_argument("--bug-stage", type=int, default=3)
     p.add_argument("-j", "--jobs", type=int, default=2)
+    p.add_argument("--device-mesh", action="store_true", help="groups from init_device_mesh")
     a = p.parse_args()
 
     from commlint.graph.check import check_trace
@@ -49,6 +51,7 @@ def main() -> None:
         args=[
             *("--pp", str(a.pp), "--dp-shard", str(a.dp_shard), "--cp", str(a.cp)),
             *("--tp", str(a.tp), "--bug-stage", str(a.bug_stage)),
+            *(("--device-mesh",) if a.device_mesh else ()),
         ],
         world_size=world,
         nproc_per_node=a.nproc_per_node,

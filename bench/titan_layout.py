@@ -4,8 +4,8 @@ context parallel × tensor parallel, for `bench/dryrun_classes.py` (issue 33 ite
 The mesh is torchtitan's (`ParallelDims.build_mesh`: dims `pp, dp_shard, cp, tp`, a
 contiguous `arange` of the world, tp innermost); each rank's coordinates are
 `(rank // stride) % size` and its four groups are made from them with
-`new_group(use_local_synchronization=True)` (only the members call it), not with
-`init_device_mesh` — rank classes do not carry DeviceMesh yet (docs/dryrun.md). The model is
+`new_group(use_local_synchronization=True)` (only the members call it), or with
+`--device-mesh` by `init_device_mesh` (every rank makes every group). The model is
 small and every tensor is fake: per stage `--layers` blocks whose weights are FSDP shards
 (all-gathered before use, gradients reduce-scattered), a context-parallel all-gather of the
 keys/values over cp, a tensor-parallel all-reduce of each block's output over tp, and a GPipe
@@ -31,6 +31,7 @@ p.add_argument("--seq", type=int, default=256)
 p.add_argument("--layers", type=int, default=2, help="blocks per pipeline stage")
 p.add_argument("--microbatches", type=int, default=4)
 p.add_argument("--bug-stage", type=int, default=None)
+p.add_argument("--device-mesh", action="store_true", help="the groups of init_device_mesh")
 args = p.parse_args()
 
 torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
@@ -49,7 +50,15 @@ def dim_group(d):
     return dist.new_group(members, use_local_synchronization=True)
 
 
-groups = {d: dim_group(d) for d in ("pp", "dp_shard", "cp", "tp")}
+if args.device_mesh:  # torchtitan's own way: one DeviceMesh, its dims' groups
+    from torch.distributed.device_mesh import init_device_mesh
+
+    names = ("pp", "dp_shard", "cp", "tp")
+    mesh = init_device_mesh("cuda", tuple(sizes[d] for d in names), mesh_dim_names=names)
+    coord = {d: mesh.get_local_rank(d) for d in names}
+    groups = {d: mesh.get_group(d) for d in names}
+else:
+    groups = {d: dim_group(d) for d in ("pp", "dp_shard", "cp", "tp")}
 torch.manual_seed(0)
 H, S, TP, CP, DP = args.hidden, args.seq, args.tp, args.cp, args.dp_shard
 dev = torch.device("cuda")

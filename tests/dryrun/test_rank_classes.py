@@ -87,6 +87,8 @@ def test_few_recorded_runs_and_the_first_rank_of_one_stage_found():
         # `1 - rank` is a valid peer on ranks 0 and 1 only; past them torch raises and the
         # dry-run counts from the end: rank 0 proves nothing about ranks 2-7
         (PROGRAMS / "bad_pipeline_send_send.py", 8, (), "cpu"),
+        # init_device_mesh: coordinates and groups as expressions of the rank
+        (PROGRAMS / "bad_mesh_stage_first_rank.py", 16, (), "cpu"),
     ],
 )
 def test_derived_traces_are_the_traces_recording_every_rank_gives(program, world, args, device):

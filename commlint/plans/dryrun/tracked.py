@@ -698,6 +698,7 @@ def install(rank: int, world: int, nproc: int, device: str, recorder: Any) -> An
     for mod in (dist, c10d):
         mod.init_process_group = init_process_group
     _make_environ(nproc)
+    _meshes(recorder)
     import torch.multiprocessing as mp
 
     spawn = mp.spawn
@@ -747,6 +748,103 @@ def install(rank: int, world: int, nproc: int, device: str, recorder: Any) -> An
         return st.payload()
 
     return finish
+
+
+def _mesh_dims(tensor: Any, rank: int, world: int) -> list[tuple[int, int]] | None:
+    """(stride, size) of each dimension of a mesh holding `rank`, when every rank's coordinate
+    there is `(x // stride) % size` and its slice along it is `x + (i - coordinate) * stride`
+    — checked for every rank of the world, so that the expressions hold for any rank derived
+    (a contiguous mesh and its slices, torchtitan's layout); None otherwise."""
+    if rank not in tensor.flatten().tolist():
+        return None
+    idx = (tensor == rank).nonzero()[0].tolist()
+    dims = []
+    for j, n in enumerate(tensor.shape):
+        line = tensor[tuple(slice(None) if k == j else c for k, c in enumerate(idx))].tolist()
+        t = line[1] - line[0] if n > 1 else 1
+        if t <= 0 or line != [line[0] + i * t for i in range(n)]:
+            return None
+        for x in range(world):
+            c = (x // t) % n
+            base = x - c * t
+            if base < 0 or base + (n - 1) * t >= world:
+                return None
+        if (rank // t) % n != idx[j]:
+            return None
+        dims.append((t, n))
+    return dims
+
+
+def _express_mesh(mesh: Any, recorder: Any) -> None:
+    """A DeviceMesh made (or sliced) inside a window: its coordinates and its groups as
+    rank expressions (`_mesh_dims`); a mesh of another shape keeps its plain numbers, and the
+    first use of one pins the rank."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    st = STATE
+    assert st is not None
+    with window(), unset_fake_temporarily():
+        tensor = mesh.mesh.cpu()
+        dims = _mesh_dims(tensor, st.rank, st.world)
+        coords = mesh._coordinate_on_dim
+        groups = [mesh.get_group(j) for j in range(tensor.dim())] if dims else []
+    if dims is None or coords is None:
+        return
+    for j, (t, n) in enumerate(dims):
+        c = f"((r//{t})%{n})"
+        exprs = [f"((r-{c}*{t})+{i * t})" for i in range(n)]
+        name = getattr(groups[j], "group_name", None)
+        label = recorder.torch_names.get(name)
+        if label is None or [st.rank - coords[j] * t + i * t for i in range(n)] != label[1]:
+            return  # not the group the expressions give: the numbers stay plain
+        k = st.member_list(exprs)
+        st.torch_groups[name] = k
+        if label[0] != "WORLD":
+            st.groups[label[0]] = k
+    mesh._coordinate_on_dim = tuple(
+        RankValue(f"((r//{t})%{n})", v) for (t, n), v in zip(dims, coords, strict=True)
+    )
+
+
+def _meshes(recorder: Any) -> None:
+    """`init_device_mesh`, a mesh's slices and flattened dimensions are made inside a window
+    (torch's own `new_group` calls, every rank making every group in one order), then given
+    rank expressions (`_express_mesh`)."""
+    try:
+        import torch.distributed.device_mesh as dm
+    except ImportError:
+        return
+    orig_init = dm.init_device_mesh
+
+    @functools.wraps(orig_init)
+    def init_device_mesh(*a: Any, **k: Any) -> Any:
+        with window():
+            mesh = orig_init(*(concrete(x) for x in a), **{n: concrete(v) for n, v in k.items()})
+        _express_mesh(mesh, recorder)
+        return mesh
+
+    dm.init_device_mesh = init_device_mesh
+    import torch.distributed as dist
+
+    if getattr(dist, "init_device_mesh", None) is orig_init:
+        dist.init_device_mesh = init_device_mesh
+    for name in ("_create_sub_mesh", "_create_flatten_mesh", "_flatten"):
+        orig = getattr(dm.DeviceMesh, name, None)
+        if orig is None:
+            continue
+
+        def make(orig: Any = orig) -> Any:
+            @functools.wraps(orig)
+            def sliced(self: Any, *a: Any, **k: Any) -> Any:
+                with window():
+                    mesh = orig(self, *(concrete(x) for x in a), **k)
+                if mesh is not None:
+                    _express_mesh(mesh, recorder)
+                return mesh
+
+            return sliced
+
+        setattr(dm.DeviceMesh, name, make())
 
 
 def _concretising(orig: Any) -> Any:
