@@ -89,7 +89,10 @@ def test_few_recorded_runs_and_the_first_rank_of_one_stage_found():
         (PROGRAMS / "bad_pipeline_send_send.py", 8, (), "cpu"),
         # init_device_mesh: coordinates and groups as expressions of the rank
         (PROGRAMS / "bad_mesh_stage_first_rank.py", 16, (), "cpu"),
+        # a receive's source, read back from its work, is the rank's expression too
+        (PROGRAMS / "bad_irecv_source_rank.py", 8, (), "cpu"),
     ],
+    ids=["stages", "titan-layout", "peer-outside-world", "device-mesh", "irecv-source"],
 )
 def test_derived_traces_are_the_traces_recording_every_rank_gives(program, world, args, device):
     classes, _ = record(program, world, args=args, device=device)

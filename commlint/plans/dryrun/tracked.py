@@ -435,6 +435,12 @@ def _comm(name: str, orig: Any) -> Any:
             result = orig(*bound.args, **bound.kwargs)
         if name == "recv" and result is not None and found is not None:
             return make(found[0], result)
+        if name == "irecv" and found is not None and hasattr(result, "_source"):
+            # `work.source_rank()`: the sender, group-relative, as the rank's expression
+            members = _members(bound.arguments.get("group"))
+            source = found[0] if members is None else f"{members[0]}.index({found[0]})"
+            with contextlib.suppress(AttributeError, TypeError):
+                result._source = make(source, result._source)
         return result
 
     return call
