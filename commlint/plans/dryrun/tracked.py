@@ -35,6 +35,7 @@ import functools
 import inspect
 import os
 import sys
+import threading
 from typing import Any
 
 from commlint.plans.dryrun import rankexpr
@@ -49,8 +50,7 @@ class _State:
         self.world = world
         self.nproc = nproc
         self.conds: dict[str, None] = {}
-        self.window = 0
-        self.contexts: list[dict[str, str]] = []
+        self._thread = threading.local()  # windows are per thread: another one sees the rank
         self.actions: dict[int, dict[str, str]] = {}
         self.count = 0  # actions sent
         self.creation_count = 0
@@ -63,6 +63,18 @@ class _State:
         self.unproven: str | None = None
         self.escapes: list[str] = []
         self.pending_members: list[str] | None = None  # of the new_group being made
+
+    @property
+    def window(self) -> int:
+        return getattr(self._thread, "depth", 0)
+
+    @window.setter
+    def window(self, depth: int) -> None:
+        self._thread.depth = depth
+
+    @property
+    def contexts(self) -> list[dict[str, str]]:  # the windows of this thread
+        return self._thread.__dict__.setdefault("contexts", [])
 
     def add(self, cond: str) -> None:
         if len(self.conds) >= _MAX_CONDS and cond not in self.conds:
