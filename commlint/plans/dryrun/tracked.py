@@ -416,6 +416,14 @@ def _global_expr(bound: inspect.BoundArguments, glob: str, rel: str) -> tuple[st
         st.unproven = st.unproven or f"a peer or root outside its group ({value})"
         return None
     st.add(f"0 <= ({e}) < {size}")
+    if g is not None and args.get("group") is not None:
+        # a global rank on a subgroup: torch raises unless it is a member
+        group = _members(args["group"])
+        if group is not None:
+            with window():
+                inside = value in c10d_ranks(args["group"])
+            expr = f"({e}) in {group[0]}"
+            st.add(expr if inside else f"not ({expr})")
     if members is None:
         return e, value
     return f"{members[0]}[{e}]", ranks[value]
@@ -446,13 +454,21 @@ def _comm(name: str, orig: Any) -> Any:
         with window(context):
             result = orig(*bound.args, **bound.kwargs)
         if name == "recv" and result is not None and found is not None:
-            return make(found[0], result)
+            if result == found[1]:  # the sender's global rank
+                return make(found[0], result)
+            st.unproven = st.unproven or "recv returned another rank than its source"
         if name == "irecv" and found is not None and hasattr(result, "_source"):
             # `work.source_rank()`: the sender, group-relative, as the rank's expression
             members = _members(bound.arguments.get("group"))
             source = found[0] if members is None else f"{members[0]}.index({found[0]})"
-            with contextlib.suppress(AttributeError, TypeError):
+            with window():
+                group = bound.arguments.get("group")
+                ranks = c10d_ranks(group) if members is not None else None
+            expected = found[1] if ranks is None else ranks.index(found[1])
+            if result._source == expected:
                 result._source = make(source, result._source)
+            else:
+                st.unproven = st.unproven or "a receive's source is not its expression"
         return result
 
     return call
