@@ -104,6 +104,11 @@ class Report(BaseModel):
         description="A dry-run's target: the device it played for the program (`cuda`, `cpu`) "
         "and why; the verdict holds for that device. None for other commands.",
     )
+    ranks: dict[str, int] | None = Field(
+        default=None,
+        description="A dry-run with rank classes: how many ranks were recorded (`recorded`) "
+        "and how many derived from them (`derived`). None otherwise.",
+    )
 
     def extend(self, other: Report) -> None:
         self.findings.extend(other.findings)
@@ -120,6 +125,7 @@ class Report(BaseModel):
             "checked": self.checked,
             "input_errors": len(self.errors),
             **({"target": self.target} if self.target else {}),
+            **({"ranks": self.ranks} if self.ranks else {}),
         }
 
     def exit_code(self) -> int:

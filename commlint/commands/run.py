@@ -160,6 +160,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="ranks recorded at once (default: the number of CPUs)",
     )
     p.add_argument(
+        "--rank-classes",
+        action="store_true",
+        help="record one rank per program path and derive the others: a rank whose path "
+        "condition (every test of a value derived from its rank) a recorded rank's holds "
+        "for takes that rank's path, with its peers, roots and groups re-evaluated; ranks "
+        "whose path depends on anything else are recorded themselves (the verdict says how "
+        "many ranks were recorded and how many derived)",
+    )
+    p.add_argument(
         "--device",
         choices=("cuda", "cpu"),
         default=None,
@@ -323,6 +332,7 @@ def run(args: argparse.Namespace) -> int:
         env=launch.env,
         device=device,
         launcher="local" if args.launcher == "slurm" else args.launcher,
+        rank_classes=args.rank_classes,
         **({"max_passes": args.max_passes} if "max_passes" in args else {}),
         **({"real_budget": args.real_budget} if "real_budget" in args else {}),
     )
@@ -358,6 +368,9 @@ def run(args: argparse.Namespace) -> int:
                 f"{u.cpu_seconds:.1f} CPU s, largest rank {u.peak_rank_bytes / 2**20:.0f} MB",
                 file=sys.stderr,
             )
+    if options.rank_classes:
+        derived = len(result.derived)
+        report.ranks = {"recorded": len(result.runs) - derived, "derived": derived}
     for note in result.notes:
         print(f"commlint: note: {note}", file=sys.stderr)
     incomplete = result.incomplete()

@@ -53,6 +53,9 @@ def summary_line(report: Report) -> str:
     unread = f"; {k} input{'s' if k != 1 else ''} could not be checked (errors above)" if k else ""
     # a dry-run's verdict holds for the device it played
     target = f"; target: {report.target}" if report.target else ""
+    if report.ranks:  # rank classes: what was recorded, what derived
+        r = report.ranks
+        target += f"; ranks: {r['recorded']} recorded, {r['derived']} derived"
     if not n:
         if k:
             return f"No findings in {report.checked} checked{unread}{target}."

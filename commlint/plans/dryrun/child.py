@@ -102,6 +102,7 @@ class RankSpec:
     # n-th at that line) that take the other outcome (the driver's exploration).
     symbolic: bool = False
     flips: tuple[str, ...] = ()
+    rank_classes: bool = False  # track the rank (`tracked.py`) and send its class record
 
 
 def worker_env(rank: int, world_size: int, nproc_per_node: int) -> dict[str, str]:
@@ -396,8 +397,17 @@ def run_rank(spec: RankSpec, table: ValueTable, conn: Any, replies: Any = None) 
             recorder.live = Live(send, replies, spec.timeout)
         gpu_standins._RECORDER = recorder  # the stand-ins' syncs are this rank's
         _install(spec, recorder, private_root)
+        finish_classes = None
+        if spec.rank_classes:
+            from commlint.plans.dryrun import tracked
+
+            finish_classes = tracked.install(
+                spec.rank, spec.world_size, spec.nproc_per_node, spec.device, recorder
+            )
         end = _run_program(spec, recorder)
         recorder.flush()
+        if finish_classes is not None:
+            send(("classes", finish_classes()))
         send(("files", executed.user_files(spec.program)))
         usage = resource.getrusage(resource.RUSAGE_SELF)
         send(("usage", usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024))

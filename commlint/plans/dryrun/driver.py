@@ -71,6 +71,7 @@ class RankRun:
     # torch's name of each group the rank created, in call order (CL212)
     creations: list[dict[str, Any]] = field(default_factory=list)
     files: list[str] = field(default_factory=list)  # the user's files it ran (`executed.py`)
+    classes: dict[str, Any] | None = None  # its rank-class record (`rankexpr.ClassRecord`)
 
 
 @dataclass
@@ -102,6 +103,7 @@ class DryRunOptions:
     # what ranks recorded elsewhere sent (another Slurm task's: `slurm_launcher.py`),
     # delivered as values of an earlier pass are
     values: ValueTable | None = None
+    rank_classes: bool = False  # one recorded rank per program path (`classes.py`)
 
 
 @dataclass
@@ -126,6 +128,7 @@ class DryRunResult:
     steering: list[dict[str, Any]] = field(default_factory=list)
     # per node of the launcher: ranks started, their CPU seconds, their largest peak
     usage: list[NodeUsage] = field(default_factory=list)
+    derived: dict[int, int] = field(default_factory=dict)  # rank classes: derived -> recorded
 
     def incomplete(self) -> list[Incomplete]:
         """Every rank that did not reach the end of its program (stopped at the time limit,
@@ -168,6 +171,9 @@ class DryRunResult:
             "passes": self.passes,
             "recorded_ranks": rank_spec(ranks),
         }
+        if options.rank_classes:
+            derived = [r for r in ranks if r in self.derived]
+            meta["rank_classes"] = {"recorded": len(ranks) - len(derived), "derived": len(derived)}
         if options.steps:
             meta["steps"] = options.steps
         assumed = sorted({self.runs[r].assumes for r in ranks if self.runs[r].assumes})
@@ -398,6 +404,7 @@ def _pass(
                     steps=options.steps,
                     symbolic=symbolic,
                     flips=(flips or {}).get(rank, ()),
+                    rank_classes=options.rank_classes,
                 )
             )
             begun = time.monotonic()
@@ -480,6 +487,8 @@ def _handle(run: RankRun, msg: tuple) -> None:
         run.backend = msg[1]
     elif kind == "files":
         run.files = msg[1]
+    elif kind == "classes":
+        run.classes = msg[1]
 
 
 def dry_run(
@@ -501,9 +510,24 @@ def dry_run(
     ):
         if not options.jobs:  # as many as the launcher's CPUs
             options = replace(options, jobs=launcher.default_jobs() or default_jobs())
-        result = _dry_run(options, mode, start, on_start_pass, on_done, launcher)
+        run = _by_class if options.rank_classes else _dry_run  # `classes.py`
+        result = run(options, mode, start, on_start_pass, on_done, launcher)
         result.usage = launcher.usage()
         return result
+
+
+def _by_class(options: DryRunOptions, mode: str, start: float, *rest: Any) -> DryRunResult:
+    from commlint.plans.dryrun.classes import record_by_class
+
+    got = record_by_class(
+        options, lambda batch: _run_pass(options, batch, ValueTable(), mode, *rest[1:]), rest[0]
+    )
+    if isinstance(got, str):  # what classes cannot carry: every rank recorded
+        result = _dry_run(replace(options, rank_classes=False), mode, start, *rest)
+        result.notes.insert(0, f"rank classes: {got}; every rank was recorded")
+        return result
+    runs, derived, passes, notes = got
+    return DryRunResult(runs, passes, mode, notes, True, time.monotonic() - start, derived=derived)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,103 @@
+"""Rank classes at scale (issue 33 item 2): `commlint run --rank-classes` on a 4,096-rank
+program laid out as torchtitan lays out Llama (pp × dp_shard × cp × tp, `bench/titan_layout.py`)
+in which the first rank of one pipeline stage alone issues an all-reduce.
+
+Prints the verdict (the finding that names that rank), how many ranks were recorded and how
+many derived, the CPU seconds and peak memory of each recorded rank, and the parent's CPU
+seconds for deriving the other ranks and for checking the trace. CPU seconds, not wall: the
+machine is shared.
+
+    python bench/dryrun_classes.py                 # 4,096 ranks: pp 8, dp_shard 32, cp 2, tp 8
+    python bench/dryrun_classes.py --pp 4 --dp-shard 2 --cp 2 --tp 4   # 64 ranks
+    python bench/dryrun_classes.py --device-mesh   # the groups of init_device_mesh
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import time
+from pathlib import Path
+
+PROGRAM = Path(__file__).with_name("titan_layout.py")
+
+
+def cpu(who: int) -> float:
+    u = resource.getrusage(who)
+    return u.ru_utime + u.ru_stime
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--pp", type=int, default=8)
+    p.add_argument("--dp-shard", type=int, default=32)
+    p.add_argument("--cp", type=int, default=2)
+    p.add_argument("--tp", type=int, default=8)
+    p.add_argument("--nproc-per-node", type=int, default=8)
+    p.add_argument("--bug-stage", type=int, default=3)
+    p.add_argument("-j", "--jobs", type=int, default=2)
+    p.add_argument("--device-mesh", action="store_true", help="groups from init_device_mesh")
+    a = p.parse_args()
+
+    from commlint.graph.check import check_trace
+    from commlint.plans.dryrun.driver import DryRunOptions, dry_run
+    from commlint.plans.dryrun.merge import locate_at_site
+
+    world = a.pp * a.dp_shard * a.cp * a.tp
+    bug_rank = a.bug_stage * a.dp_shard * a.cp * a.tp  # coordinates (S, 0, 0, 0)
+    options = DryRunOptions(
+        program=str(PROGRAM),
+        args=[
+            *("--pp", str(a.pp), "--dp-shard", str(a.dp_shard), "--cp", str(a.cp)),
+            *("--tp", str(a.tp), "--bug-stage", str(a.bug_stage)),
+            *(("--device-mesh",) if a.device_mesh else ()),
+        ],
+        world_size=world,
+        nproc_per_node=a.nproc_per_node,
+        ranks=list(range(world)),
+        jobs=a.jobs,
+        rank_classes=True,
+    )
+    wall0, parent0 = time.monotonic(), cpu(resource.RUSAGE_SELF)
+    result = dry_run(options)
+    wall1, parent1 = time.monotonic(), cpu(resource.RUSAGE_SELF)
+    trace = result.trace(options)
+    findings = check_trace(trace, None).findings
+    for f in findings:
+        locate_at_site(f, trace)
+    parent2 = cpu(resource.RUSAGE_SELF)
+    recorded = sorted(r for r in result.runs if r not in result.derived)
+    runs = [result.runs[r] for r in recorded]
+    cpus = [r.cpu_seconds for r in runs if r.cpu_seconds is not None]
+    peaks = [r.peak_bytes for r in runs if r.peak_bytes]
+    actions = sum(len(r) for r in trace.ranks.values())
+    print(f"world {world} (pp {a.pp} x dp_shard {a.dp_shard} x cp {a.cp} x tp {a.tp}), "
+          f"bug: rank {bug_rank} (first rank of stage {a.bug_stage})")  # fmt: skip
+    print(f"ranks recorded {len(recorded)}, derived {len(result.derived)}; {actions} actions")
+    for note in result.notes[:4]:
+        print(f"note: {note}")
+    errors = [f for f in findings if f.severity == "error"]
+    print(f"verdict: {len(errors)} error(s): {sorted({f.code for f in errors})}")
+    named = [f for f in errors if str(bug_rank) in f.message and f.line is not None]
+    for f in named[:1]:
+        print(f"  {f.code} at {Path(f.path or '').name}:{f.line}: {f.message[:300]}")
+    print(f"bug rank recorded itself: {bug_rank in recorded}; finding names it: {bool(named)}")
+    print(
+        f"CPU s per recorded rank: mean {statistics.mean(cpus):.2f}, max {max(cpus):.2f}, "
+        f"sum {sum(cpus):.1f}; peak RSS per recorded rank: max {max(peaks) / 2**20:.0f} MB, "
+        f"median {statistics.median(peaks) / 2**20:.0f} MB"
+    )
+    print(
+        f"parent CPU s: dry-run (warm-up, scheduling, derivation) {parent1 - parent0:.1f}, "
+        f"check {parent2 - parent1:.1f}; wall {wall1 - wall0:.0f} s; parent peak RSS "
+        f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB"
+    )
+    print(
+        f"recording every rank instead: about {statistics.mean(cpus) * world:.0f} CPU s "
+        f"({world} x the mean above)"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,227 @@
+"""Rank classes, in the parent: a recorded rank's path condition and rank expressions, and
+the trace of another rank of its class, relabelled from the recorded one.
+
+A rank recorded with `--rank-classes` sends, with its actions, a `ClassRecord`
+(`tracked.py`): every test its program made of a value derived from its rank, as a
+condition on `r` that held (the path condition), the rank expressions of the peers and
+roots of its actions, and those of the members of the groups it made. Every value derived
+from the rank was a tracked expression of `r` until it escaped, and every escape (an
+index, `int()`, a hash, a string, a tensor) added `expr == value` to the condition: so
+any rank `r2` for which the whole condition holds runs the same program path, and its
+trace is the recorded one with each expression evaluated at `r2` (`relabel`). A record
+that could not be proved (`unproven`: randomness of the rank's own, a peer with no
+expression) covers only its own rank.
+
+Expressions are Python over `r` and a few helpers (`_m(k)`: the k-th member list evaluated
+at `r`; `_asc(list)`: the list is strictly increasing), evaluated with no builtins.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from typing import Any
+
+
+@dataclass
+class ClassRecord:
+    """What one recorded rank's run proved about the ranks that take its path."""
+
+    conds: list[str] = field(default_factory=list)  # each holds at the recorded rank
+    lists: list[list[str]] = field(default_factory=list)  # member expressions, `_m(k)`
+    actions: dict[int, dict[str, str]] = field(default_factory=dict)  # index -> peer/root
+    groups: dict[str, int] = field(default_factory=dict)  # group name -> index in `lists`
+    creations: dict[int, int] = field(default_factory=dict)  # creation index -> `lists`
+    # creation index -> the groups made before it, for a name torch hashes from the members
+    hashed: dict[int, int] = field(default_factory=dict)
+    unproven: str | None = None  # why this run covers only its own rank
+    escapes: list[str] = field(default_factory=list)  # where values left the tracking
+
+    @classmethod
+    def from_message(cls, payload: dict[str, Any]) -> ClassRecord:
+        return cls(
+            conds=list(payload.get("conds", ())),
+            lists=[list(x) for x in payload.get("lists", ())],
+            actions={int(k): dict(v) for k, v in payload.get("actions", {}).items()},
+            groups=dict(payload.get("groups", {})),
+            creations={int(k): int(v) for k, v in payload.get("creations", {}).items()},
+            hashed={int(k): int(v) for k, v in payload.get("hashed", {}).items()},
+            unproven=payload.get("unproven"),
+            escapes=list(payload.get("escapes", ())),
+        )
+
+
+def hashed_name(ranks: list[int], made: int) -> str:
+    """torch's name of a group made with `use_local_synchronization` (`_hash_ranks_to_str`):
+    a hash of its members and of how many groups existed before it."""
+    text = "_".join(["_".join(map(str, ranks)), str(made)])
+    return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
+
+
+def _asc(values: list[int]) -> bool:
+    return all(a < b for a, b in itertools.pairwise(values))
+
+
+@lru_cache(maxsize=65536)
+def _code(expr: str) -> Any:
+    return compile(expr, "<rank expression>", "eval")
+
+
+class Evaluator:
+    """Evaluates one record's expressions at any rank."""
+
+    def __init__(self, record: ClassRecord) -> None:
+        self.record = record
+        self._cond = _code(" and ".join(f"({c})" for c in record.conds) or "True")
+
+    def env(self, r: int) -> dict[str, Any]:
+        lists = self.record.lists
+        memo: dict[int, list[int]] = {}
+        env: dict[str, Any] = {"__builtins__": {}, "r": r, "abs": abs, "_asc": _asc}
+
+        def m(k: int) -> list[int]:
+            if k not in memo:
+                memo[k] = [eval(_code(e), env) for e in lists[k]]
+            return memo[k]
+
+        env["_m"] = m
+        return env
+
+    def value(self, expr: str, env: dict[str, Any]) -> Any:
+        return eval(_code(expr), env)
+
+    def holds(self, r: int) -> bool:
+        try:
+            return bool(eval(self._cond, self.env(r)))
+        except Exception:  # an index out of range, a division by zero: not this path
+            return False
+
+
+def _compact(ranks: list[int]) -> str:
+    rs = sorted(ranks)
+    if rs == list(range(rs[0], rs[-1] + 1)) and len(rs) > 2:
+        return f"{rs[0]}-{rs[-1]}"
+    return "_".join(str(r) for r in ranks)
+
+
+def _renamed(name: str, members: list[int]) -> str:
+    suffix = name[name.index("#") :] if "#" in name else ""
+    return "g" + _compact(members) + suffix
+
+
+def unproven_reason(record: ClassRecord, run: Any, rank: int) -> str | None:
+    """Why `record` does not describe `run` of `rank` exactly (None: it does): every
+    condition holds at the rank, every peer and root has an expression giving the recorded
+    value, every group with member expressions has the recorded members."""
+    if record.unproven:
+        return record.unproven
+    ev = Evaluator(record)
+    if not ev.holds(rank):
+        return "its path condition does not hold at its own rank"
+    env = ev.env(rank)
+    for i, a in enumerate(run.actions):
+        exprs = record.actions.get(i, {})
+        for key in ("peer", "root"):
+            if key in a:
+                if key not in exprs:
+                    return f"the {key} of its {a.get('op')} has no rank expression"
+                try:
+                    if ev.value(exprs[key], env) != a[key]:
+                        return f"the {key} of its {a.get('op')} is not its rank expression"
+                except Exception:
+                    return f"the {key} of its {a.get('op')} is not its rank expression"
+    for name, k in record.groups.items():
+        if name in run.groups and env["_m"](k) != run.groups[name]:
+            return f"the members of group {name} are not their rank expressions"
+    for i, k in record.creations.items():
+        if i < len(run.creations) and env["_m"](k) != run.creations[i]["ranks"]:
+            return "the members of a group it created are not their rank expressions"
+    return None
+
+
+def relabel(run: Any, record: ClassRecord, rank: int, other: int) -> Any | None:
+    """The run of `other`, a rank of `rank`'s class, as `run` relabelled; None when the
+    relabelled trace is not consistent (a group it uses would not hold it, two groups would
+    become one): `other` must then be recorded itself."""
+    ev = Evaluator(record)
+    env = ev.env(other)
+    names: dict[str, str] = {}
+    groups: dict[str, list[int]] = {}
+    for name, members in run.groups.items():
+        if name in record.groups:
+            new = list(env["_m"](record.groups[name]))
+            if name == "WORLD":
+                if new != members:
+                    return None
+                new_name = name
+            else:
+                new_name = _renamed(name, new)
+        else:
+            new, new_name = list(members), name
+        names[name] = new_name
+        if new_name in groups and groups[new_name] != new:
+            return None
+        groups[new_name] = new
+    if len(set(names.values())) != len(names):
+        return None  # two of its groups would become one
+    actions = []
+    for i, a in enumerate(run.actions):
+        b = dict(a)
+        group = a.get("group")
+        if group is not None and group in names:
+            b["group"] = names[group]
+            if other not in groups[names[group]]:
+                return None
+        exprs = record.actions.get(i, {})
+        for key in ("peer", "root"):
+            if key in a:
+                b[key] = ev.value(exprs[key], env)
+        actions.append(b)
+    creations = []
+    for i, c in enumerate(run.creations):
+        k = record.creations.get(i)
+        if k is None:
+            creations.append(c)
+            continue
+        members = list(env["_m"](k))
+        name = hashed_name(members, record.hashed[i]) if i in record.hashed else c["name"]
+        creations.append({**c, "ranks": members, "name": name})
+    return replace(
+        run,
+        actions=actions,
+        groups=groups,
+        creations=creations,
+        sent={},
+        reads={},
+        seconds=0.0,
+        cpu_seconds=None,
+        peak_bytes=None,
+        output="",
+    )
+
+
+def cover(
+    record: ClassRecord, run: Any, rank: int, candidates: list[int]
+) -> tuple[dict[int, Any], str | None]:
+    """The runs of the `candidates` that `rank`'s record proves take its path, relabelled;
+    and why it proves nothing when it does not."""
+    why = unproven_reason(record, run, rank)
+    if why is not None:
+        return {}, why
+    ev = Evaluator(record)
+    out: dict[int, Any] = {}
+    for other in candidates:
+        if other == rank or not ev.holds(other):
+            continue
+        try:
+            derived = relabel(run, record, rank, other)
+        except Exception:  # an expression that fails at `other`: not its path
+            derived = None
+        if derived is not None:
+            out[other] = derived
+    return out, None
+
+
+__all__: list[str] = ["ClassRecord", "Evaluator", "cover", "relabel", "unproven_reason"]
