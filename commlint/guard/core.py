@@ -21,6 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 from commlint.callsites import CallSite, call_site_at
+from commlint.guard import answers
 from commlint.guard.calls import Call, describe, describe_funcol, splits_agree
 from commlint.guard.frames import _brief, short_path
 from commlint.guard.ring import DONE, FAILED, PENDING, Ring
@@ -129,6 +130,10 @@ class Guard:
         self.fp_calls = 0
         self.fp_trusted = 0  # of which only published (`--check auto`, a path seen matched)
         self.watchdog: Any = None
+        self.answerer: Any = None  # `--check auto`: replies to peers' fingerprint requests
+        # stream -> the first sequence number a peer asked for that this rank has not reached:
+        # the main thread publishes that call's fingerprint when it makes it
+        self.wanted: dict[str, int] = {}
         self.originals: dict[str, Any] = {}
         self._start_lock = threading.Lock()
         # DDP modules whose forward ran since the last backward() and will sync gradients
@@ -201,6 +206,9 @@ class Guard:
                     self.degrade(f"cannot reach the job's store: {_brief(exc)}")
                     return True
                 self.watchdog.start()
+                if self.adaptive:
+                    self.answerer = answers.Answerer(self)
+                    self.answerer.start()
         return True
 
     # -- groups and sites ---------------------------------------------------------------------
@@ -636,33 +644,36 @@ class Guard:
         """Publish this call's fingerprint; compare with the members that published theirs.
 
         `--check auto`: a call that repeats a path already seen matched on every member (the
-        same fingerprint after the same previous one on this group) only publishes — a set,
-        which does not wait for the store's answer; any other call waits (up to `FP_WAIT`)
-        for every member's fingerprint and compares before it enters."""
-        fp = {k: e[k] for k in _FP_FIELDS if k in e}
+        same fingerprint after the same previous one on this group) is only recorded — a
+        peer that needs its fingerprint asks for it (`commlint.guard.answers`); any other call
+        publishes its own and the ones before it, asks the members for theirs, waits (up to
+        `FP_WAIT`) for them and compares before it enters."""
+        fp = answers.collective_fp(e)
         if call.obj:
-            fp.pop("shape", None)
-        if e["op"] == "all_to_all":
             fp.pop("shape", None)
         group, seq = e["group"], e["seq"]
         key, text = self.fp_text(group, fp, seq)
         fp["seq"] = seq
         _, members = self.group_of(call.group)
-        slot, first_round = self.slot(seq)
-        mine = f"fp/{group}/{slot}/{self.rank}"
         if len(members) < 2:
             return
         stream = None
+        others = [r for r in members if r != self.rank]
         if self.adaptive:
-            stream = self.stream(f"coll:{group}")
+            stream = self.stream(e["key"])
             if stream.trusted(key):
                 stream.step(key, True)
                 self.fp_trusted += 1
-                self.publish(mine, text)  # peers that check will find it
+                if self.wanted:  # a peer asked for it before this rank got here
+                    self.answer_wanted(e["key"], seq)
                 return
-        store = self.store()
-        store.set(mine, text)
-        others = [r for r in members if r != self.rank]
+            store = self.store()
+            answers.publish(self, store, e["key"], seq)  # this call and the ones before it
+            answers.request(store, e["key"], seq, others, self.rank)
+        else:
+            store = self.store()
+            store.set(f"fp/{group}/{self.slot(seq)[0]}/{self.rank}", text)
+        slot, first_round = self.slot(seq)
         # No waiting in `all`: the member that publishes last sees every fingerprint and
         # compares; the members already inside the collective are ended by their watchdog.
         keys = [f"fp/{group}/{slot}/{r}" for r in others]
@@ -709,7 +720,7 @@ class Guard:
             stream = self.streams[name] = _Stream()
         return stream
 
-    HISTORY = 8  # earlier fingerprints read per rank to find where the calls parted
+    HISTORY = answers.HISTORY  # earlier fingerprints read per rank to find where calls parted
 
     def history(
         self, store: Any, group: str, seq: int, seen: dict[int, dict[str, Any]]
@@ -780,9 +791,13 @@ class Guard:
             if stream.trusted(fkey):
                 stream.step(fkey, True)
                 self.fp_trusted += 1
-                self.publish(mine, json.dumps(fp))
+                if self.wanted:  # the peer asked for it before this rank got here
+                    self.answer_wanted(key, seq)
                 return
-        store.set(mine, json.dumps(fp))
+            answers.publish(self, store, key, seq)
+            answers.request(store, key, seq, [call.root], self.rank)
+        else:
+            store.set(mine, json.dumps(fp))
         values = self.read_slots(
             store, [f"fp/{key}/{slot}/{other}"], first_round, seq, self.adaptive
         )
@@ -825,12 +840,17 @@ class Guard:
         snap.update(status="blocked", groups={n: r for n, r in self.groups.values()})
         return build_trace({self.rank: snap}, self.world_size, self.backend)[0]
 
-    def publish(self, key: str, text: str) -> None:
-        """Publish a fingerprint without comparing: a store `set`, which sends and does not
-        wait for an answer (4 us here, against 38 us for a `get`). Until 2026-11-27 a
-        publisher thread did it: its wake-ups and its share of the GIL cost 5-8 ms of CPU per
-        rank per FSDP2 step on 4 ranks sharing 2 cores — more than the recording itself."""
-        self.store().set(key, text)
+    def answer_wanted(self, stream: str, seq: int) -> None:
+        """A trusted call a peer asked for before this rank made it (`Guard.wanted`, set by
+        the answerer thread): publish it now (`commlint.guard.answers`). Trusted calls publish
+        nothing otherwise: until 2026-11-27 each wrote its fingerprint to the store (a TCP
+        send, 65 us of the program's thread per FSDP2 collective on 4 ranks sharing 2 cores),
+        and before that a publisher thread did, whose wake-ups cost more than the recording."""
+        asked = self.wanted.get(stream)
+        if asked is None or seq < asked:
+            return
+        del self.wanted[stream]
+        answers.publish(self, self.store(), stream, asked)
 
     # -- end of the program -------------------------------------------------------------------
 
@@ -857,10 +877,25 @@ class Guard:
         """Let the watchdog finish its tick and end before the process tears torch down: a
         thread still inside a store call during interpreter shutdown can abort the process."""
         self.ended = True
+        self.stop_answers()
         w = self.watchdog
         if w is not None and w.is_alive() and w is not threading.current_thread():
             w.wake.set()
             w.join(timeout=2.0)
+
+    def stop_answers(self) -> None:
+        """End the answerer thread (blocked in a store `wait`) with a stop request, written
+        with this thread's existing client only: a new client to a store whose host has left
+        would retry its connection for the whole timeout."""
+        a, self.answerer = self.answerer, None
+        store = getattr(self.local, "store", None)
+        if a is None or not a.is_alive() or a is threading.current_thread() or store is None:
+            return
+        try:
+            answers.stop(store, self.rank)
+        except Exception:  # the store's host may already be gone: the thread ends with it
+            return
+        a.join(timeout=2.0)
 
 
 def _ddp_buckets(ddp: Any, probe_bytes: int) -> list[tuple[int, str]]:
@@ -905,11 +940,6 @@ def _fp_key(fp: dict[str, Any]) -> tuple:
         for k, v in sorted(fp.items())
         if k not in ("seq", "stack", "via", "label")
     )
-
-
-# what a collective's fingerprint carries: what must agree, and where it was called from
-_FP_FIELDS = ("op", "root", "reduce_op", "shape", "dtype", "in_splits", "out_splits")
-_FP_FIELDS += ("site", "stack", "via", "label")
 
 
 def _place(e: dict[str, Any], where: CallSite) -> None:
