@@ -28,6 +28,13 @@ class _DictStore:
     def set(self, key: str, text: str) -> None:
         self.values[key.rsplit("/", 1)[0]] = text
 
+    def multi_set(self, keys: list[str], texts: list[str]) -> None:
+        for key, text in zip(keys, texts, strict=True):
+            self.set(key, text)
+
+    def add(self, key: str, n: int) -> int:  # the request log's counter
+        return 1
+
     def check(self, keys: list[str]) -> bool:
         return True
 
@@ -45,7 +52,6 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from commlint import callsites
-    from commlint.guard.calls import Call
     from commlint.guard.core import Guard, Options
     from commlint.guard.ring import Ring
 
@@ -57,9 +63,14 @@ def main(argv: list[str] | None = None) -> int:
     source = "def deep(n, fn):\n    return fn() if n == 0 else deep(n - 1, fn)\n"
     exec(compile(source, callsites._torch_dir() + "commlint_bench.py", "exec"), torch_frames)
 
+    def all_gather_single(output_tensor, input_tensor, group=None, async_op=False):
+        return None  # torch's signature; the collective itself is not this bench's
+
+    gather = guard.wrap("all_gather_single", all_gather_single)
+    out = torch.zeros(4 * 1024)
+
     def one() -> None:
-        call = Call(op="all_gather", group=None, is_async=False, tensor=tensor)
-        guard.run(call, lambda: None, (), {}, "all_gather_single")
+        gather(out, tensor, group=None, async_op=False)  # as FSDP2 calls it
 
     def step() -> None:
         for _ in range(args.calls):

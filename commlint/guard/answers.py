@@ -98,8 +98,10 @@ def request(store: Any, stream: str, seq: int, ranks: list[int], asker: int) -> 
     store.set(f"fpq/{k}", text)
 
 
-def stop(store: Any, rank: int) -> None:
-    """End this rank's answerer: a request only it acts on (the others skip it)."""
+def stop(store: Any, rank: int | str) -> None:
+    """End this rank's answerer: a request only it acts on (the others skip it); `"all"`:
+    every rank's (the store's host is leaving: a client blocked in a `wait` on a store that
+    went away prints a C++ warning with its stack, and there is nothing left to answer)."""
     k = int(store.add("fpq", 1))
     store.set(f"fpq/{k}", json.dumps({"stop": rank}))
 
@@ -134,7 +136,7 @@ class Answerer(threading.Thread):
                 store.wait([f"fpq/{k}"], _FOREVER)
                 req = json.loads(store.get(f"fpq/{k}"))
                 k += 1
-                if req.get("stop") == rank:
+                if req.get("stop") in (rank, "all"):
                     break
                 if rank in req.get("ranks", ()) and req.get("from") != rank:
                     note_or_publish(guard, store, req["stream"], int(req["seq"]))

@@ -883,6 +883,12 @@ class Guard:
             w.wake.set()
             w.join(timeout=2.0)
 
+    def hosts_store(self) -> bool:
+        """This process holds the job's TCPStore: rank 0 of an `env://` or `tcp://` launch
+        (srun), not under torchrun, whose agent hosts it and outlives the ranks."""
+        use_agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+        return self.rank == 0 and not use_agent
+
     def stop_answers(self) -> None:
         """End the answerer thread (blocked in a store `wait`) with a stop request, written
         with this thread's existing client only: a new client to a store whose host has left
@@ -892,7 +898,7 @@ class Guard:
         if a is None or not a.is_alive() or a is threading.current_thread() or store is None:
             return
         try:
-            answers.stop(store, self.rank)
+            answers.stop(store, "all" if self.hosts_store() else self.rank)
         except Exception:  # the store's host may already be gone: the thread ends with it
             return
         a.join(timeout=2.0)
