@@ -39,6 +39,9 @@ HISTORY = 8  # earlier fingerprints published with an answer (the aligner's cont
 # a store `wait` that times out prints C++ warnings; the answerer waits as long as a job runs
 _FOREVER = timedelta(days=7)
 _SEND = ("send", "isend")
+# requests kept in the store: each asker deletes the one this many before its own (a router
+# whose counts change every step asks every step); an answerer this far behind skips ahead
+REQUESTS_KEPT = 4096
 
 
 def collective_fp(e: dict[str, Any]) -> dict[str, Any]:
@@ -96,6 +99,8 @@ def request(store: Any, stream: str, seq: int, ranks: list[int], asker: int) -> 
     k = int(store.add("fpq", 1))
     text = json.dumps({"stream": stream, "seq": seq, "ranks": ranks, "from": asker})
     store.set(f"fpq/{k}", text)
+    if k > REQUESTS_KEPT:
+        store.delete_key(f"fpq/{k - REQUESTS_KEPT}")
 
 
 def stop(store: Any, rank: int | str) -> None:
@@ -133,6 +138,8 @@ class Answerer(threading.Thread):
             store = guard.new_store()
             k = 1
             while not guard.ended:
+                if k % 256 == 0 and int(store.add("fpq", 0)) - k > REQUESTS_KEPT // 2:
+                    k = int(store.add("fpq", 0))  # far behind: the old askers gave up long ago
                 store.wait([f"fpq/{k}"], _FOREVER)
                 req = json.loads(store.get(f"fpq/{k}"))
                 k += 1

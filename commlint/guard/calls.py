@@ -83,7 +83,7 @@ FUNCOL: dict[str, tuple[str, str | None, str | None]] = {
 }
 
 
-@dataclass
+@dataclass(slots=True)
 class Call:
     """One call as the guard records it."""
 
@@ -133,7 +133,7 @@ def describe(name: str, fn: Any, args: tuple, kwargs: dict, dist: Any) -> Call |
     spec = API[name]
     bound = arguments(name, fn, args, kwargs)
     group = bound.get("group")
-    if group is dist.GroupMember.NON_GROUP_MEMBER:
+    if group is not None and group is dist.GroupMember.NON_GROUP_MEMBER:
         return None  # torch returns at once on a group this rank is not in
     root = bound.get(spec.root) if spec.root else None
     group_root = bound.get(spec.group_root) if spec.group_root else None
@@ -145,7 +145,9 @@ def describe(name: str, fn: Any, args: tuple, kwargs: dict, dist: Any) -> Call |
     is_async = bool(bound.get("async_op", False)) if spec.can_async else False
     if spec.p2p:
         is_async = op in ("isend", "irecv")
-    in_splits, out_splits = all_to_all_splits(name, bound, group, dist)
+    in_splits = out_splits = None
+    if spec.op == "all_to_all":
+        in_splits, out_splits = all_to_all_splits(name, bound, group, dist)
     return Call(
         op=op,
         group=group,

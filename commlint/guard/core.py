@@ -32,6 +32,7 @@ FP_KEEP = 64
 # for its peers' fingerprints before it goes on (a peer blocked elsewhere costs this, once).
 FP_WAIT = 1.0
 FP_TEXTS = 4096  # fingerprint texts kept per rank (`Guard.fp_text`), one per group and site
+FP_IDS = 65536  # distinct fingerprints named by an int (`Guard.fp_record`)
 
 
 @dataclass
@@ -104,7 +105,9 @@ class Guard:
         self.adaptive = options.check == "auto"
         self.streams: dict[str, _Stream] = {}
         # (group, site) -> a fingerprint without its sequence number, its key, its JSON text
-        self.fp_texts: dict[tuple[str, Any], tuple[dict[str, Any], tuple, str]] = {}
+        self.fp_texts: dict[tuple[str, Any], tuple[dict[str, Any], tuple, str, int]] = {}
+        self.fp_ids: dict[tuple, int] = {}
+        self.main_thread = threading.main_thread().ident
         self.ring: Ring | None = None
         self.rank = -1
         self.world_size = 0
@@ -267,9 +270,8 @@ class Guard:
             e["async"] = True
             if self.ring is not None and self.ring.backward_since is not None:
                 e["bwd"] = self.ring.backward_id
-        thread = threading.current_thread()
-        if thread is not threading.main_thread():
-            e["thread"] = thread.name
+        if threading.get_ident() != self.main_thread:
+            e["thread"] = threading.current_thread().name
         return e, key
 
     # -- DDP's gradient buckets (see `commlint.guard._patch_ddp`) ---------------------------
@@ -389,8 +391,13 @@ class Guard:
 
         @functools.wraps(fn)
         def guarded(*args: Any, **kwargs: Any) -> Any:
-            local = guard.local
-            if not guard.enabled or getattr(local, "depth", 0) or not guard.started():
+            # `guard.enabled` and `guard.started()`, inline: this runs on every call
+            if (
+                not guard._enabled
+                or guard.degraded is not None
+                or getattr(guard.local, "depth", 0)
+                or (guard.ring is None and not guard.started())
+            ):
                 return fn(*args, **kwargs)
             try:
                 call = describe(name, fn, args, kwargs, guard.dist)
@@ -652,21 +659,25 @@ class Guard:
         if call.obj:
             fp.pop("shape", None)
         group, seq = e["group"], e["seq"]
-        key, text = self.fp_text(group, fp, seq)
-        fp["seq"] = seq
         _, members = self.group_of(call.group)
         if len(members) < 2:
             return
+        known = self.fp_record(group, fp)
+        key = known[3]
         stream = None
-        others = [r for r in members if r != self.rank]
         if self.adaptive:
             stream = self.stream(e["key"])
-            if stream.trusted(key):
-                stream.step(key, True)
+            if (stream.prev, key) in stream.verified:  # `_Stream.trusted`, inline: per call
+                stream.prev = key
+                stream.prev_matched = True
                 self.fp_trusted += 1
                 if self.wanted:  # a peer asked for it before this rank got here
                     self.answer_wanted(e["key"], seq)
                 return
+        fp["seq"] = seq
+        others = [r for r in members if r != self.rank]
+        text = _with_seq(known[2], seq)
+        if self.adaptive:
             store = self.store()
             answers.publish(self, store, e["key"], seq)  # this call and the ones before it
             answers.request(store, e["key"], seq, others, self.rank)
@@ -702,16 +713,31 @@ class Guard:
         """A fingerprint's key (`_fp_key`) and its JSON text with `seq` added (what
         `json.dumps(fp | {"seq": seq})` gives), formatted once per group, site and content: a
         training step makes the same calls from the same lines, only the sequence number new."""
+        known = self.fp_record(group, fp)
+        return known[1], _with_seq(known[2], seq)
+
+    def fp_record(self, group: str, fp: dict[str, Any]) -> tuple[dict[str, Any], tuple, str, int]:
+        """`fp_text`'s cached record: the fingerprint as formatted, its key, its JSON text
+        without the closing brace, and a small integer naming the key (`--check auto` compares
+        these: a tuple of tuples is hashed anew on every lookup, an int is not)."""
         where = (group, fp.get("site"))
         known = self.fp_texts.get(where)
         if known is None or known[0] != fp:
             if len(self.fp_texts) >= FP_TEXTS:
                 self.fp_texts.clear()
             body = json.dumps(fp)[:-1]
+            key = _fp_key(fp)
+            ids = self.fp_ids
+            kid = ids.get(key)
+            if kid is None:
+                if len(ids) >= FP_IDS:  # shapes that never repeat: start learning again
+                    ids.clear()
+                    self.fp_texts.clear()
+                    self.streams.clear()
+                kid = ids[key] = len(ids)
             # the cached copy is the text's own reading: nothing the caller edits later
-            known = self.fp_texts[where] = (json.loads(body + "}"), _fp_key(fp), body)
-        body = known[2]
-        return known[1], f'{body}, "seq": {seq}}}' if len(body) > 1 else f'{{"seq": {seq}}}'
+            known = self.fp_texts[where] = (json.loads(body + "}"), key, body, kid)
+        return known
 
     def stream(self, name: str) -> _Stream:
         """`--check auto`'s memory of a group or channel (made on its first call)."""
@@ -936,6 +962,11 @@ def _peer_gone(exc: BaseException) -> bool:
 
 
 _DTYPES: dict[Any, str] = {}  # torch.float32 -> "float32", named once per dtype
+
+
+def _with_seq(body: str, seq: int) -> str:
+    """A fingerprint's JSON text without its closing brace, with `"seq": seq` appended."""
+    return f'{body}, "seq": {seq}}}' if len(body) > 1 else f'{{"seq": {seq}}}'
 
 
 def _fp_key(fp: dict[str, Any]) -> tuple:

@@ -170,3 +170,22 @@ def test_a_trusted_path_writes_nothing_to_the_store(ranks: list[Guard]) -> None:
         import json
 
         assert json.loads(store.get(key))["seq"] < g0.ring.next_seq["coll:WORLD"] - 6  # type: ignore[union-attr]
+
+
+def test_the_request_log_stays_bounded_and_answerers_keep_up(
+    ranks: list[Guard], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each asker deletes the request `REQUESTS_KEPT` before its own (a router whose counts
+    change every step asks every step); the answerers still answer the newest."""
+    from commlint.guard import answers
+
+    monkeypatch.setattr(answers, "REQUESTS_KEPT", 4)
+    g0, g1 = ranks
+    store = g1.store()
+    for _ in range(10):
+        answers.request(store, "coll:WORLD", 10_000, [0], 1)  # a call rank 0 never reaches
+    assert not store.check(["fpq/1"]) and not store.check(["fpq/6"])
+    assert store.check(["fpq/7"]) and store.check(["fpq/10"])
+    _in_step(ranks, 3)  # the answerers read past the deleted requests: new paths still match
+    assert g0.answerer.is_alive() and g1.answerer.is_alive()  # type: ignore[union-attr]
+    assert g0.wanted == {"coll:WORLD": 10_000}
