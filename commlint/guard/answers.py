@@ -44,11 +44,12 @@ _SEND = ("send", "isend")
 REQUESTS_KEPT = 4096
 
 
-def collective_fp(e: dict[str, Any]) -> dict[str, Any]:
+def collective_fp(e: dict[str, Any], obj: bool = False) -> dict[str, Any]:
     """A collective's fingerprint, from its ring entry (without the sequence number): an
-    all_to_all's shape is left out (its members' sizes differ by design; its counts are in)."""
+    all_to_all's shape is left out (its members' sizes differ by design; its counts are in),
+    and an object collective's (`obj`: its sizes differ by design)."""
     fp = {k: e[k] for k in FP_FIELDS if k in e}
-    if e.get("op") == "all_to_all":
+    if obj or e.get("op") == "all_to_all":
         fp.pop("shape", None)
     return fp
 
@@ -138,11 +139,15 @@ class Answerer(threading.Thread):
             store = guard.new_store()
             k = 1
             while not guard.ended:
-                if k % 256 == 0 and int(store.add("fpq", 0)) - k > REQUESTS_KEPT // 2:
-                    k = int(store.add("fpq", 0))  # far behind: the old askers gave up long ago
+                newest = int(store.add("fpq", 0))
+                if newest - k > REQUESTS_KEPT // 2:
+                    k = newest  # far behind (deleted ahead of it): those askers gave up long ago
                 store.wait([f"fpq/{k}"], _FOREVER)
-                req = json.loads(store.get(f"fpq/{k}"))
+                raw = store.get(f"fpq/{k}") if store.check([f"fpq/{k}"]) else b""
                 k += 1
+                if not raw:  # deleted since it was written (this answerer fell far behind)
+                    continue
+                req = json.loads(raw)
                 if req.get("stop") in (rank, "all"):
                     break
                 if rank in req.get("ranks", ()) and req.get("from") != rank:

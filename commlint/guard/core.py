@@ -21,7 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 from commlint.callsites import CallSite, call_site_at
-from commlint.guard import answers
+from commlint.guard import answers, templates
 from commlint.guard.calls import Call, describe, describe_funcol, splits_agree
 from commlint.guard.frames import _brief, short_path
 from commlint.guard.ring import DONE, FAILED, PENDING, Ring
@@ -107,6 +107,8 @@ class Guard:
         # (group, site) -> a fingerprint without its sequence number, its key, its JSON text
         self.fp_texts: dict[tuple[str, Any], tuple[dict[str, Any], tuple, str, int]] = {}
         self.fp_ids: dict[tuple, int] = {}
+        # a call's ring entry once per kind of call and line (`commlint.guard.templates`)
+        self.templates: dict[tuple, tuple] = {}
         self.main_thread = threading.main_thread().ident
         self.ring: Ring | None = None
         self.rank = -1
@@ -514,12 +516,8 @@ class Guard:
         ring = self.ring
         assert ring is not None
         try:
-            e, key = self.entry(call)
-            _place(e, self.site())
-            if api != e["op"]:
-                e["label"] = api
-            if call.is_async:
-                e["handle"] = ring.new_handle()
+            # from the frame that called this outward (as `site()` walks)
+            e, key, kid = templates.record(self, call, api, sys._getframe(1))
             ring.add(e, key)
         except Exception as exc:  # the guard's own failure: the call goes on unguarded
             self.degrade(f"recording failed: {_brief(exc)}")
@@ -531,7 +529,7 @@ class Guard:
                     if call.root is not None and not call.obj:
                         self.p2p_fingerprint(e, call, key)
                 else:
-                    self.fingerprint(e, call)
+                    self.fingerprint(e, call, kid)
             except CommlintGuardError:
                 raise
             except Exception as exc:  # the side channel failed: go on as unguarded
@@ -647,7 +645,7 @@ class Guard:
 
     # -- fingerprints -------------------------------------------------------------------------
 
-    def fingerprint(self, e: dict[str, Any], call: Call) -> None:
+    def fingerprint(self, e: dict[str, Any], call: Call, kid: int | None = None) -> None:
         """Publish this call's fingerprint; compare with the members that published theirs.
 
         `--check auto`: a call that repeats a path already seen matched on every member (the
@@ -655,25 +653,25 @@ class Guard:
         peer that needs its fingerprint asks for it (`commlint.guard.answers`); any other call
         publishes its own and the ones before it, asks the members for theirs, waits (up to
         `FP_WAIT`) for them and compares before it enters."""
-        fp = answers.collective_fp(e)
-        if call.obj:
-            fp.pop("shape", None)
         group, seq = e["group"], e["seq"]
         _, members = self.group_of(call.group)
         if len(members) < 2:
             return
-        known = self.fp_record(group, fp)
-        key = known[3]
         stream = None
         if self.adaptive:
             stream = self.stream(e["key"])
-            if (stream.prev, key) in stream.verified:  # `_Stream.trusted`, inline: per call
-                stream.prev = key
+            if kid is None:  # not from a template (`commlint.guard.templates`): name it now
+                kid = self.fp_record(group, answers.collective_fp(e, call.obj))[3]
+            if (stream.prev, kid) in stream.verified:  # `_Stream.trusted`, inline: per call
+                stream.prev = kid
                 stream.prev_matched = True
                 self.fp_trusted += 1
                 if self.wanted:  # a peer asked for it before this rank got here
                     self.answer_wanted(e["key"], seq)
                 return
+        fp = answers.collective_fp(e, call.obj)
+        known = self.fp_record(group, fp)
+        key = known[3]
         fp["seq"] = seq
         others = [r for r in members if r != self.rank]
         text = _with_seq(known[2], seq)
@@ -734,6 +732,7 @@ class Guard:
                     ids.clear()
                     self.fp_texts.clear()
                     self.streams.clear()
+                    self.templates.clear()
                 kid = ids[key] = len(ids)
             # the cached copy is the text's own reading: nothing the caller edits later
             known = self.fp_texts[where] = (json.loads(body + "}"), key, body, kid)
