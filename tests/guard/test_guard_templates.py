@@ -86,3 +86,13 @@ def test_what_differs_per_call_is_each_calls_own() -> None:
     bigger = Call(op="all_reduce", group=None, is_async=True, tensor=_Shape(16))
     assert record(g, bigger, "all_reduce", frame)[0]["shape"] == [16]
     assert record(g, call, "all_reduce", frame)[0]["shape"] == [8]
+
+
+def test_reduce_ops_are_named_once_per_op_and_never_confused() -> None:
+    import torch.distributed as dist
+
+    from commlint.guard.calls import reduce_name
+
+    ops = [dist.ReduceOp.SUM, dist.ReduceOp.AVG, dist.ReduceOp.MAX, dist.ReduceOp.MIN, None]
+    for _ in range(2):  # the second round reads the names kept by the first
+        assert [reduce_name(op) for op in ops] == ["sum", "avg", "max", "min", "sum"]
