@@ -33,7 +33,10 @@ def record(guard: Any, call: Any, api: str, frame: Any) -> tuple[dict[str, Any],
     int naming its collective fingerprint (None: p2p, or not compared)."""
     site_key, known = call_site_memo_at(frame, short_path, 4)
     key = _template_key(call, api, site_key)
-    cached = guard.templates.get(key) if key is not None else None
+    try:
+        cached = guard.templates.get(key) if key is not None else None
+    except TypeError:  # a shape of symbols (tracing): made each time
+        key = cached = None
     if cached is None or not site_still_known(site_key, cached[3]):
         cached = _make(guard, call, api, known)
         if key is not None:
@@ -63,12 +66,7 @@ def _template_key(call: Any, api: str, site_key: tuple) -> tuple | None:
         shape, dtype = t.shape, t.dtype
     group = call.group
     key = (api, None if group is None else id(group), shape, dtype, call.root, call.reduce_op)
-    key += (call.is_async, call.p2p, call.tag, call.obj, site_key)
-    try:
-        hash(key)
-    except TypeError:  # a shape of symbols (tracing): made each time
-        return None
-    return key
+    return (*key, call.is_async, call.p2p, call.tag, call.obj, site_key)
 
 
 def _make(guard: Any, call: Any, api: str, known: tuple) -> tuple:
