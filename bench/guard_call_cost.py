@@ -4,10 +4,13 @@
 
 A `Guard` with a ring and a side channel that keeps fingerprints in a dict (no TCP store: its
 `set` is a send whose kernel work is not measured here) records `--calls` blocking all-gathers
-per step, each made from under `--depth` frames of a file in torch's folder (as FSDP2's hooks
-call them) below three frames of this script. Prints the CPU time of the program's thread per
-recorded call (best and median of `--repeats`), the store's cost left out: what naming the
-user's line, reading the arguments, the ring entry and the fingerprint's formatting cost.
+per step through the guard's wrapper, as FSDP2 calls `dist.all_gather_single` (keywords
+`group`, `async_op`), each made from under `--depth` frames of a file in torch's folder (as
+FSDP2's hooks call them) below three frames of this script. Prints the CPU time of the
+program's thread per recorded call (best and median of `--repeats`), the store's cost left
+out: what the wrapper, reading the arguments, naming the user's line, the ring entry and the
+fingerprint's check cost. (Before 2026-11-27 afternoon it called `Guard.run` directly, without
+the wrapper and the reading of the arguments.)
 """
 
 from __future__ import annotations
@@ -87,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"per recorded call, {args.depth} torch frames deep: best {min(per_call):.1f} us, "
         f"median {statistics.median(per_call):.1f} us of the program's thread "
-        f"({guard.fp_trusted} of {guard.fp_calls} fingerprints only published)"
+        f"({guard.fp_trusted} of {guard.fp_calls} fingerprints only recorded: a trusted path)"
     )
     return 0
 
