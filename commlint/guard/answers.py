@@ -119,8 +119,7 @@ def note_or_publish(guard: Any, store: Any, stream: str, seq: int) -> None:
     with ring.lock:
         reached = ring.next_seq.get(stream, 0) > seq
         if not reached:
-            wanted = guard.wanted
-            wanted[stream] = min(wanted.get(stream, seq), seq)
+            guard.wanted.setdefault(stream, set()).add(seq)
     if reached:
         publish(guard, store, stream, seq)
 

@@ -138,7 +138,7 @@ class Guard:
         self.answerer: Any = None  # `--check auto`: replies to peers' fingerprint requests
         # stream -> the first sequence number a peer asked for that this rank has not reached:
         # the main thread publishes that call's fingerprint when it makes it
-        self.wanted: dict[str, int] = {}
+        self.wanted: dict[str, set[int]] = {}
         self.originals: dict[str, Any] = {}
         self._start_lock = threading.Lock()
         # DDP modules whose forward ran since the last backward() and will sync gradients
@@ -867,15 +867,20 @@ class Guard:
 
     def answer_wanted(self, stream: str, seq: int) -> None:
         """A trusted call a peer asked for before this rank made it (`Guard.wanted`, set by
-        the answerer thread): publish it now (`commlint.guard.answers`). Trusted calls publish
-        nothing otherwise: until 2026-11-27 each wrote its fingerprint to the store (a TCP
-        send, 65 us of the program's thread per FSDP2 collective on 4 ranks sharing 2 cores),
-        and before that a publisher thread did, whose wake-ups cost more than the recording."""
-        asked = self.wanted.get(stream)
-        if asked is None or seq < asked:
-            return
-        del self.wanted[stream]
-        answers.publish(self, self.store(), stream, asked)
+        the answerer thread under the ring's lock): publish it now (`commlint.guard.answers`).
+        Trusted calls publish nothing otherwise: until 2026-11-27 each wrote its fingerprint
+        to the store (a TCP send, 65 us of the program's thread per FSDP2 collective on 4 ranks
+        sharing 2 cores), and before that a publisher thread did, whose wake-ups cost more
+        than the recording."""
+        with self.ring.lock:  # type: ignore[union-attr]
+            asked = self.wanted.get(stream)
+            due = sorted(n for n in asked if n <= seq) if asked else []
+            if due:
+                asked.difference_update(due)  # type: ignore[union-attr]
+                if not asked:
+                    del self.wanted[stream]
+        for n in due:
+            answers.publish(self, self.store(), stream, n)
 
     # -- end of the program -------------------------------------------------------------------
 

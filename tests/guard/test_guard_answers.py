@@ -199,3 +199,29 @@ def test_the_request_log_stays_bounded_and_answerers_keep_up(
     assert g0.answerer.is_alive() and g1.answerer.is_alive()  # type: ignore[union-attr]
     g0.wanted.clear()  # (a note for a call rank 0 never makes, if it read those requests)
     _rank_1_skips_while_rank_0_is_blocked(ranks)  # and a divergence is still caught
+
+
+def test_two_requests_for_calls_not_reached_yet_are_both_answered(ranks: list[Guard]) -> None:
+    """Rank 1 asks for rank 0's next call and the one after before rank 0 makes either (two
+    askers, or one asking twice): each is published when rank 0 makes it."""
+    import json
+
+    from commlint.guard import answers
+
+    g0, g1 = ranks
+    _in_step(ranks, 3)
+    nxt = g0.ring.next_seq["coll:WORLD"]  # type: ignore[union-attr]
+    store = g1.store()
+    for seq in (nxt, nxt + 1):
+        answers.request(store, "coll:WORLD", seq, [0], 1)
+    deadline = time.monotonic() + 20
+    while g0.wanted.get("coll:WORLD") != {nxt, nxt + 1} and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert g0.wanted["coll:WORLD"] == {nxt, nxt + 1}
+    trusted = g0.fp_trusted
+    all_gather(g0)
+    all_gather(g0)
+    assert g0.fp_trusted == trusted + 2 and not g0.wanted
+    for seq in (nxt, nxt + 1):
+        fp = json.loads(store.get(f"fp/WORLD/{g0.slot(seq)[0]}/0"))
+        assert fp["seq"] == seq and fp["op"] == "all_gather"
