@@ -7,7 +7,7 @@ The figure of record is `ab`: ONE guarded job whose ranks turn the guard on and 
 alternate blocks of 5 steps (`commlint.guard.installed().enabled`, the same step on every
 rank; a block's first step is left out), so the same processes, on the same machine state,
 measure both; each step's time is the slowest rank's (a step ends when every rank has
-finished it), and its CPU time — every thread's, the guard's publisher and watchdog included,
+finished it), and its CPU time — every thread's, the guard's watchdog and answer threads included,
 and the program thread's — summed over the ranks: on a machine with fewer cores than ranks a
 step's wall time is mostly the wait for a core, and the CPU time is what the guard adds to it.
 The other modes are separate jobs — unguarded,
@@ -82,7 +82,7 @@ def worker(steps: int, width: int, layers: int, batch: int, workload: str) -> No
     for step in range(steps + WARMUP):
         if guard is not None:
             # blocks of BLOCK steps on, BLOCK off; a block's first step is left out of both
-            # figures (the publisher thread may still be sending the previous block's calls)
+            # figures (a block's first calls may still be learning a path, `--check auto`)
             guard.enabled = (step // BLOCK) % 2 == 0
             flags.append(None if step % BLOCK == 0 else guard.enabled)
         x = torch.randn(batch, width, generator=gen)
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"{w:6} fingerprint check (side channel): {secs / calls * 1e3:.3f} ms "
                     f"per checked call over {calls} calls on rank 0, {trusted} of them only "
-                    "published (--check auto: a path already seen matched)"
+                    "recorded (--check auto: a path already seen matched)"
                 )
         for mode in modes:
             if mode == "ab":

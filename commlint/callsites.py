@@ -212,6 +212,15 @@ def call_site_at(frame: Any, short_path: Any = None, depth: int = 6) -> CallSite
     and a training step makes the same calls from the same lines each time. The walk reads
     only each frame's file (its role is cached per file) and stops at the `depth`-th user
     frame; the names are formatted once per chain."""
+    where = call_site_memo_at(frame, short_path, depth)[1][1]
+    return CallSite(where.site, list(where.stack), where.via)
+
+
+def call_site_memo_at(
+    frame: Any, short_path: Any = None, depth: int = 6
+) -> tuple[tuple, tuple[tuple, CallSite]]:
+    """`call_site_at`'s memo key for the stack outward from `frame` and its memo entry (the
+    code objects that keep the key's ids theirs, the shared `CallSite`: not to be edited)."""
     _programs_checked()
     get = _ROLES.get
     key: list[Any] = [short_path, depth, 0, 0]
@@ -242,8 +251,14 @@ def call_site_at(frame: Any, short_path: Any = None, depth: int = 6) -> CallSite
         if len(_SITES) >= _SITES_MAX:
             _SITES.clear()
         known = _SITES[k] = (tuple(codes), user_call_site(_frames(frame), short_path, depth))
-    where = known[1]
-    return CallSite(where.site, list(where.stack), where.via)
+    return k, known
+
+
+def site_still_known(key: tuple, known: tuple[tuple, CallSite]) -> bool:
+    """`call_site_memo_at` would give `known` for `key` again (the memo was not dropped: the
+    roles of files did not change). A caller that keeps `known` keeps its code objects, and
+    with them the ids in `key`, theirs."""
+    return _SITES.get(key) is known
 
 
 def _frames(frame: Any) -> Iterable[Any]:

@@ -397,3 +397,4 @@ def record_exception(exc: BaseException) -> None:
 def _at_exit() -> None:
     if _GUARD is not None:
         _GUARD.publish_end("finished")
+        _GUARD.stop_answers()  # also after a degrade, which skips publish_end

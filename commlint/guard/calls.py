@@ -83,7 +83,7 @@ FUNCOL: dict[str, tuple[str, str | None, str | None]] = {
 }
 
 
-@dataclass
+@dataclass(slots=True)
 class Call:
     """One call as the guard records it."""
 
@@ -121,11 +121,24 @@ def arguments(name: str, fn: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
     return bound
 
 
+# id(op) -> (op, its name): the op kept, so its id stays its own; by identity, as hashing a
+# pybind enum costs about as much as reading its name
+_REDUCE_NAMES: dict[int, tuple[Any, str]] = {}
+
+
 def reduce_name(op: Any) -> str | None:
+    """`sum`, `avg`, ... of a reduce op, named once per op object (reading a pybind enum's
+    name cost 5 us a call, a third of a recorded reduce-scatter's guard work)."""
     if op is None:
         return "sum"
+    known = _REDUCE_NAMES.get(id(op))
+    if known is not None and known[0] is op:
+        return known[1]
     name = getattr(op, "name", None) or str(op)
-    return str(name).rsplit(".", 1)[-1].lower()
+    text = str(name).rsplit(".", 1)[-1].lower()
+    if len(_REDUCE_NAMES) < 256:  # ops made per call (premul sums) are not kept
+        _REDUCE_NAMES[id(op)] = (op, text)
+    return text
 
 
 def describe(name: str, fn: Any, args: tuple, kwargs: dict, dist: Any) -> Call | None:
@@ -133,7 +146,7 @@ def describe(name: str, fn: Any, args: tuple, kwargs: dict, dist: Any) -> Call |
     spec = API[name]
     bound = arguments(name, fn, args, kwargs)
     group = bound.get("group")
-    if group is dist.GroupMember.NON_GROUP_MEMBER:
+    if group is not None and group is dist.GroupMember.NON_GROUP_MEMBER:
         return None  # torch returns at once on a group this rank is not in
     root = bound.get(spec.root) if spec.root else None
     group_root = bound.get(spec.group_root) if spec.group_root else None
@@ -145,7 +158,9 @@ def describe(name: str, fn: Any, args: tuple, kwargs: dict, dist: Any) -> Call |
     is_async = bool(bound.get("async_op", False)) if spec.can_async else False
     if spec.p2p:
         is_async = op in ("isend", "irecv")
-    in_splits, out_splits = all_to_all_splits(name, bound, group, dist)
+    in_splits = out_splits = None
+    if spec.op == "all_to_all":
+        in_splits, out_splits = all_to_all_splits(name, bound, group, dist)
     return Call(
         op=op,
         group=group,

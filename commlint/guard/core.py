@@ -21,6 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 from commlint.callsites import CallSite, call_site_at
+from commlint.guard import answers, templates
 from commlint.guard.calls import Call, describe, describe_funcol, splits_agree
 from commlint.guard.frames import _brief, short_path
 from commlint.guard.ring import DONE, FAILED, PENDING, Ring
@@ -31,6 +32,7 @@ FP_KEEP = 64
 # for its peers' fingerprints before it goes on (a peer blocked elsewhere costs this, once).
 FP_WAIT = 1.0
 FP_TEXTS = 4096  # fingerprint texts kept per rank (`Guard.fp_text`), one per group and site
+FP_IDS = 65536  # distinct fingerprints named by an int (`Guard.fp_record`)
 
 
 @dataclass
@@ -103,7 +105,11 @@ class Guard:
         self.adaptive = options.check == "auto"
         self.streams: dict[str, _Stream] = {}
         # (group, site) -> a fingerprint without its sequence number, its key, its JSON text
-        self.fp_texts: dict[tuple[str, Any], tuple[dict[str, Any], tuple, str]] = {}
+        self.fp_texts: dict[tuple[str, Any], tuple[dict[str, Any], tuple, str, int]] = {}
+        self.fp_ids: dict[tuple, int] = {}
+        # a call's ring entry once per kind of call and line (`commlint.guard.templates`)
+        self.templates: dict[tuple, tuple] = {}
+        self.main_thread = threading.main_thread().ident
         self.ring: Ring | None = None
         self.rank = -1
         self.world_size = 0
@@ -129,6 +135,10 @@ class Guard:
         self.fp_calls = 0
         self.fp_trusted = 0  # of which only published (`--check auto`, a path seen matched)
         self.watchdog: Any = None
+        self.answerer: Any = None  # `--check auto`: replies to peers' fingerprint requests
+        # stream -> the first sequence number a peer asked for that this rank has not reached:
+        # the main thread publishes that call's fingerprint when it makes it
+        self.wanted: dict[str, set[int]] = {}
         self.originals: dict[str, Any] = {}
         self._start_lock = threading.Lock()
         # DDP modules whose forward ran since the last backward() and will sync gradients
@@ -201,6 +211,9 @@ class Guard:
                     self.degrade(f"cannot reach the job's store: {_brief(exc)}")
                     return True
                 self.watchdog.start()
+                if self.adaptive:
+                    self.answerer = answers.Answerer(self)
+                    self.answerer.start()
         return True
 
     # -- groups and sites ---------------------------------------------------------------------
@@ -259,9 +272,8 @@ class Guard:
             e["async"] = True
             if self.ring is not None and self.ring.backward_since is not None:
                 e["bwd"] = self.ring.backward_id
-        thread = threading.current_thread()
-        if thread is not threading.main_thread():
-            e["thread"] = thread.name
+        if threading.get_ident() != self.main_thread:
+            e["thread"] = threading.current_thread().name
         return e, key
 
     # -- DDP's gradient buckets (see `commlint.guard._patch_ddp`) ---------------------------
@@ -381,8 +393,13 @@ class Guard:
 
         @functools.wraps(fn)
         def guarded(*args: Any, **kwargs: Any) -> Any:
-            local = guard.local
-            if not guard.enabled or getattr(local, "depth", 0) or not guard.started():
+            # `guard.enabled` and `guard.started()`, inline: this runs on every call
+            if (
+                not guard._enabled
+                or guard.degraded is not None
+                or getattr(guard.local, "depth", 0)
+                or (guard.ring is None and not guard.started())
+            ):
                 return fn(*args, **kwargs)
             try:
                 call = describe(name, fn, args, kwargs, guard.dist)
@@ -499,12 +516,8 @@ class Guard:
         ring = self.ring
         assert ring is not None
         try:
-            e, key = self.entry(call)
-            _place(e, self.site())
-            if api != e["op"]:
-                e["label"] = api
-            if call.is_async:
-                e["handle"] = ring.new_handle()
+            # from the frame that called this outward (as `site()` walks)
+            e, key, kid = templates.record(self, call, api, sys._getframe(1))
             ring.add(e, key)
         except Exception as exc:  # the guard's own failure: the call goes on unguarded
             self.degrade(f"recording failed: {_brief(exc)}")
@@ -516,7 +529,7 @@ class Guard:
                     if call.root is not None and not call.obj:
                         self.p2p_fingerprint(e, call, key)
                 else:
-                    self.fingerprint(e, call)
+                    self.fingerprint(e, call, kid)
             except CommlintGuardError:
                 raise
             except Exception as exc:  # the side channel failed: go on as unguarded
@@ -632,37 +645,44 @@ class Guard:
 
     # -- fingerprints -------------------------------------------------------------------------
 
-    def fingerprint(self, e: dict[str, Any], call: Call) -> None:
+    def fingerprint(self, e: dict[str, Any], call: Call, kid: int | None = None) -> None:
         """Publish this call's fingerprint; compare with the members that published theirs.
 
         `--check auto`: a call that repeats a path already seen matched on every member (the
-        same fingerprint after the same previous one on this group) only publishes — a set,
-        which does not wait for the store's answer; any other call waits (up to `FP_WAIT`)
-        for every member's fingerprint and compares before it enters."""
-        fp = {k: e[k] for k in _FP_FIELDS if k in e}
-        if call.obj:
-            fp.pop("shape", None)
-        if e["op"] == "all_to_all":
-            fp.pop("shape", None)
+        same fingerprint after the same previous one on this group) is only recorded — a
+        peer that needs its fingerprint asks for it (`commlint.guard.answers`); any other call
+        publishes its own and the ones before it, asks the members for theirs, waits (up to
+        `FP_WAIT`) for them and compares before it enters."""
         group, seq = e["group"], e["seq"]
-        key, text = self.fp_text(group, fp, seq)
-        fp["seq"] = seq
         _, members = self.group_of(call.group)
-        slot, first_round = self.slot(seq)
-        mine = f"fp/{group}/{slot}/{self.rank}"
         if len(members) < 2:
             return
         stream = None
         if self.adaptive:
-            stream = self.stream(f"coll:{group}")
-            if stream.trusted(key):
-                stream.step(key, True)
+            stream = self.stream(e["key"])
+            if kid is None:  # not from a template (`commlint.guard.templates`): name it now
+                kid = self.fp_record(group, answers.collective_fp(e, call.obj))[3]
+            if (stream.prev, kid) in stream.verified:  # `_Stream.trusted`, inline: per call
+                stream.prev = kid
+                stream.prev_matched = True
                 self.fp_trusted += 1
-                self.publish(mine, text)  # peers that check will find it
+                if self.wanted:  # a peer asked for it before this rank got here
+                    self.answer_wanted(e["key"], seq)
                 return
-        store = self.store()
-        store.set(mine, text)
+        fp = answers.collective_fp(e, call.obj)
+        known = self.fp_record(group, fp)
+        key = known[3]
+        fp["seq"] = seq
         others = [r for r in members if r != self.rank]
+        text = _with_seq(known[2], seq)
+        if self.adaptive:
+            store = self.store()
+            answers.publish(self, store, e["key"], seq)  # this call and the ones before it
+            answers.request(store, e["key"], seq, others, self.rank)
+        else:
+            store = self.store()
+            store.set(f"fp/{group}/{self.slot(seq)[0]}/{self.rank}", text)
+        slot, first_round = self.slot(seq)
         # No waiting in `all`: the member that publishes last sees every fingerprint and
         # compares; the members already inside the collective are ended by their watchdog.
         keys = [f"fp/{group}/{slot}/{r}" for r in others]
@@ -691,16 +711,32 @@ class Guard:
         """A fingerprint's key (`_fp_key`) and its JSON text with `seq` added (what
         `json.dumps(fp | {"seq": seq})` gives), formatted once per group, site and content: a
         training step makes the same calls from the same lines, only the sequence number new."""
+        known = self.fp_record(group, fp)
+        return known[1], _with_seq(known[2], seq)
+
+    def fp_record(self, group: str, fp: dict[str, Any]) -> tuple[dict[str, Any], tuple, str, int]:
+        """`fp_text`'s cached record: the fingerprint as formatted, its key, its JSON text
+        without the closing brace, and a small integer naming the key (`--check auto` compares
+        these: a tuple of tuples is hashed anew on every lookup, an int is not)."""
         where = (group, fp.get("site"))
         known = self.fp_texts.get(where)
         if known is None or known[0] != fp:
             if len(self.fp_texts) >= FP_TEXTS:
                 self.fp_texts.clear()
             body = json.dumps(fp)[:-1]
+            key = _fp_key(fp)
+            ids = self.fp_ids
+            kid = ids.get(key)
+            if kid is None:
+                if len(ids) >= FP_IDS:  # shapes that never repeat: start learning again
+                    ids.clear()
+                    self.fp_texts.clear()
+                    self.streams.clear()
+                    self.templates.clear()
+                kid = ids[key] = len(ids)
             # the cached copy is the text's own reading: nothing the caller edits later
-            known = self.fp_texts[where] = (json.loads(body + "}"), _fp_key(fp), body)
-        body = known[2]
-        return known[1], f'{body}, "seq": {seq}}}' if len(body) > 1 else f'{{"seq": {seq}}}'
+            known = self.fp_texts[where] = (json.loads(body + "}"), key, body, kid)
+        return known
 
     def stream(self, name: str) -> _Stream:
         """`--check auto`'s memory of a group or channel (made on its first call)."""
@@ -709,7 +745,7 @@ class Guard:
             stream = self.streams[name] = _Stream()
         return stream
 
-    HISTORY = 8  # earlier fingerprints read per rank to find where the calls parted
+    HISTORY = answers.HISTORY  # earlier fingerprints read per rank to find where calls parted
 
     def history(
         self, store: Any, group: str, seq: int, seen: dict[int, dict[str, Any]]
@@ -780,9 +816,13 @@ class Guard:
             if stream.trusted(fkey):
                 stream.step(fkey, True)
                 self.fp_trusted += 1
-                self.publish(mine, json.dumps(fp))
+                if self.wanted:  # the peer asked for it before this rank got here
+                    self.answer_wanted(key, seq)
                 return
-        store.set(mine, json.dumps(fp))
+            answers.publish(self, store, key, seq)
+            answers.request(store, key, seq, [call.root], self.rank)
+        else:
+            store.set(mine, json.dumps(fp))
         values = self.read_slots(
             store, [f"fp/{key}/{slot}/{other}"], first_round, seq, self.adaptive
         )
@@ -825,12 +865,22 @@ class Guard:
         snap.update(status="blocked", groups={n: r for n, r in self.groups.values()})
         return build_trace({self.rank: snap}, self.world_size, self.backend)[0]
 
-    def publish(self, key: str, text: str) -> None:
-        """Publish a fingerprint without comparing: a store `set`, which sends and does not
-        wait for an answer (4 us here, against 38 us for a `get`). Until 2026-11-27 a
-        publisher thread did it: its wake-ups and its share of the GIL cost 5-8 ms of CPU per
-        rank per FSDP2 step on 4 ranks sharing 2 cores — more than the recording itself."""
-        self.store().set(key, text)
+    def answer_wanted(self, stream: str, seq: int) -> None:
+        """A trusted call a peer asked for before this rank made it (`Guard.wanted`, set by
+        the answerer thread under the ring's lock): publish it now (`commlint.guard.answers`).
+        Trusted calls publish nothing otherwise: until 2026-11-27 each wrote its fingerprint
+        to the store (a TCP send, 65 us of the program's thread per FSDP2 collective on 4 ranks
+        sharing 2 cores), and before that a publisher thread did, whose wake-ups cost more
+        than the recording."""
+        with self.ring.lock:  # type: ignore[union-attr]
+            asked = self.wanted.get(stream)
+            due = sorted(n for n in asked if n <= seq) if asked else []
+            if due:
+                asked.difference_update(due)  # type: ignore[union-attr]
+                if not asked:
+                    del self.wanted[stream]
+        for n in due:
+            answers.publish(self, self.store(), stream, n)
 
     # -- end of the program -------------------------------------------------------------------
 
@@ -857,10 +907,31 @@ class Guard:
         """Let the watchdog finish its tick and end before the process tears torch down: a
         thread still inside a store call during interpreter shutdown can abort the process."""
         self.ended = True
+        self.stop_answers()
         w = self.watchdog
         if w is not None and w.is_alive() and w is not threading.current_thread():
             w.wake.set()
             w.join(timeout=2.0)
+
+    def hosts_store(self) -> bool:
+        """This process holds the job's TCPStore: rank 0 of an `env://` or `tcp://` launch
+        (srun), not under torchrun, whose agent hosts it and outlives the ranks."""
+        use_agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+        return self.rank == 0 and not use_agent
+
+    def stop_answers(self) -> None:
+        """End the answerer thread (blocked in a store `wait`) with a stop request, written
+        with this thread's existing client only: a new client to a store whose host has left
+        would retry its connection for the whole timeout."""
+        a, self.answerer = self.answerer, None
+        store = getattr(self.local, "store", None)
+        if a is None or not a.is_alive() or a is threading.current_thread() or store is None:
+            return
+        try:
+            answers.stop(store, "all" if self.hosts_store() else self.rank)
+        except Exception:  # the store's host may already be gone: the thread ends with it
+            return
+        a.join(timeout=2.0)
 
 
 def _ddp_buckets(ddp: Any, probe_bytes: int) -> list[tuple[int, str]]:
@@ -897,6 +968,11 @@ def _peer_gone(exc: BaseException) -> bool:
 _DTYPES: dict[Any, str] = {}  # torch.float32 -> "float32", named once per dtype
 
 
+def _with_seq(body: str, seq: int) -> str:
+    """A fingerprint's JSON text without its closing brace, with `"seq": seq` appended."""
+    return f'{body}, "seq": {seq}}}' if len(body) > 1 else f'{{"seq": {seq}}}'
+
+
 def _fp_key(fp: dict[str, Any]) -> tuple:
     """A fingerprint as a hashable key (its sequence number and call chain left out: the
     chain only words a diagnosis)."""
@@ -905,11 +981,6 @@ def _fp_key(fp: dict[str, Any]) -> tuple:
         for k, v in sorted(fp.items())
         if k not in ("seq", "stack", "via", "label")
     )
-
-
-# what a collective's fingerprint carries: what must agree, and where it was called from
-_FP_FIELDS = ("op", "root", "reduce_op", "shape", "dtype", "in_splits", "out_splits")
-_FP_FIELDS += ("site", "stack", "via", "label")
 
 
 def _place(e: dict[str, Any], where: CallSite) -> None:
