@@ -33,6 +33,8 @@ from commlint.lint.extract_values import (
 from commlint.lint.ir import CallSite, Comm, Exit, Loop, RootFact, Spawn
 from commlint.lint.table import CallFact
 
+DTENSOR = "torch.distributed.tensor.DTensor"
+
 
 def _generator_object(node: cst.BaseExpression) -> bool:
     """`g` or `self.rng`: a variable or an attribute of this object (not `torch.cuda`)."""
@@ -94,7 +96,7 @@ class Calls:
         for q in names:
             typ = self.table.constructor(q)
             if typ:
-                return Val(typ=typ)
+                return Val(typ=typ, submesh=self._dtensor_mesh_dim(node, typ))
         for q in names:
             if self.table.in_set(self.table.thread_spawners, q):
                 return self.spawn(node, "a thread", _kwarg(node, "target", 1))
@@ -425,6 +427,8 @@ class Calls:
                     if kw is None or (isinstance(kw, cst.Name) and kw.value == "False"):
                         return CLEAN
                 gkey = f"<{fact.implicit_group}>" if fact.implicit_group else "WORLD"
+                if fact.implicit_group and typ == DTENSOR and recv.submesh:
+                    gkey = f"mesh:{recv.submesh}"  # the one mesh dimension it lives on
                 v = self._emit_comm(node, fact, gkey, text, via=f"{recv_text}.{meth}")
                 return v
         if meth in self.table.executor_methods and node.args:
@@ -455,6 +459,23 @@ class Calls:
                 self.bind(func.value, seeded)
             return seeded
         return None
+
+    def _dtensor_mesh_dim(self, node: cst.Call, typ: str) -> str | None:
+        """The mesh dimension a DTensor is made on, when its mesh is one dimension of a named
+        mesh (`distribute_tensor(t, mesh["tp"], ...)`) or a mesh of one named dimension: its
+        `full_tensor()`/`redistribute()` then communicate on that dimension's groups only."""
+        if typ != DTENSOR:
+            return None
+        arg = _kwarg(node, "device_mesh", 1)
+        if arg is None:
+            return None
+        v = self._peek(arg)
+        if v.mesh is None:
+            return None
+        if v.submesh is not None:
+            return v.submesh
+        names = v.mesh[0]
+        return names[0] if len(names) == 1 else None
 
     def rank_source_val(self, node, rs) -> Val:
         dims = frozenset(rs.get("dims", [GLOBAL]))
