@@ -34,6 +34,37 @@ from commlint.lint.ir import CallSite, Comm, Exit, Loop, RootFact, Spawn
 from commlint.lint.table import CallFact
 
 DTENSOR = "torch.distributed.tensor.DTensor"
+# Calls that do not raise for a rank-dependent argument value (output, logging, conversions
+# of ints and strings): a `try` around them does not make the rank's path differ.
+NEVER_RAISE = PURE_BUILTINS | {
+    "print",
+    "isinstance",
+    "getattr",
+    "hasattr",
+    "debug",
+    "info",
+    "warning",
+    "warn",
+    "error",
+    "exception",
+    "log",
+    "critical",
+    "append",
+    "extend",
+    "update",
+    "add",
+    "to",
+    "cpu",
+    "cuda",
+    "join",
+    "tensor",
+    "zeros",
+    "ones",
+    "full",
+    "empty",
+    "manual_seed",
+    "seed",
+}
 
 
 def _generator_object(node: cst.BaseExpression) -> bool:
@@ -64,6 +95,8 @@ class Calls:
         last = callee_text.rsplit(".", 1)[-1]
         self._forget_constants(node)
 
+        if getattr(self, "try_frames", None):
+            self._note_rank_raise(node, names, last, args)
         # os.environ.get("RANK") / os.getenv("RANK")
         if any(q in ENV_GETTERS for q in names) and node.args:
             a0 = node.args[0].value
@@ -195,6 +228,24 @@ class Calls:
         return Val(
             data=data, deps=site.names, origin=origin, agreed=agreement_of_call(site.names, inputs)
         )
+
+    def _note_rank_raise(self, node: cst.Call, names: list[str], last: str, args) -> None:
+        """Inside a `try` body: a call that may raise on some ranks only — one whose argument
+        depends on the rank or on this rank's data (`load_shard(rank)`, `open(f"{rank}.pt")`,
+        `torch.load(paths[rank])`) and that is neither a communication call nor one that
+        cannot fail on such a value (`print`, logging, `int`, `len`, formatting)."""
+        if last in NEVER_RAISE or any(q.startswith("logging.") for q in names):
+            return
+        if any(self.table.call(q) is not None for q in names):
+            return
+        for a in args:
+            if a.tainted() and not a.uniform:
+                origin = a.origin or "an argument depends on the rank"
+                frame = self.try_frames[-1]
+                entry = (self.text(node)[:60], self.pos(node), origin)
+                if entry not in frame:
+                    frame.append(entry)
+                return
 
     def _forget_constants(self, node: cst.Call) -> None:
         """A constant tensor (`stop = torch.tensor([0])`) changed in place (`stop.fill_(1)`)

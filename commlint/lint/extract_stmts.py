@@ -33,7 +33,7 @@ from commlint.lint.extract_values import (
     _is_dtype,
     join,
 )
-from commlint.lint.ir import AsyncFact, Branch, Comm, Cond, Exit, Loop, Node, Try
+from commlint.lint.ir import AsyncFact, Branch, Comm, Cond, Exit, Loop, Node, Pos, Try
 
 
 class Statements:
@@ -357,7 +357,13 @@ class Statements:
             self.emit(n)
 
     def stmt_Try(self, node: cst.Try) -> None:
-        body = self.block(node.body.body)
+        risks: list[tuple[str, Pos, str]] = []
+        frames = self.__dict__.setdefault("try_frames", [])
+        frames.append(risks)
+        try:
+            body = self.block(node.body.body)
+        finally:
+            frames.pop()
         handlers: list[list[Node]] = []
         for h in node.handlers:
             if h.name is not None:
@@ -389,7 +395,8 @@ class Statements:
                 handlers.append(hbody)
         orelse = self.block(node.orelse.body.body) if node.orelse else []
         final = self.block(node.finalbody.body.body) if node.finalbody else []
-        self.emit(Try(body, handlers, orelse, final, self.pos(node), _lone_call(node.body.body)))
+        lone = _lone_call(node.body.body)
+        self.emit(Try(body, handlers, orelse, final, self.pos(node), lone, tuple(risks[:8])))
 
     # ----------------------------------------------------------- binding
     def _assign_pairwise(self, s: cst.Assign) -> bool:

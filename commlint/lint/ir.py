@@ -131,6 +131,9 @@ class Try:
     pos: Pos
     # the body is one statement whose only work is one call (`try: dist.barrier()`)
     lone_call: bool = False
+    # calls in the body that may raise on some ranks only, because an argument depends on
+    # the rank or on this rank's data (`load_shard(rank)`): (call text, position, why)
+    rank_raises: tuple[tuple[str, Pos, str], ...] = ()
 
 
 @dataclass
