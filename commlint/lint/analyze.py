@@ -21,6 +21,7 @@ from commlint.lint.ir import (
     FileFacts,
     Function,
     Loop,
+    ModuleCall,
     Node,
     Pos,
     Spawn,
@@ -280,6 +281,66 @@ class Program:
                     return value
         return None
 
+    # ------------------------------------------------------- wrapped modules
+    def wrapper_of(self, refs: tuple[tuple, ...], depth: int = 0) -> str | None:
+        """The wrapper (`wrapped:<op>:<group>`) of a module that came from `refs`
+        (`ModuleCall`): a helper that returns it wrapped, a helper it was handed to that wraps
+        it in place, or — for a parameter — what some caller hands over. None: not wrapped,
+        or not known to be."""
+        memo = self.__dict__.setdefault("_wrappers", {})
+        if refs in memo:
+            return memo[refs]
+        memo[refs] = None  # a cycle answers "not known"
+        found = None
+        if depth <= MAX_DEPTH:
+            for ref in refs:
+                found = self._wrapper_of_ref(ref, depth)
+                if found is not None:
+                    break
+        memo[refs] = found
+        return found
+
+    def _wrapper_of_ref(self, ref: tuple, depth: int) -> str | None:
+        kind = ref[0]
+        if kind == "typ":
+            return ref[1]
+        if kind == "returns":
+            callee = self._callee(ref[1])
+            return self.wrapper_of(callee.returns_module, depth + 1) if callee else None
+        if kind == "inplace":
+            callee = self._callee(ref[1])
+            if callee is None:
+                return None
+            name = _param_of_slot(callee, ref[2])
+            refs = dict(callee.wraps_params).get(name) if name else None
+            return self.wrapper_of(refs, depth + 1) if refs else None
+        if kind == "param":
+            fn = self.functions.get(ref[1])
+            if fn is None:
+                return None
+            slot = _slot_of_param(fn, ref[2])
+            for site in self.callers(fn.key):
+                refs = site.module_args.get(ref[2]) or site.module_args.get(slot or "")
+                if refs:
+                    found = self.wrapper_of(refs, depth + 1)
+                    if found is not None:
+                        return found
+        return None
+
+    def callers(self, key: str) -> list[CallSite]:
+        """The call sites, anywhere in the checked code, that resolve to function `key`."""
+        index = self.__dict__.get("_callers")
+        if index is None:
+            index = self.__dict__["_callers"] = {}
+            for f in self.files:
+                for fn in f.functions.values():
+                    for n in iter_nodes(fn.body):
+                        if isinstance(n, CallSite) and n.module_args:
+                            callee = self.resolve(n)
+                            if callee is not None:
+                                index.setdefault(callee.key, []).append(n)
+        return index.get(key, [])
+
     # ------------------------------------------------------------- summaries
     def summary(self, fn: Function) -> list[Tok]:
         if fn.key in self._summary:
@@ -389,6 +450,13 @@ class Program:
             ]
         if isinstance(n, Try):
             return self.tokens(n.body, fn) + self.tokens(n.orelse, fn) + self.tokens(n.final, fn)
+        if isinstance(n, ModuleCall):
+            typ = self.wrapper_of(n.refs)
+            if typ is None:
+                return []
+            _, op, group = typ.split(":", 2)
+            leaf = f"{n.text} ({short(fn.path)}:{n.pos.line})"
+            return [Tok("coll", op, group, fn.path, n.pos, leaf)]
         if isinstance(n, Spawn):
             # a thread's collectives are this rank's too: a thread started on some ranks only
             # leaves the others without the partner of its collectives (when, among the main
@@ -591,6 +659,24 @@ class Program:
         for f in self.files:
             if only is None or f.path in only:
                 yield from f.functions.values()
+
+
+def _param_of_slot(fn: Function, slot: str) -> str | None:
+    """The parameter a call's argument `slot` ("#k" or a keyword) binds."""
+    if not slot.startswith("#"):
+        return slot if slot in fn.params else None
+    params = list(fn.params)
+    offset = 1 if params and params[0] in ("self", "cls") else 0
+    k = int(slot[1:]) + offset
+    return params[k] if k < len(params) else None
+
+
+def _slot_of_param(fn: Function, name: str) -> str | None:
+    params = list(fn.params)
+    offset = 1 if params and params[0] in ("self", "cls") else 0
+    if name not in params or params.index(name) < offset:
+        return None
+    return f"#{params.index(name) - offset}"
 
 
 def root_of(c: Comm) -> str | None:

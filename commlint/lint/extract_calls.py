@@ -30,7 +30,7 @@ from commlint.lint.extract_values import (
     join,
     read_tensor,
 )
-from commlint.lint.ir import CallSite, Comm, Exit, Loop, RootFact, Spawn
+from commlint.lint.ir import CallSite, Comm, Exit, Loop, ModuleCall, RootFact, Spawn
 from commlint.lint.table import CallFact
 
 DTENSOR = "torch.distributed.tensor.DTensor"
@@ -125,6 +125,7 @@ class Calls:
                 if "in_place" in w and node.args:
                     target = node.args[int(w["in_place"])].value
                     self.bind(target, Val(typ=typ))
+                    self._wrap_owner(target, typ)
                 return Val(typ=typ)
         for q in names:
             typ = self.table.constructor(q)
@@ -203,6 +204,9 @@ class Calls:
             return self._emit_comm(
                 node, CallFact(name=op, kind="collective", op=op), grp, callee_text, via=op
             )
+        if func_val is not None and func_val.module_ref and not func_val.typ:
+            # `model(x)` of a module from elsewhere: the analysis asks whether it is wrapped
+            self.emit(ModuleCall(func_val.module_ref, callee_text, self.pos(node)))
         if last in self.table.rank_helpers:
             return Val(
                 dims=frozenset({GLOBAL}),
@@ -225,9 +229,53 @@ class Calls:
                 return Val(uniform=True)
             return Val(data=data, origin=origin, agreed=agreed)
         self.emit(site)
+        self._handed_modules(node, site)
         return Val(
-            data=data, deps=site.names, origin=origin, agreed=agreement_of_call(site.names, inputs)
+            data=data,
+            deps=site.names,
+            origin=origin,
+            agreed=agreement_of_call(site.names, inputs),
+            module_ref=(("returns", site.names),),
         )
+
+    def _handed_modules(self, node: cst.Call, site: CallSite) -> None:
+        """A variable handed to a project function may come back wrapped in place
+        (`parallelize(model, mesh)` calling `fully_shard`): its later calls ask the analysis."""
+        for k, a in enumerate(node.args):
+            target = a.value
+            if not (
+                isinstance(target, cst.Name)
+                or (
+                    isinstance(target, cst.Attribute)
+                    and isinstance(target.value, cst.Name)
+                    and target.value.value == "self"
+                )
+            ):
+                continue
+            v = self._peek(target)
+            if v.typ or v.tainted() or v.group is not None or v.mesh is not None:
+                continue
+            slot = a.keyword.value if a.keyword is not None else f"#{k}"
+            ref = ("inplace", site.names, slot)
+            if ref not in v.module_ref and len(v.module_ref) < 6:
+                self.bind(target, replace(v, module_ref=(*v.module_ref, ref)))
+
+    def _wrap_owner(self, target: cst.BaseExpression, typ: str) -> None:
+        """`fully_shard(block)` for a block of `model` (`for block in model.layers`,
+        `model.layers[0]`): `model`'s forward runs the wrapped block's communication."""
+        root = None
+        if isinstance(target, cst.Name):
+            root = self.loop_roots.get(target.value)
+        elif isinstance(target, cst.Attribute | cst.Subscript):
+            inner = target.value
+            while isinstance(inner, cst.Attribute | cst.Subscript):
+                inner = inner.value
+            root = inner if isinstance(inner, cst.Name) else None
+        if root is None or root.value == "self":
+            return
+        v = self.lookup(root.value)
+        if v is None or not (v.typ and v.typ.startswith("wrapped:")):
+            self.bind(root, replace(v or CLEAN, typ=typ, module_ref=()))
 
     def _note_rank_raise(self, node: cst.Call, names: list[str], last: str, args) -> None:
         """Inside a `try` body: a call that may raise on some ranks only — one whose argument
@@ -336,6 +384,7 @@ class Calls:
             elif isinstance(func, cst.Attribute):
                 return None
         group_args: dict[str, str] = {}
+        module_args: dict[str, tuple[tuple, ...]] = {}
         for k, a in enumerate(node.args):
             if not isinstance(a.value, cst.Name | cst.Attribute | cst.Call | cst.Subscript):
                 continue
@@ -349,16 +398,20 @@ class Calls:
                     gkey = "WORLD"
                 else:
                     gkey = self.text(a.value)
-            if a.keyword is not None:
-                group_args[a.keyword.value] = gkey
-            else:
-                group_args[f"#{k}"] = gkey
+            slot = a.keyword.value if a.keyword is not None else f"#{k}"
+            group_args[slot] = gkey
+            refs = v.module_ref
+            if v.typ and v.typ.startswith("wrapped:"):
+                refs = (("typ", v.typ),)
+            if refs:
+                module_args[slot] = refs
         return CallSite(
             tuple(dict.fromkeys(cands)),
             text,
             self.pos(node),
             group_args,
             on_module=self.on_module(func),
+            module_args=module_args,
         )
 
     def spawn(self, node: cst.Call, how: str, target: cst.BaseExpression | None) -> Val:

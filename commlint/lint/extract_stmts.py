@@ -322,7 +322,14 @@ class Statements:
 
     def stmt_For(self, node: cst.For) -> None:
         it = self.expr(node.iter)
-        self.bind(node.target, replace(it, stride=None))
+        self.bind(node.target, replace(it, stride=None, module_ref=()))
+        root = _root_name(node.iter)
+        target = node.target
+        if isinstance(target, cst.Tuple) and len(target.elements) == 2:
+            target = target.elements[1].value  # `for i, block in enumerate(model.layers)`
+        if isinstance(target, cst.Name) and root is not None:
+            # `for block in model.layers: fully_shard(block)` wraps blocks of `model`
+            self.loop_roots[target.value] = root
         cond = self._cond_from_val(node.iter, it) if it.tainted() else None
         body = self._loop_body(cond, node.body.body)
         unordered = self.text(node.iter)[:60] if _iterates_a_set(node.iter) else None
@@ -460,3 +467,22 @@ class Statements:
                 origin=f"`{text}` names a rank",
             )
         return None
+
+
+def _root_name(expr: cst.BaseExpression) -> cst.Name | None:
+    """The variable an iterable of modules hangs off: `model` of `model`, `model.layers`,
+    `model.layers[:4]`, `model.children()`, `enumerate(model.blocks)` (its first argument)."""
+    while True:
+        if isinstance(expr, cst.Name):
+            return expr
+        if isinstance(expr, cst.Attribute | cst.Subscript):
+            expr = expr.value
+        elif isinstance(expr, cst.Call):
+            if isinstance(expr.func, cst.Attribute):
+                expr = expr.func.value
+            elif isinstance(expr.func, cst.Name) and expr.func.value == "enumerate" and expr.args:
+                expr = expr.args[0].value
+            else:
+                return None
+        else:
+            return None

@@ -94,6 +94,8 @@ class CallSite:
     text: str
     pos: Pos
     group_args: dict[str, str] = field(default_factory=dict)  # param name or "#k" -> group key
+    # param name or "#k" -> where the module handed over came from (`ModuleCall.refs`)
+    module_args: dict[str, tuple[tuple, ...]] = field(default_factory=dict)
     # `torch.scatter(...)`, `np.mean(...)`: called on an imported module, never an object
     on_module: bool = False
 
@@ -145,7 +147,22 @@ class Spawn:
     pos: Pos
 
 
-Node = Comm | CallSite | Branch | Loop | Exit | Try | Spawn
+@dataclass
+class ModuleCall:
+    """A call of a module the function did not wrap itself (`model(x)` with `model` a
+    parameter, a helper's result, or handed to a helper that may wrap it in place): it
+    communicates when the analysis finds the module wrapped (FSDP, DDP) where it came from.
+
+    A ref is ("typ", "wrapped:<op>:<group>"), ("returns", names of the project call it came
+    from), ("inplace", names of a project call it was handed to, "#k" or the keyword), or
+    ("param", key of the function, parameter name)."""
+
+    refs: tuple[tuple, ...]
+    text: str
+    pos: Pos
+
+
+Node = Comm | CallSite | Branch | Loop | Exit | Try | Spawn | ModuleCall
 
 
 @dataclass
@@ -176,6 +193,10 @@ class Function:
     returns_clean: bool = True
     returns_through: tuple[tuple[str, ...], ...] = ()
     returns_sources: tuple[tuple, ...] | None = None  # per value: its Agreement.sources
+    # where the returned modules came from, and the parameters whose module the function may
+    # wrap in place (`fully_shard(model)`): refs as in `ModuleCall`
+    returns_module: tuple[tuple, ...] = ()
+    wraps_params: tuple[tuple[str, tuple[tuple, ...]], ...] = ()
 
 
 @dataclass

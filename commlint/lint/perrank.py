@@ -54,6 +54,8 @@ from commlint.lint.perrank_model import (
     _is_known,
     _Return,
 )
+from commlint.lint.perrank_mesh import Meshes
+from commlint.lint.perrank_modules import Modules
 from commlint.lint.perrank_stmts import Statements
 from commlint.lint.perrank_torch import TorchApi
 from commlint.lint.perrank_units import CommSites
@@ -87,7 +89,7 @@ MAX_PATHS = 32  # paths of one world size's exploration of uniform tests
 
 
 # ---------------------------------------------------------------------------- the interpreter
-class Rank(Statements, Expressions, Calls, TorchApi):
+class Rank(Statements, Expressions, Calls, TorchApi, Modules, Meshes):
     """One rank's run of one entry point at one world size."""
 
     def __init__(self, ev: FileEval, rank: int, world: int) -> None:

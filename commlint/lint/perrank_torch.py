@@ -104,6 +104,9 @@ class TorchApi:
             if isinstance(fn, Fn) and isinstance(extra, tuple | list):
                 return self.call_fn(fn, [self.rank, *extra], {}, e)
             return self.opaque(e)
+        wrapper = table.wrapper(qname)
+        if wrapper is not None:
+            return self.wrap_module(wrapper, args, kwargs, e)
         fact = table.call(qname)
         if fact is not None and fact.kind in ("collective", "send", "recv") and not fact.functional:
             return self.communicate(fact, args, kwargs, e)
