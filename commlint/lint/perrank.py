@@ -26,6 +26,7 @@ from commlint.lint import perrank_values as values
 from commlint.lint.ir import CallSite, Comm, FileFacts, iter_nodes
 from commlint.lint.perrank_calls import Calls
 from commlint.lint.perrank_exprs import Expressions
+from commlint.lint.perrank_mesh import Meshes
 from commlint.lint.perrank_model import (
     DEFAULT_WORLD_SIZES,
     MAX_ENTRIES,
@@ -54,7 +55,6 @@ from commlint.lint.perrank_model import (
     _is_known,
     _Return,
 )
-from commlint.lint.perrank_mesh import Meshes
 from commlint.lint.perrank_modules import Modules
 from commlint.lint.perrank_stmts import Statements
 from commlint.lint.perrank_torch import TorchApi

@@ -77,10 +77,10 @@ class Calls:
         outer, self.env = self.env, env
         if self.cur is self.ev:
             self.ev.recorded_lines.add(e.lineno)
-        if isinstance(e.func, ast.Attribute) and e.func.attr == "backward" and not args:
-            if self.sharded_backward(e):
-                self.env = outer
-                return None
+        backward = isinstance(e.func, ast.Attribute) and e.func.attr == "backward"
+        if backward and not args and self.sharded_backward(e):
+            self.env = outer
+            return None
         try:
             return values.call_origin(self, self.call(func, args, kwargs, e), func, args, kwargs, e)
         finally:

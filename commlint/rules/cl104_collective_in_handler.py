@@ -176,8 +176,9 @@ source says; a call whose arguments are the same on every rank (`json.load(open(
 so). Output, logging and conversions (`print`, `logger.warning`, `int`, `len`) never count.
 
 Not reported: a handler that re-raises or exits (`raise`, `sys.exit`): the launcher stops
-every rank — a crash with a traceback, not a hang. A handler that falls back to another collective when the `try` body is that
-one collective call alone (`try: dist.barrier() except RuntimeError: dist.all_reduce(flag)`).
+every rank — a crash with a traceback, not a hang. A handler that falls back to another
+collective when the `try` body is that one collective call alone (`try: dist.barrier()
+except RuntimeError: dist.all_reduce(flag)`).
 A collective that fails on some members only leaves the others inside it whatever the handler
 does, and one that fails on every member (an unsupported operation, an API missing from this
 torch) sends every rank to the same fallback.
