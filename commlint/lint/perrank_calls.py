@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from commlint.lint import perrank_values as values
 from commlint.lint.perrank_builtins import _tensor_method
+from commlint.lint.perrank_mesh import MeshMethod
 from commlint.lint.perrank_model import (
     MAX_DEPTH,
     MAX_STEPS,
@@ -165,6 +166,8 @@ class Calls:
             return _tensor_method(func, args, kwargs)
         if isinstance(func, ScheduleMethod):
             return self.schedule_call(func, e)
+        if isinstance(func, MeshMethod):
+            return self.mesh_call(func, args, kwargs, e)
         if isinstance(func, GroupMethod):
             return self.group_method(func, args)
         if isinstance(func, values.ParserMethod):

@@ -9,6 +9,7 @@ import ast
 
 from commlint.lint import perrank_values as values
 from commlint.lint.perrank_builtins import _numel, _torch_call
+from commlint.lint.perrank_mesh import DTENSOR
 from commlint.lint.perrank_model import (
     MAX_ACTIONS,
     OP_NAMES,
@@ -51,6 +52,10 @@ class TorchApi:
         last = name.rsplit(".", 1)[-1]
         if name.startswith("torch.distributed.pipelining"):
             return self.pipelining(last, args, kwargs, e)
+        if name == "init_device_mesh":
+            return self.init_mesh(args, kwargs, e)
+        if table.constructor(qname) == DTENSOR:
+            return self.make_dtensor(args, kwargs, e.lineno)
         if name.startswith("torch.distributed.") or name.startswith("deepspeed.comm"):
             if last == "get_rank":
                 self.ev.rank_read = True
