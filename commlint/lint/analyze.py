@@ -336,7 +336,10 @@ class Program:
                 for fn in f.functions.values():
                     for n in iter_nodes(fn.body):
                         if isinstance(n, CallSite) and n.module_args:
-                            callee = self.resolve(n)
+                            # `Trainer(model)` hands the module to `Trainer.__init__`
+                            callee = self.resolve(n) or self._callee(
+                                tuple(f"{name}.__init__" for name in n.names)
+                            )
                             if callee is not None:
                                 index.setdefault(callee.key, []).append(n)
         return index.get(key, [])
