@@ -284,7 +284,7 @@ class TorchApi:
             if fact.op not in ("isend", "irecv"):
                 action["async"] = True
         self.record(action, line)
-        values.after_collective(self, fact.name.rsplit(".", 1)[-1], args, kwargs, line)
+        values.after_collective(self, fact.name.rsplit(".", 1)[-1], args, kwargs, line, e)
         if handle is not None:
             return Work([handle])
         return None
