@@ -53,6 +53,9 @@ class Tok:
     root: str | None = None  # `src=0`: the root as written (a literal: its value), if known
     payload: tuple[tuple[str, str], ...] = ()  # what each buffer argument was made from
     no_group: bool = False  # a torch.distributed call that was given no `group=`
+    # the forward of the module this function's parameter holds (`ModuleCall`): a caller
+    # that hands over a module not known to be wrapped drops it (`rebase`)
+    module_param: str | None = None
 
     def key(self) -> tuple:
         if self.cat in ("alt", "loop"):
@@ -409,6 +412,7 @@ class Program:
             if not inner:
                 return []
             mapping = self._group_mapping(n, callee)
+            mapping.update(self._module_mapping(n, callee, fn))
             rebased = (self.rebase(t, n, fn.path, mapping) for t in inner)
             return [t for t in rebased if t is not None]
         if isinstance(n, Branch):
@@ -459,7 +463,9 @@ class Program:
                 return []
             _, op, group = typ.split(":", 2)
             leaf = f"{n.text} ({short(fn.path)}:{n.pos.line})"
-            return [Tok("coll", op, group, fn.path, n.pos, leaf)]
+            own = [r[2] for r in n.refs if r[0] == "param" and r[1] == fn.key]
+            param = own[0] if len(own) == len(n.refs) == 1 else None
+            return [Tok("coll", op, group, fn.path, n.pos, leaf, module_param=param)]
         if isinstance(n, Spawn):
             # a thread's collectives are this rank's too: a thread started on some ranks only
             # leaves the others without the partner of its collectives (when, among the main
@@ -523,13 +529,46 @@ class Program:
         group = t.group
         if group.startswith("param:"):
             group = mapping.get(group[6:], group)
+        module_param = t.module_param
+        if module_param is not None:
+            handed = mapping.get(f"module:{module_param}")
+            if handed == "":
+                return None  # this caller hands over a module not known to be wrapped
+            if handed is not None and handed.startswith("param:"):
+                module_param = handed[6:]  # the caller's own parameter: its callers decide
+            elif handed is not None:
+                _, _, group = handed.split(":", 2)
+                module_param = None
         kids = tuple(
             tuple(r for r in (self.rebase(k, site, path, mapping) for k in arm) if r is not None)
             for arm in t.kids
         )
+        if t.kids and not any(kids):
+            return None  # nothing of it communicates from this caller
         return replace(
-            t, group=group, path=path, pos=site.pos, chain=(f"{site.text}()", *t.chain), kids=kids
+            t,
+            group=group,
+            path=path,
+            pos=site.pos,
+            chain=(f"{site.text}()", *t.chain),
+            kids=kids,
+            module_param=module_param,
         )
+
+    def _module_mapping(self, site: CallSite, callee: Function, fn: Function) -> dict[str, str]:
+        """What `site` hands to each of the callee's parameters, for the forwards of the
+        modules they hold: `module:p` -> the wrapper, "" (not known wrapped), or `param:q`
+        (the caller's own parameter q)."""
+        out: dict[str, str] = {}
+        for k, p in enumerate(callee.params):
+            slot = _slot_of_param(callee, p)
+            refs = site.module_args.get(p) or site.module_args.get(slot or f"#{k}") or ()
+            own = [r[2] for r in refs if r[0] == "param" and r[1] == fn.key]
+            if own and len(own) == len(refs):
+                out[f"module:{p}"] = f"param:{own[0]}"
+                continue
+            out[f"module:{p}"] = (self.wrapper_of(refs) if refs else None) or ""
+        return out
 
     # ------------------------------------------------------------ projection
     def groups_of(self, toks: list[Tok] | tuple[Tok, ...]) -> list[str]:
