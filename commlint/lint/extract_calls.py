@@ -518,6 +518,8 @@ class Calls:
             if meth == "size":
                 return Val(ints=(recv.size,)) if recv.size else CLEAN
         typ = recv.typ
+        if typ is None and meth == "full_tensor" and not self.on_module(func):
+            typ = DTENSOR  # only a DTensor has it: a DTensor handed in (`weight.full_tensor()`)
         if typ is None:
             rt = recv_text
             typ = self.table.receivers.get(rt) or self.table.receivers.get(rt.rsplit(".", 1)[-1])
@@ -615,6 +617,11 @@ class Calls:
         v = self._peek(arg)
         if v.group:
             return v.group, True
+        if v.mesh is not None:
+            # a mesh as the group (`fully_shard(block, mesh=mesh["dp"])`): its one dimension
+            dim = v.submesh or (v.mesh[0][0] if len(v.mesh[0]) == 1 else None)
+            if dim is not None:
+                return f"mesh:{dim}", True
         t = self.text(arg)
         if isinstance(arg, cst.Name) and arg.value in self._params():
             return f"param:{arg.value}", True
