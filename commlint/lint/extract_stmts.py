@@ -372,6 +372,7 @@ class Statements:
         finally:
             frames.pop()
         handlers: list[list[Node]] = []
+        types: list[str] = []
         for h in node.handlers:
             if h.name is not None:
                 self.bind(h.name.name, CLEAN)
@@ -400,10 +401,12 @@ class Statements:
                 body.append(Branch(cond, [hbody, []], self.pos(h), "oom"))
             else:
                 handlers.append(hbody)
+                types.append(exc)
         orelse = self.block(node.orelse.body.body) if node.orelse else []
         final = self.block(node.finalbody.body.body) if node.finalbody else []
         lone = _lone_call(node.body.body)
-        self.emit(Try(body, handlers, orelse, final, self.pos(node), lone, tuple(risks[:8])))
+        risky = tuple(risks[:8])
+        self.emit(Try(body, handlers, orelse, final, self.pos(node), lone, risky, tuple(types)))
 
     # ----------------------------------------------------------- binding
     def _assign_pairwise(self, s: cst.Assign) -> bool:

@@ -136,6 +136,7 @@ class Try:
     # calls in the body that may raise on some ranks only, because an argument depends on
     # the rank or on this rank's data (`load_shard(rank)`): (call text, position, why)
     rank_raises: tuple[tuple[str, Pos, str], ...] = ()
+    handler_types: tuple[str, ...] = ()  # per handler, its exception type as written ("": bare)
 
 
 @dataclass

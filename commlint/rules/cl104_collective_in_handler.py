@@ -51,17 +51,56 @@ def _ends_the_job(handler: list) -> bool:
     return any(isinstance(n, Exit) and n.kind in ("raise", "exit") for n in handler)
 
 
+BROAD = ("", "Exception", "BaseException")
+
+
+def _divergent_raises(program, nodes, types: list[str]) -> list[tuple]:
+    """`if rank == 0: raise ValueError(...)` (or a test of this rank's data) in the `try`
+    body, of a type one of the swallowing handlers catches."""
+    out = []
+    for n in nodes:
+        if not isinstance(n, Branch):
+            continue
+        cond = program.effective(n.cond)
+        if cond is None or not cond.divergent:
+            continue
+        for arm in n.arms:
+            for x in arm:
+                if isinstance(x, Exit) and x.kind == "raise" and _caught(x.text, types):
+                    origin = cond.origin or f"`{cond.text}` differs between ranks"
+                    out.append((f"{x.text[:50]}` under `{cond.text[:40]}", x.pos, origin))
+        out.extend(_divergent_raises(program, [a for arm in n.arms for a in arm], types))
+    return out
+
+
+def _caught(raise_text: str, types: list[str]) -> bool:
+    """`raise ValueError(...)` is caught by `except ValueError`, `except (OSError,
+    ValueError)`, `except Exception` or a bare `except` (a re-raise `raise` by none here)."""
+    words = raise_text.split()
+    if len(words) < 2:
+        return False
+    name = words[1].split("(")[0].rsplit(".", 1)[-1]
+    for t in types:
+        caught = [c.strip().rsplit(".", 1)[-1] for c in t.strip("()").split(",")]
+        if t.strip() in BROAD or name in caught or any(c in BROAD[1:] for c in caught):
+            return True
+    return False
+
+
 def _skipped_by_handler(program, fn, node: Try, body_colls) -> list[RawFinding]:
     """`try: meta = load_shard(rank); ...; dist.all_reduce(n) except FileNotFoundError:
     print(...)`: a call whose argument depends on the rank (or on this rank's data) can raise
     on some ranks only; a handler that swallows it sends those ranks past the `try` body's
     collectives, which the others wait in."""
-    if not node.rank_raises or not body_colls:
+    if not body_colls:
         return []
-    quiet = [h for h in node.handlers if not _ends_the_job(h)]
+    quiet = [k for k, h in enumerate(node.handlers) if not _ends_the_job(h)]
     if not quiet:
         return []
-    for text, pos, origin in node.rank_raises:
+    types = [node.handler_types[k] if k < len(node.handler_types) else "" for k in quiet]
+    risks = list(node.rank_raises) + _divergent_raises(program, node.body, types)
+    risks.sort(key=lambda r: (r[1].line, r[1].col))
+    for text, pos, origin in risks:
         after = [t for t in body_colls if (t.pos.line, t.pos.col) > (pos.line, pos.col)]
         if not after:
             continue
@@ -174,6 +213,9 @@ source says; a call whose arguments are the same on every rank (`json.load(open(
 "config.json"))`) fails on every rank alike or on none, which the linter takes as written
 (a node-local file system could still differ: not reported, as nothing in the source says
 so). Output, logging and conversions (`print`, `logger.warning`, `int`, `len`) never count.
+An explicit `raise` under a condition on the rank or on this rank's data (`if
+torch.isnan(stats).any(): raise ValueError(...)`) counts when a swallowing handler catches its
+type (by name, `Exception`, or a bare `except`).
 
 Not reported: a handler that re-raises or exits (`raise`, `sys.exit`): the launcher stops
 every rank — a crash with a traceback, not a hang. A handler that falls back to another
