@@ -462,6 +462,8 @@ class Program:
             if typ is None:
                 return []
             _, op, group = typ.split(":", 2)
+            if n.backward:
+                op = "backward (FSDP reduce-scatter)" if "FSDP" in op else "backward (all-reduce)"
             leaf = f"{n.text} ({short(fn.path)}:{n.pos.line})"
             own = [r[2] for r in n.refs if r[0] == "param" and r[1] == fn.key]
             param = own[0] if len(own) == len(n.refs) == 1 else None

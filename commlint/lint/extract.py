@@ -186,6 +186,7 @@ class Extractor(Statements, Expressions, Calls):
             getattr(self, "mod_restrict", []),
             self.scope,
             getattr(self, "loop_roots", {}),
+            getattr(self, "last_forward", None),
         )
         if isinstance(fnode, cst.FunctionDef):
             found = self.names.scope_of(self._pos.start_line(fnode.name), fnode.name.value)
@@ -201,6 +202,7 @@ class Extractor(Statements, Expressions, Calls):
         self.mod_restrict: list[tuple[int, int, bool] | None] = []
         self._param_names = set(params)
         self.loop_roots = {}
+        self.last_forward = None  # where the last wrapped module called here came from
         body = self.block(stmts)
         func = Function(
             key=key,
@@ -238,6 +240,7 @@ class Extractor(Statements, Expressions, Calls):
             self.mod_restrict,
             self.scope,
             self.loop_roots,
+            self.last_forward,
         ) = saved
         return func
 

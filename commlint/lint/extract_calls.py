@@ -202,6 +202,7 @@ class Calls:
         else:
             func_val = self._peek(func) if isinstance(func, cst.Attribute) else recv_val
         if func_val is not None and func_val.typ and func_val.typ.startswith("wrapped:"):
+            self.last_forward = (("typ", func_val.typ),)
             _, op, grp = func_val.typ.split(":", 2)
             return self._emit_comm(
                 node, CallFact(name=op, kind="collective", op=op), grp, callee_text, via=op
@@ -209,6 +210,7 @@ class Calls:
         if func_val is not None and func_val.module_ref and not func_val.typ:
             # `model(x)` of a module from elsewhere: the analysis asks whether it is wrapped
             self.emit(ModuleCall(func_val.module_ref, callee_text, self.pos(node)))
+            self.last_forward = func_val.module_ref
         if last in self.table.rank_helpers:
             return Val(
                 dims=frozenset({GLOBAL}),
@@ -473,6 +475,12 @@ class Calls:
     def method_call(self, node, func: cst.Attribute, recv: Val, args, text) -> Val | None:
         meth = func.attr.value
         recv_text = self.text(func.value)
+        forward = getattr(self, "last_forward", None)
+        if meth == "backward" and forward and not node.args and recv.typ is None:
+            # `loss.backward()` after a wrapped module's forward in this function: FSDP
+            # reduce-scatters (DDP all-reduces) the gradients of what that forward used
+            self.emit(ModuleCall(forward, text, self.pos(node), backward=True))
+            return CLEAN
         # process groups, meshes (a DeviceMesh's methods are recognised by name)
         mesh_like = meth in ("get_group", "get_local_rank") and (
             not node.args or isinstance(node.args[0].value, cst.SimpleString)

@@ -161,6 +161,7 @@ class ModuleCall:
     refs: tuple[tuple, ...]
     text: str
     pos: Pos
+    backward: bool = False  # `loss.backward()` after the module's forward: its gradients
 
 
 Node = Comm | CallSite | Branch | Loop | Exit | Try | Spawn | ModuleCall

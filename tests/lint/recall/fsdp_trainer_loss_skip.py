@@ -16,8 +16,8 @@ class Trainer:
     def fit(self, data):
         for x, y in data:
             loss = torch.nn.functional.mse_loss(self.model(x), y)
-            if loss.item() > 10.0:  # expect: CL103
-                continue
+            if loss.item() > 10.0:
+                continue  # expect: CL103
             loss.backward()
             self.opt.step()
 
