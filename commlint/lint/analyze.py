@@ -412,7 +412,8 @@ class Program:
             if not inner:
                 return []
             mapping = self._group_mapping(n, callee)
-            mapping.update(self._module_mapping(n, callee, fn))
+            if _has_module_param(inner):
+                mapping.update(self._module_mapping(n, callee, fn))
             rebased = (self.rebase(t, n, fn.path, mapping) for t in inner)
             return [t for t in rebased if t is not None]
         if isinstance(n, Branch):
@@ -703,6 +704,10 @@ class Program:
         for f in self.files:
             if only is None or f.path in only:
                 yield from f.functions.values()
+
+
+def _has_module_param(toks) -> bool:
+    return any(t.module_param is not None or any(map(_has_module_param, t.kids)) for t in toks)
 
 
 def _param_of_slot(fn: Function, slot: str) -> str | None:
