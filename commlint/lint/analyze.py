@@ -633,7 +633,7 @@ class Program:
                 return False
         if GLOBAL in cond.dims or group == "WORLD":
             return True
-        gd = self.group_dims.get(group, frozenset({group}))
+        gd = self.group_dims.get(group) or _mesh_dims(group)
         return bool(cond.dims & gd)
 
     def membership(
@@ -704,6 +704,14 @@ class Program:
         for f in self.files:
             if only is None or f.path in only:
                 yield from f.functions.values()
+
+
+def _mesh_dims(group: str) -> frozenset[str]:
+    """The rank dimensions a group key spans: `mesh:dp+tp` (a DTensor sharded over both
+    dimensions of a mesh) spans mesh:dp and mesh:tp; any other key, itself."""
+    if group.startswith("mesh:") and "+" in group:
+        return frozenset(f"mesh:{d}" for d in group[5:].split("+"))
+    return frozenset({group})
 
 
 def _has_module_param(toks) -> bool:

@@ -591,7 +591,23 @@ class Calls:
         if v.submesh is not None:
             return v.submesh
         names = v.mesh[0]
-        return names[0] if len(names) == 1 else None
+        if len(names) == 1:
+            return names[0]
+        # a mesh of several named dimensions: the ones its literal placements shard
+        # (`[Replicate(), Shard(0)]` on ("dp", "tp") gathers over tp only), as "dp+tp"
+        given = _kwarg(node, "placements", 2)
+        if not isinstance(given, cst.List | cst.Tuple) or len(given.elements) != len(names):
+            return None
+        kinds = []
+        for el in given.elements:
+            call = el.value
+            if not isinstance(call, cst.Call):
+                return None
+            kinds.append(self.text(call.func).rsplit(".", 1)[-1])
+        if not all(k in ("Shard", "Replicate", "Partial") for k in kinds):
+            return None
+        sharded = [n for n, k in zip(names, kinds, strict=True) if k != "Replicate"]
+        return "+".join(sharded) if sharded else None
 
     def rank_source_val(self, node, rs) -> Val:
         dims = frozenset(rs.get("dims", [GLOBAL]))

@@ -25,7 +25,7 @@ import ast
 import math
 from dataclasses import dataclass
 
-from commlint.lint.perrank_model import UNK, Abort, Group, _arg
+from commlint.lint.perrank_model import UNK, Abort, Group, Tensor, _arg
 
 DTENSOR = "torch.distributed.tensor.DTensor"
 DTENSOR_METHODS = {"full_tensor": "full_tensor (DTensor)", "redistribute": "redistribute (DTensor)"}
@@ -54,11 +54,21 @@ class MeshView:
         return self.names[d] if self.names else str(d)
 
 
+PLACEMENTS = ("Shard", "Replicate", "Partial")
+
+
+@dataclass(frozen=True)
+class Placement:
+    kind: str  # Shard | Replicate | Partial
+
+
 @dataclass
 class DTensorVal:
-    """A DTensor and the mesh it lives on."""
+    """A DTensor, the mesh it lives on, and its placement per mesh dimension (None: not
+    known; a one-dimensional mesh is then taken as sharded)."""
 
     mesh: MeshView | None  # None: the default mesh, every rank in one dimension
+    placements: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -143,11 +153,14 @@ class Meshes:
 
     def make_dtensor(self, args: list, kwargs: dict, line: int) -> DTensorVal:
         mesh = _arg(args, kwargs, 1, "device_mesh")
-        if mesh is None:
-            return DTensorVal(None)
-        if not isinstance(mesh, MeshView):
+        if mesh is not None and not isinstance(mesh, MeshView):
             raise Abort("a DTensor whose mesh this rank cannot know", line)
-        return DTensorVal(mesh)
+        return DTensorVal(mesh, _placements(_arg(args, kwargs, 2, "placements"), mesh))
+
+    def dtensor_groups(self, mesh: MeshView | None, dims: list[int]) -> list[Group]:
+        if mesh is None:
+            return [Group("WORLD", tuple(range(self.world)))]
+        return [self._mesh_group(mesh, d, self.rank) for d in dims]
 
     def mesh_call(self, m: MeshMethod, args: list, kwargs: dict, e: ast.Call) -> object:
         target = m.target
@@ -156,17 +169,28 @@ class Meshes:
             if label is None:
                 return UNK  # to_local(), placements, arithmetic: nothing communicates
             mesh = target.mesh
-            groups = (
-                [Group("WORLD", tuple(range(self.world)))]
-                if mesh is None
-                else [self._mesh_group(mesh, d, self.rank) for d in mesh.dims]
-            )
-            for g in groups:
+            dims = list(mesh.dims) if mesh is not None else [0]
+            new = ("Replicate",) * len(dims)
+            if m.attr == "redistribute":
+                new = _placements(_arg(args, kwargs, 1, "placements"), mesh)
+                other = _arg(args, kwargs, 0, "device_mesh")
+                if other is not None and other != mesh:
+                    raise Abort("a DTensor redistributed to another mesh", e.lineno)
+            old = target.placements
+            if (old is None or new is None) and len(dims) > 1:
+                raise Abort("a DTensor whose placements this rank cannot know", e.lineno)
+            moved = [
+                k
+                for k in range(len(dims))
+                if old is None or new is None or (old[k] != new[k] and old[k] != "Replicate")
+            ]
+            for g in self.dtensor_groups(mesh, [dims[k] for k in moved]):
                 action: dict = {"op": "all_gather", "label": label}
                 if g.name != "WORLD":
                     action["group"] = g.name
                 self.record(action, e.lineno)
-            return DTensorVal(mesh) if m.attr == "redistribute" else UNK
+            # a full tensor (a chained `.sum()` starts where the call does: not opaque)
+            return DTensorVal(mesh, new) if m.attr == "redistribute" else Tensor(None, None)
         mesh = target
         mine = coordinates(mesh.shape, self.rank)
         attr = m.attr
@@ -192,3 +216,16 @@ class Meshes:
         if attr == "get_all_groups":
             return [self._mesh_group(mesh, d, self.rank) for d in mesh.dims]
         return UNK
+
+
+def _placements(given: object, mesh: MeshView | None) -> tuple[str, ...] | None:
+    """`[Shard(0), Replicate()]` as ("Shard", "Replicate"), one per mesh dimension; None
+    when not known (or not one per dimension)."""
+    n = len(mesh.dims) if mesh is not None else 1
+    if (
+        isinstance(given, list | tuple)
+        and len(given) == n
+        and all(isinstance(p, Placement) for p in given)
+    ):
+        return tuple(p.kind for p in given)
+    return None

@@ -9,7 +9,7 @@ import ast
 
 from commlint.lint import perrank_values as values
 from commlint.lint.perrank_builtins import _numel, _torch_call
-from commlint.lint.perrank_mesh import DTENSOR
+from commlint.lint.perrank_mesh import DTENSOR, PLACEMENTS, Placement
 from commlint.lint.perrank_model import (
     MAX_ACTIONS,
     OP_NAMES,
@@ -54,6 +54,10 @@ class TorchApi:
             return self.pipelining(last, args, kwargs, e)
         if name == "torch.compile" and args:
             return args[0]  # the same module, compiled: it communicates as it did
+        if last in PLACEMENTS and name.startswith(
+            ("torch.distributed.tensor", "torch.distributed._tensor")
+        ):
+            return Placement(last)
         if name == "init_device_mesh":
             return self.init_mesh(args, kwargs, e)
         if table.constructor(qname) == DTENSOR:
