@@ -13,7 +13,7 @@ def main():
         print(w.full_tensor().sum())  # expect: CL101
     local = torch.ones(4, 8)
     d = DTensor.from_local(local, device_mesh=tp_mesh, placements=[Shard(0)])
-    if world_mesh.get_local_rank("tp") == 1:
+    if world_mesh.get_local_rank("tp") == 0:
         d = d.redistribute(tp_mesh, [Replicate()])  # expect: CL101
     dist.destroy_process_group()
 
