@@ -9,9 +9,10 @@ A sub-mesh (`mesh["tp"]`, `mesh["dp", "tp"]`) is the same layout seen along some
 from this rank; its `get_local_rank()` / `get_coordinate()` are this rank's coordinates
 there and `get_group()` this rank's group of that dimension.
 
-A DTensor (`distribute_tensor(t, mesh["tp"], ...)`, `DTensor.from_local`) remembers its
-mesh; `full_tensor()` and `redistribute()` all-gather on the group of each of its mesh's
-dimensions (every placement is taken to be sharded: the placements are not evaluated). So a
+A DTensor (`distribute_tensor(t, mesh["tp"], [Shard(0)])`, `DTensor.from_local`) remembers
+its mesh and placements; `full_tensor()` and `redistribute()` all-gather on the group of each
+mesh dimension whose placement changes from a non-replicated one (placements not written
+out: sharded on a one-dimensional mesh, unknown — the world size abandoned — on more). So a
 condition on the dp coordinate around a tp-mesh `full_tensor()` is taken alike by every
 member of each tp group (no finding), while one on the tp coordinate leaves a member out.
 
