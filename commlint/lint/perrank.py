@@ -507,7 +507,9 @@ def _declared_sizes(source: str) -> tuple[int, ...]:
         for g in m.groups():
             if g:
                 n *= int(g)
-        sizes.add(n)
+        # a mesh may also cover part of a larger world (torch allows it): that world is
+        # evaluated too, so a mesh created under `if rank < n:` is not proved fine at n alone
+        sizes.update((n, 2 * n))
     return tuple(s for s in sorted(sizes) if 1 < s <= MAX_WORLD)
 
 
