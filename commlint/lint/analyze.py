@@ -21,6 +21,7 @@ from commlint.lint.ir import (
     FileFacts,
     Function,
     Loop,
+    ModuleCall,
     Node,
     Pos,
     Spawn,
@@ -52,6 +53,9 @@ class Tok:
     root: str | None = None  # `src=0`: the root as written (a literal: its value), if known
     payload: tuple[tuple[str, str], ...] = ()  # what each buffer argument was made from
     no_group: bool = False  # a torch.distributed call that was given no `group=`
+    # the forward of the module this function's parameter holds (`ModuleCall`): a caller
+    # that hands over a module not known to be wrapped drops it (`rebase`)
+    module_param: str | None = None
 
     def key(self) -> tuple:
         if self.cat in ("alt", "loop"):
@@ -280,6 +284,69 @@ class Program:
                     return value
         return None
 
+    # ------------------------------------------------------- wrapped modules
+    def wrapper_of(self, refs: tuple[tuple, ...], depth: int = 0) -> str | None:
+        """The wrapper (`wrapped:<op>:<group>`) of a module that came from `refs`
+        (`ModuleCall`): a helper that returns it wrapped, a helper it was handed to that wraps
+        it in place, or — for a parameter — what some caller hands over. None: not wrapped,
+        or not known to be."""
+        memo = self.__dict__.setdefault("_wrappers", {})
+        if refs in memo:
+            return memo[refs]
+        memo[refs] = None  # a cycle answers "not known"
+        found = None
+        if depth <= MAX_DEPTH:
+            for ref in refs:
+                found = self._wrapper_of_ref(ref, depth)
+                if found is not None:
+                    break
+        memo[refs] = found
+        return found
+
+    def _wrapper_of_ref(self, ref: tuple, depth: int) -> str | None:
+        kind = ref[0]
+        if kind == "typ":
+            return ref[1]
+        if kind == "returns":
+            callee = self._callee(ref[1])
+            return self.wrapper_of(callee.returns_module, depth + 1) if callee else None
+        if kind == "inplace":
+            callee = self._callee(ref[1])
+            if callee is None:
+                return None
+            name = _param_of_slot(callee, ref[2])
+            refs = dict(callee.wraps_params).get(name) if name else None
+            return self.wrapper_of(refs, depth + 1) if refs else None
+        if kind == "param":
+            fn = self.functions.get(ref[1])
+            if fn is None:
+                return None
+            slot = _slot_of_param(fn, ref[2])
+            for site in self.callers(fn.key):
+                refs = site.module_args.get(ref[2]) or site.module_args.get(slot or "")
+                if refs:
+                    found = self.wrapper_of(refs, depth + 1)
+                    if found is not None:
+                        return found
+        return None
+
+    def callers(self, key: str) -> list[CallSite]:
+        """The call sites, anywhere in the checked code, that resolve to function `key`."""
+        index = self.__dict__.get("_callers")
+        if index is None:
+            index = self.__dict__["_callers"] = {}
+            for f in self.files:
+                for fn in f.functions.values():
+                    for n in iter_nodes(fn.body):
+                        if isinstance(n, CallSite) and n.module_args:
+                            # `Trainer(model)` hands the module to `Trainer.__init__`
+                            callee = self.resolve(n) or self._callee(
+                                tuple(f"{name}.__init__" for name in n.names)
+                            )
+                            if callee is not None:
+                                index.setdefault(callee.key, []).append(n)
+        return index.get(key, [])
+
     # ------------------------------------------------------------- summaries
     def summary(self, fn: Function) -> list[Tok]:
         if fn.key in self._summary:
@@ -345,6 +412,8 @@ class Program:
             if not inner:
                 return []
             mapping = self._group_mapping(n, callee)
+            if _has_module_param(inner):
+                mapping.update(self._module_mapping(n, callee, fn))
             rebased = (self.rebase(t, n, fn.path, mapping) for t in inner)
             return [t for t in rebased if t is not None]
         if isinstance(n, Branch):
@@ -389,6 +458,17 @@ class Program:
             ]
         if isinstance(n, Try):
             return self.tokens(n.body, fn) + self.tokens(n.orelse, fn) + self.tokens(n.final, fn)
+        if isinstance(n, ModuleCall):
+            typ = self.wrapper_of(n.refs)
+            if typ is None:
+                return []
+            _, op, group = typ.split(":", 2)
+            if n.backward:
+                op = "backward (FSDP reduce-scatter)" if "FSDP" in op else "backward (all-reduce)"
+            leaf = f"{n.text} ({short(fn.path)}:{n.pos.line})"
+            own = [r[2] for r in n.refs if r[0] == "param" and r[1] == fn.key]
+            param = own[0] if len(own) == len(n.refs) == 1 else None
+            return [Tok("coll", op, group, fn.path, n.pos, leaf, module_param=param)]
         if isinstance(n, Spawn):
             # a thread's collectives are this rank's too: a thread started on some ranks only
             # leaves the others without the partner of its collectives (when, among the main
@@ -452,13 +532,46 @@ class Program:
         group = t.group
         if group.startswith("param:"):
             group = mapping.get(group[6:], group)
+        module_param = t.module_param
+        if module_param is not None:
+            handed = mapping.get(f"module:{module_param}")
+            if handed == "":
+                return None  # this caller hands over a module not known to be wrapped
+            if handed is not None and handed.startswith("param:"):
+                module_param = handed[6:]  # the caller's own parameter: its callers decide
+            elif handed is not None:
+                _, _, group = handed.split(":", 2)
+                module_param = None
         kids = tuple(
             tuple(r for r in (self.rebase(k, site, path, mapping) for k in arm) if r is not None)
             for arm in t.kids
         )
+        if t.kids and not any(kids):
+            return None  # nothing of it communicates from this caller
         return replace(
-            t, group=group, path=path, pos=site.pos, chain=(f"{site.text}()", *t.chain), kids=kids
+            t,
+            group=group,
+            path=path,
+            pos=site.pos,
+            chain=(f"{site.text}()", *t.chain),
+            kids=kids,
+            module_param=module_param,
         )
+
+    def _module_mapping(self, site: CallSite, callee: Function, fn: Function) -> dict[str, str]:
+        """What `site` hands to each of the callee's parameters, for the forwards of the
+        modules they hold: `module:p` -> the wrapper, "" (not known wrapped), or `param:q`
+        (the caller's own parameter q)."""
+        out: dict[str, str] = {}
+        for k, p in enumerate(callee.params):
+            slot = _slot_of_param(callee, p)
+            refs = site.module_args.get(p) or site.module_args.get(slot or f"#{k}") or ()
+            own = [r[2] for r in refs if r[0] == "param" and r[1] == fn.key]
+            if own and len(own) == len(refs):
+                out[f"module:{p}"] = f"param:{own[0]}"
+                continue
+            out[f"module:{p}"] = (self.wrapper_of(refs) if refs else None) or ""
+        return out
 
     # ------------------------------------------------------------ projection
     def groups_of(self, toks: list[Tok] | tuple[Tok, ...]) -> list[str]:
@@ -520,7 +633,7 @@ class Program:
                 return False
         if GLOBAL in cond.dims or group == "WORLD":
             return True
-        gd = self.group_dims.get(group, frozenset({group}))
+        gd = self.group_dims.get(group) or _mesh_dims(group)
         return bool(cond.dims & gd)
 
     def membership(
@@ -591,6 +704,36 @@ class Program:
         for f in self.files:
             if only is None or f.path in only:
                 yield from f.functions.values()
+
+
+def _mesh_dims(group: str) -> frozenset[str]:
+    """The rank dimensions a group key spans: `mesh:dp+tp` (a DTensor sharded over both
+    dimensions of a mesh) spans mesh:dp and mesh:tp; any other key, itself."""
+    if group.startswith("mesh:") and "+" in group:
+        return frozenset(f"mesh:{d}" for d in group[5:].split("+"))
+    return frozenset({group})
+
+
+def _has_module_param(toks) -> bool:
+    return any(t.module_param is not None or any(map(_has_module_param, t.kids)) for t in toks)
+
+
+def _param_of_slot(fn: Function, slot: str) -> str | None:
+    """The parameter a call's argument `slot` ("#k" or a keyword) binds."""
+    if not slot.startswith("#"):
+        return slot if slot in fn.params else None
+    params = list(fn.params)
+    offset = 1 if params and params[0] in ("self", "cls") else 0
+    k = int(slot[1:]) + offset
+    return params[k] if k < len(params) else None
+
+
+def _slot_of_param(fn: Function, name: str) -> str | None:
+    params = list(fn.params)
+    offset = 1 if params and params[0] in ("self", "cls") else 0
+    if name not in params or params.index(name) < offset:
+        return None
+    return f"#{params.index(name) - offset}"
 
 
 def root_of(c: Comm) -> str | None:

@@ -138,7 +138,9 @@ class Extractor(Statements, Expressions, Calls):
             params.append(pname)
             if param.default is not None:
                 defaults[pname] = self.text(param.default)
-            env[pname] = self._name_val(pname, pname) or Val()
+            env[pname] = self._name_val(pname, pname) or Val(
+                module_ref=(("param", f"{self.module_name}.{qualname}", pname),)
+            )
         for star in (p.star_arg, p.star_kwarg):
             if isinstance(star, cst.Param):
                 env[star.name.value] = CLEAN
@@ -183,6 +185,8 @@ class Extractor(Statements, Expressions, Calls):
             getattr(self, "loop_depth", 0),
             getattr(self, "mod_restrict", []),
             self.scope,
+            getattr(self, "loop_roots", {}),
+            getattr(self, "last_forward", None),
         )
         if isinstance(fnode, cst.FunctionDef):
             found = self.names.scope_of(self._pos.start_line(fnode.name), fnode.name.value)
@@ -197,6 +201,8 @@ class Extractor(Statements, Expressions, Calls):
         self.loop_depth = 0
         self.mod_restrict: list[tuple[int, int, bool] | None] = []
         self._param_names = set(params)
+        self.loop_roots = {}
+        self.last_forward = None  # where the last wrapped module called here came from
         body = self.block(stmts)
         func = Function(
             key=key,
@@ -212,6 +218,8 @@ class Extractor(Statements, Expressions, Calls):
             if self.returns
             else frozenset(),
             **returned(self.returns),
+            returns_module=_module_refs(self.returns),
+            wraps_params=_wrapped_params(key, params, env),
         )
         if self.async_pending:
             counts = _name_counts(fnode)
@@ -231,8 +239,37 @@ class Extractor(Statements, Expressions, Calls):
             self.loop_depth,
             self.mod_restrict,
             self.scope,
+            self.loop_roots,
+            self.last_forward,
         ) = saved
         return func
+
+
+def _module_refs(vals: list[Val]) -> tuple[tuple, ...]:
+    """Where the modules a function returns came from (`ModuleCall.refs`)."""
+    refs: list[tuple] = []
+    for v in vals:
+        if v.typ and v.typ.startswith("wrapped:"):
+            refs.append(("typ", v.typ))
+        refs.extend(v.module_ref)
+    return tuple(dict.fromkeys(refs))[:8]
+
+
+def _wrapped_params(key: str, params: tuple[str, ...], env) -> tuple:
+    """The parameters whose module the function wrapped (`fully_shard(model)`, or its
+    blocks) or handed to a helper that may: what the caller's object becomes."""
+    out = []
+    for p in params:
+        v = dict.get(env, p)
+        if v is None:
+            continue
+        if v.typ and v.typ.startswith("wrapped:"):
+            out.append((p, (("typ", v.typ),)))
+            continue
+        refs = tuple(r for r in v.module_ref if r[0] == "inplace")
+        if refs:
+            out.append((p, refs))
+    return tuple(out)
 
 
 NOQA_RE = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.I)

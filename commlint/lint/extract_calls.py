@@ -30,8 +30,41 @@ from commlint.lint.extract_values import (
     join,
     read_tensor,
 )
-from commlint.lint.ir import CallSite, Comm, Exit, Loop, RootFact, Spawn
+from commlint.lint.ir import CallSite, Comm, Exit, Loop, ModuleCall, RootFact, Spawn
 from commlint.lint.table import CallFact
+
+DTENSOR = "torch.distributed.tensor.DTensor"
+# Calls that do not raise for a rank-dependent argument value (output, logging, conversions
+# of ints and strings): a `try` around them does not make the rank's path differ.
+NEVER_RAISE = PURE_BUILTINS | {
+    "print",
+    "isinstance",
+    "getattr",
+    "hasattr",
+    "debug",
+    "info",
+    "warning",
+    "warn",
+    "error",
+    "exception",
+    "log",
+    "critical",
+    "append",
+    "extend",
+    "update",
+    "add",
+    "to",
+    "cpu",
+    "cuda",
+    "join",
+    "tensor",
+    "zeros",
+    "ones",
+    "full",
+    "empty",
+    "manual_seed",
+    "seed",
+}
 
 
 def _generator_object(node: cst.BaseExpression) -> bool:
@@ -62,6 +95,8 @@ class Calls:
         last = callee_text.rsplit(".", 1)[-1]
         self._forget_constants(node)
 
+        if getattr(self, "try_frames", None):
+            self._note_rank_raise(node, names, last, args)
         # os.environ.get("RANK") / os.getenv("RANK")
         if any(q in ENV_GETTERS for q in names) and node.args:
             a0 = node.args[0].value
@@ -82,6 +117,8 @@ class Calls:
             rs = self.table.rank_source(q)
             if rs:
                 return self.rank_source_val(node, rs)
+        if "torch.compile" in names and args:
+            return args[0]  # the same module, compiled: it communicates as it did
         for q in names:
             w = self.table.wrapper(q)
             if w:
@@ -90,11 +127,12 @@ class Calls:
                 if "in_place" in w and node.args:
                     target = node.args[int(w["in_place"])].value
                     self.bind(target, Val(typ=typ))
+                    self._wrap_owner(target, typ)
                 return Val(typ=typ)
         for q in names:
             typ = self.table.constructor(q)
             if typ:
-                return Val(typ=typ)
+                return Val(typ=typ, submesh=self._dtensor_mesh_dim(node, typ))
         for q in names:
             if self.table.in_set(self.table.thread_spawners, q):
                 return self.spawn(node, "a thread", _kwarg(node, "target", 1))
@@ -164,10 +202,15 @@ class Calls:
         else:
             func_val = self._peek(func) if isinstance(func, cst.Attribute) else recv_val
         if func_val is not None and func_val.typ and func_val.typ.startswith("wrapped:"):
+            self.last_forward = (("typ", func_val.typ),)
             _, op, grp = func_val.typ.split(":", 2)
             return self._emit_comm(
                 node, CallFact(name=op, kind="collective", op=op), grp, callee_text, via=op
             )
+        if func_val is not None and func_val.module_ref and not func_val.typ:
+            # `model(x)` of a module from elsewhere: the analysis asks whether it is wrapped
+            self.emit(ModuleCall(func_val.module_ref, callee_text, self.pos(node)))
+            self.last_forward = func_val.module_ref
         if last in self.table.rank_helpers:
             return Val(
                 dims=frozenset({GLOBAL}),
@@ -190,9 +233,71 @@ class Calls:
                 return Val(uniform=True)
             return Val(data=data, origin=origin, agreed=agreed)
         self.emit(site)
+        self._handed_modules(node, site)
         return Val(
-            data=data, deps=site.names, origin=origin, agreed=agreement_of_call(site.names, inputs)
+            data=data,
+            deps=site.names,
+            origin=origin,
+            agreed=agreement_of_call(site.names, inputs),
+            module_ref=(("returns", site.names),),
         )
+
+    def _handed_modules(self, node: cst.Call, site: CallSite) -> None:
+        """A variable handed to a project function may come back wrapped in place
+        (`parallelize(model, mesh)` calling `fully_shard`): its later calls ask the analysis."""
+        for k, a in enumerate(node.args):
+            target = a.value
+            if not (
+                isinstance(target, cst.Name)
+                or (
+                    isinstance(target, cst.Attribute)
+                    and isinstance(target.value, cst.Name)
+                    and target.value.value == "self"
+                )
+            ):
+                continue
+            v = self._peek(target)
+            if v.typ or v.tainted() or v.group is not None or v.mesh is not None:
+                continue
+            slot = a.keyword.value if a.keyword is not None else f"#{k}"
+            ref = ("inplace", site.names, slot)
+            if ref not in v.module_ref and len(v.module_ref) < 6:
+                self.bind(target, replace(v, module_ref=(*v.module_ref, ref)))
+
+    def _wrap_owner(self, target: cst.BaseExpression, typ: str) -> None:
+        """`fully_shard(block)` for a block of `model` (`for block in model.layers`,
+        `model.layers[0]`): `model`'s forward runs the wrapped block's communication."""
+        root = None
+        if isinstance(target, cst.Name):
+            root = self.loop_roots.get(target.value)
+        elif isinstance(target, cst.Attribute | cst.Subscript):
+            inner = target.value
+            while isinstance(inner, cst.Attribute | cst.Subscript):
+                inner = inner.value
+            root = inner if isinstance(inner, cst.Name) else None
+        if root is None or root.value == "self":
+            return
+        v = self.lookup(root.value)
+        if v is None or not (v.typ and v.typ.startswith("wrapped:")):
+            self.bind(root, replace(v or CLEAN, typ=typ, module_ref=()))
+
+    def _note_rank_raise(self, node: cst.Call, names: list[str], last: str, args) -> None:
+        """Inside a `try` body: a call that may raise on some ranks only — one whose argument
+        depends on the rank or on this rank's data (`load_shard(rank)`, `open(f"{rank}.pt")`,
+        `torch.load(paths[rank])`) and that is neither a communication call nor one that
+        cannot fail on such a value (`print`, logging, `int`, `len`, formatting)."""
+        if last in NEVER_RAISE or any(q.startswith("logging.") for q in names):
+            return
+        if any(self.table.call(q) is not None for q in names):
+            return
+        for a in args:
+            if a.tainted() and not a.uniform:
+                origin = a.origin or "an argument depends on the rank"
+                frame = self.try_frames[-1]
+                entry = (self.text(node)[:60], self.pos(node), origin)
+                if entry not in frame:
+                    frame.append(entry)
+                return
 
     def _forget_constants(self, node: cst.Call) -> None:
         """A constant tensor (`stop = torch.tensor([0])`) changed in place (`stop.fill_(1)`)
@@ -283,6 +388,7 @@ class Calls:
             elif isinstance(func, cst.Attribute):
                 return None
         group_args: dict[str, str] = {}
+        module_args: dict[str, tuple[tuple, ...]] = {}
         for k, a in enumerate(node.args):
             if not isinstance(a.value, cst.Name | cst.Attribute | cst.Call | cst.Subscript):
                 continue
@@ -296,16 +402,20 @@ class Calls:
                     gkey = "WORLD"
                 else:
                     gkey = self.text(a.value)
-            if a.keyword is not None:
-                group_args[a.keyword.value] = gkey
-            else:
-                group_args[f"#{k}"] = gkey
+            slot = a.keyword.value if a.keyword is not None else f"#{k}"
+            group_args[slot] = gkey
+            refs = v.module_ref
+            if v.typ and v.typ.startswith("wrapped:"):
+                refs = (("typ", v.typ),)
+            if refs:
+                module_args[slot] = refs
         return CallSite(
             tuple(dict.fromkeys(cands)),
             text,
             self.pos(node),
             group_args,
             on_module=self.on_module(func),
+            module_args=module_args,
         )
 
     def spawn(self, node: cst.Call, how: str, target: cst.BaseExpression | None) -> Val:
@@ -365,6 +475,12 @@ class Calls:
     def method_call(self, node, func: cst.Attribute, recv: Val, args, text) -> Val | None:
         meth = func.attr.value
         recv_text = self.text(func.value)
+        forward = getattr(self, "last_forward", None)
+        if meth == "backward" and forward and not node.args and recv.typ is None:
+            # `loss.backward()` after a wrapped module's forward in this function: FSDP
+            # reduce-scatters (DDP all-reduces) the gradients of what that forward used
+            self.emit(ModuleCall(forward, text, self.pos(node), backward=True))
+            return CLEAN
         # process groups, meshes (a DeviceMesh's methods are recognised by name)
         mesh_like = meth in ("get_group", "get_local_rank") and (
             not node.args or isinstance(node.args[0].value, cst.SimpleString)
@@ -412,6 +528,8 @@ class Calls:
             if meth == "size":
                 return Val(ints=(recv.size,)) if recv.size else CLEAN
         typ = recv.typ
+        if typ is None and meth == "full_tensor" and not self.on_module(func):
+            typ = DTENSOR  # only a DTensor has it: a DTensor handed in (`weight.full_tensor()`)
         if typ is None:
             rt = recv_text
             typ = self.table.receivers.get(rt) or self.table.receivers.get(rt.rsplit(".", 1)[-1])
@@ -425,6 +543,8 @@ class Calls:
                     if kw is None or (isinstance(kw, cst.Name) and kw.value == "False"):
                         return CLEAN
                 gkey = f"<{fact.implicit_group}>" if fact.implicit_group else "WORLD"
+                if fact.implicit_group and typ == DTENSOR and recv.submesh:
+                    gkey = f"mesh:{recv.submesh}"  # the one mesh dimension it lives on
                 v = self._emit_comm(node, fact, gkey, text, via=f"{recv_text}.{meth}")
                 return v
         if meth in self.table.executor_methods and node.args:
@@ -455,6 +575,39 @@ class Calls:
                 self.bind(func.value, seeded)
             return seeded
         return None
+
+    def _dtensor_mesh_dim(self, node: cst.Call, typ: str) -> str | None:
+        """The mesh dimension a DTensor is made on, when its mesh is one dimension of a named
+        mesh (`distribute_tensor(t, mesh["tp"], ...)`) or a mesh of one named dimension: its
+        `full_tensor()`/`redistribute()` then communicate on that dimension's groups only."""
+        if typ != DTENSOR:
+            return None
+        arg = _kwarg(node, "device_mesh", 1)
+        if arg is None:
+            return None
+        v = self._peek(arg)
+        if v.mesh is None:
+            return None
+        if v.submesh is not None:
+            return v.submesh
+        names = v.mesh[0]
+        if len(names) == 1:
+            return names[0]
+        # a mesh of several named dimensions: the ones its literal placements shard
+        # (`[Replicate(), Shard(0)]` on ("dp", "tp") gathers over tp only), as "dp+tp"
+        given = _kwarg(node, "placements", 2)
+        if not isinstance(given, cst.List | cst.Tuple) or len(given.elements) != len(names):
+            return None
+        kinds = []
+        for el in given.elements:
+            call = el.value
+            if not isinstance(call, cst.Call):
+                return None
+            kinds.append(self.text(call.func).rsplit(".", 1)[-1])
+        if not all(k in ("Shard", "Replicate", "Partial") for k in kinds):
+            return None
+        sharded = [n for n, k in zip(names, kinds, strict=True) if k != "Replicate"]
+        return "+".join(sharded) if sharded else None
 
     def rank_source_val(self, node, rs) -> Val:
         dims = frozenset(rs.get("dims", [GLOBAL]))
@@ -490,6 +643,11 @@ class Calls:
         v = self._peek(arg)
         if v.group:
             return v.group, True
+        if v.mesh is not None:
+            # a mesh as the group (`fully_shard(block, mesh=mesh["dp"])`): its one dimension
+            dim = v.submesh or (v.mesh[0][0] if len(v.mesh[0]) == 1 else None)
+            if dim is not None:
+                return f"mesh:{dim}", True
         t = self.text(arg)
         if isinstance(arg, cst.Name) and arg.value in self._params():
             return f"param:{arg.value}", True

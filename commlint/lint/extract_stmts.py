@@ -33,7 +33,7 @@ from commlint.lint.extract_values import (
     _is_dtype,
     join,
 )
-from commlint.lint.ir import AsyncFact, Branch, Comm, Cond, Exit, Loop, Node, Try
+from commlint.lint.ir import AsyncFact, Branch, Comm, Cond, Exit, Loop, Node, Pos, Try
 
 
 class Statements:
@@ -322,7 +322,14 @@ class Statements:
 
     def stmt_For(self, node: cst.For) -> None:
         it = self.expr(node.iter)
-        self.bind(node.target, replace(it, stride=None))
+        self.bind(node.target, replace(it, stride=None, module_ref=()))
+        root = _root_name(node.iter)
+        target = node.target
+        if isinstance(target, cst.Tuple) and len(target.elements) == 2:
+            target = target.elements[1].value  # `for i, block in enumerate(model.layers)`
+        if isinstance(target, cst.Name) and root is not None:
+            # `for block in model.layers: fully_shard(block)` wraps blocks of `model`
+            self.loop_roots[target.value] = root
         cond = self._cond_from_val(node.iter, it) if it.tainted() else None
         body = self._loop_body(cond, node.body.body)
         unordered = self.text(node.iter)[:60] if _iterates_a_set(node.iter) else None
@@ -357,8 +364,15 @@ class Statements:
             self.emit(n)
 
     def stmt_Try(self, node: cst.Try) -> None:
-        body = self.block(node.body.body)
+        risks: list[tuple[str, Pos, str]] = []
+        frames = self.__dict__.setdefault("try_frames", [])
+        frames.append(risks)
+        try:
+            body = self.block(node.body.body)
+        finally:
+            frames.pop()
         handlers: list[list[Node]] = []
+        types: list[str] = []
         for h in node.handlers:
             if h.name is not None:
                 self.bind(h.name.name, CLEAN)
@@ -387,9 +401,12 @@ class Statements:
                 body.append(Branch(cond, [hbody, []], self.pos(h), "oom"))
             else:
                 handlers.append(hbody)
+                types.append(exc)
         orelse = self.block(node.orelse.body.body) if node.orelse else []
         final = self.block(node.finalbody.body.body) if node.finalbody else []
-        self.emit(Try(body, handlers, orelse, final, self.pos(node), _lone_call(node.body.body)))
+        lone = _lone_call(node.body.body)
+        risky = tuple(risks[:8])
+        self.emit(Try(body, handlers, orelse, final, self.pos(node), lone, risky, tuple(types)))
 
     # ----------------------------------------------------------- binding
     def _assign_pairwise(self, s: cst.Assign) -> bool:
@@ -453,3 +470,22 @@ class Statements:
                 origin=f"`{text}` names a rank",
             )
         return None
+
+
+def _root_name(expr: cst.BaseExpression) -> cst.Name | None:
+    """The variable an iterable of modules hangs off: `model` of `model`, `model.layers`,
+    `model.layers[:4]`, `model.children()`, `enumerate(model.blocks)` (its first argument)."""
+    while True:
+        if isinstance(expr, cst.Name):
+            return expr
+        if isinstance(expr, cst.Attribute | cst.Subscript):
+            expr = expr.value
+        elif isinstance(expr, cst.Call):
+            if isinstance(expr.func, cst.Attribute):
+                expr = expr.func.value
+            elif isinstance(expr.func, cst.Name) and expr.func.value == "enumerate" and expr.args:
+                expr = expr.args[0].value
+            else:
+                return None
+        else:
+            return None

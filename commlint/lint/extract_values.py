@@ -75,6 +75,8 @@ class Val:
     payload: tuple[str, str] | None = None  # (variable it was made from, "dtype X" / "size")
     # the same on every rank if the project functions it came from answer so (extract_agreement)
     agreed: Agreement | None = None
+    # where a module it may be came from, when this function did not wrap it (`ModuleCall`)
+    module_ref: tuple[tuple, ...] = ()
 
     def tainted(self) -> bool:
         return bool(self.dims) or self.data

@@ -94,6 +94,8 @@ class CallSite:
     text: str
     pos: Pos
     group_args: dict[str, str] = field(default_factory=dict)  # param name or "#k" -> group key
+    # param name or "#k" -> where the module handed over came from (`ModuleCall.refs`)
+    module_args: dict[str, tuple[tuple, ...]] = field(default_factory=dict)
     # `torch.scatter(...)`, `np.mean(...)`: called on an imported module, never an object
     on_module: bool = False
 
@@ -131,6 +133,10 @@ class Try:
     pos: Pos
     # the body is one statement whose only work is one call (`try: dist.barrier()`)
     lone_call: bool = False
+    # calls in the body that may raise on some ranks only, because an argument depends on
+    # the rank or on this rank's data (`load_shard(rank)`): (call text, position, why)
+    rank_raises: tuple[tuple[str, Pos, str], ...] = ()
+    handler_types: tuple[str, ...] = ()  # per handler, its exception type as written ("": bare)
 
 
 @dataclass
@@ -142,7 +148,23 @@ class Spawn:
     pos: Pos
 
 
-Node = Comm | CallSite | Branch | Loop | Exit | Try | Spawn
+@dataclass
+class ModuleCall:
+    """A call of a module the function did not wrap itself (`model(x)` with `model` a
+    parameter, a helper's result, or handed to a helper that may wrap it in place): it
+    communicates when the analysis finds the module wrapped (FSDP, DDP) where it came from.
+
+    A ref is ("typ", "wrapped:<op>:<group>"), ("returns", names of the project call it came
+    from), ("inplace", names of a project call it was handed to, "#k" or the keyword), or
+    ("param", key of the function, parameter name)."""
+
+    refs: tuple[tuple, ...]
+    text: str
+    pos: Pos
+    backward: bool = False  # `loss.backward()` after the module's forward: its gradients
+
+
+Node = Comm | CallSite | Branch | Loop | Exit | Try | Spawn | ModuleCall
 
 
 @dataclass
@@ -173,6 +195,10 @@ class Function:
     returns_clean: bool = True
     returns_through: tuple[tuple[str, ...], ...] = ()
     returns_sources: tuple[tuple, ...] | None = None  # per value: its Agreement.sources
+    # where the returned modules came from, and the parameters whose module the function may
+    # wrap in place (`fully_shard(model)`): refs as in `ModuleCall`
+    returns_module: tuple[tuple, ...] = ()
+    wraps_params: tuple[tuple[str, tuple[tuple, ...]], ...] = ()
 
 
 @dataclass

@@ -26,6 +26,7 @@ from commlint.lint import perrank_values as values
 from commlint.lint.ir import CallSite, Comm, FileFacts, iter_nodes
 from commlint.lint.perrank_calls import Calls
 from commlint.lint.perrank_exprs import Expressions
+from commlint.lint.perrank_mesh import Meshes
 from commlint.lint.perrank_model import (
     DEFAULT_WORLD_SIZES,
     MAX_ENTRIES,
@@ -54,6 +55,7 @@ from commlint.lint.perrank_model import (
     _is_known,
     _Return,
 )
+from commlint.lint.perrank_modules import Modules
 from commlint.lint.perrank_stmts import Statements
 from commlint.lint.perrank_torch import TorchApi
 from commlint.lint.perrank_units import CommSites
@@ -87,7 +89,7 @@ MAX_PATHS = 32  # paths of one world size's exploration of uniform tests
 
 
 # ---------------------------------------------------------------------------- the interpreter
-class Rank(Statements, Expressions, Calls, TorchApi):
+class Rank(Statements, Expressions, Calls, TorchApi, Modules, Meshes):
     """One rank's run of one entry point at one world size."""
 
     def __init__(self, ev: FileEval, rank: int, world: int) -> None:
@@ -505,7 +507,9 @@ def _declared_sizes(source: str) -> tuple[int, ...]:
         for g in m.groups():
             if g:
                 n *= int(g)
-        sizes.add(n)
+        # a mesh may also cover part of a larger world (torch allows it): that world is
+        # evaluated too, so a mesh created under `if rank < n:` is not proved fine at n alone
+        sizes.update((n, 2 * n))
     return tuple(s for s in sorted(sizes) if 1 < s <= MAX_WORLD)
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from commlint.lint import perrank_values as values
 from commlint.lint.perrank_builtins import _tensor_method
+from commlint.lint.perrank_mesh import MeshMethod
 from commlint.lint.perrank_model import (
     MAX_DEPTH,
     MAX_STEPS,
@@ -36,6 +37,7 @@ from commlint.lint.perrank_model import (
     _is_known,
     _Return,
 )
+from commlint.lint.perrank_modules import Wrapped
 from commlint.lint.perrank_pipelining import ScheduleMethod
 
 CONTAINERS = frozenset({"torch.nn.Sequential", "torch.nn.ModuleList"})
@@ -46,6 +48,7 @@ class Sequential:
     """`torch.nn.Sequential` holding modules of the project: calling it runs them in order."""
 
     modules: list
+    shard: object = None  # `perrank_modules.Shard` once wrapped (`fully_shard(model)`)
 
 
 class Calls:
@@ -75,6 +78,10 @@ class Calls:
         outer, self.env = self.env, env
         if self.cur is self.ev:
             self.ev.recorded_lines.add(e.lineno)
+        backward = isinstance(e.func, ast.Attribute) and e.func.attr == "backward"
+        if backward and not args and self.sharded_backward(e):
+            self.env = outer
+            return None
         try:
             return values.call_origin(self, self.call(func, args, kwargs, e), func, args, kwargs, e)
         finally:
@@ -104,6 +111,12 @@ class Calls:
         raise Abort("a process group this rank cannot know", line)
 
     def call(self, func: object, args: list, kwargs: dict, e: ast.Call) -> object:
+        self.sharded_forward(func, e)
+        if isinstance(func, Wrapped):
+            inner = func.module
+            if isinstance(inner, Obj | Fn | Sequential):
+                return self.call(inner, args, kwargs, e)
+            return Tensor(None, None)
         if isinstance(func, Fn):
             return self.call_fn(func, args, kwargs, e)
         if isinstance(func, Cls):
@@ -153,6 +166,8 @@ class Calls:
             return _tensor_method(func, args, kwargs)
         if isinstance(func, ScheduleMethod):
             return self.schedule_call(func, e)
+        if isinstance(func, MeshMethod):
+            return self.mesh_call(func, args, kwargs, e)
         if isinstance(func, GroupMethod):
             return self.group_method(func, args)
         if isinstance(func, values.ParserMethod):

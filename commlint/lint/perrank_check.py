@@ -13,7 +13,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 from commlint.lint.analyze import Program, RawFinding
-from commlint.lint.ir import CallSite, Comm, Pos, iter_nodes
+from commlint.lint.ir import CallSite, Comm, ModuleCall, Pos, iter_nodes
 from commlint.lint.perrank import DEFAULT_WORLD_SIZES, FileEval, WorldRun, evaluate_file, iter_sites
 from commlint.lint.perrank_units import ModuleIndex
 
@@ -147,7 +147,7 @@ def _evaluate_parallel(
         for ff in program.files  # the followed files' sites too
         for fn in ff.functions.values()
         for n in iter_nodes(fn.body)
-        if isinstance(n, CallSite)
+        if isinstance(n, CallSite | ModuleCall)
     }
 
     def communicating(site) -> bool:
@@ -177,6 +177,8 @@ def _size(ff) -> int:
 
 
 def _communicates(program: Program, site) -> bool:
+    if isinstance(site, ModuleCall):
+        return program.wrapper_of(site.refs) is not None  # a wrapped module's forward
     callee = program.resolve(site)
     return callee is not None and bool(program.summary(callee))
 

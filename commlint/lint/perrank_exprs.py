@@ -9,6 +9,7 @@ import ast
 
 from commlint.lint import perrank_values as values
 from commlint.lint.perrank_builtins import BUILTINS, _tensor_binop, _tensor_slice, tensor_element
+from commlint.lint.perrank_mesh import DTensorVal, MeshMethod, MeshView
 from commlint.lint.perrank_model import (
     BIN_OPS,
     CMP_OPS,
@@ -230,6 +231,8 @@ class Expressions:
                     return UNK
             return self.selected(base, "slice", (base, lo, hi, st))
         key = self.expr(sl, env)
+        if isinstance(base, MeshView):
+            return self.submesh(base, key, sl.lineno)
         if isinstance(base, Tensor):
             return values.with_origin(self, tensor_element(base, key), "index", (base, key))
         if base is ENVIRON:
@@ -295,6 +298,10 @@ class Expressions:
         return out
 
     def attribute(self, base: object, attr: str, node: ast.AST) -> object:
+        if isinstance(base, MeshView):
+            return self.mesh_attribute(base, attr)
+        if isinstance(base, DTensorVal):
+            return MeshMethod(base, attr)
         if isinstance(base, Schedule):
             return ScheduleMethod(base, attr)
         if isinstance(base, ProjMod):

@@ -371,6 +371,8 @@ class Statements:
             if isinstance(it, set | frozenset):
                 return sorted(it, key=repr)
             return list(it)
+        if hasattr(it, "modules") and isinstance(getattr(it, "modules", None), list):
+            return list(it.modules)  # `for block in model:` over a torch.nn.Sequential
         if isinstance(it, Tensor) and it.shape:
             rows = [Tensor(it.shape[1:], it.dtype) for _ in range(it.shape[0])]
             return [values.with_origin(self, t, ("row", k), (it,)) for k, t in enumerate(rows)]

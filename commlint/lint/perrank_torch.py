@@ -9,6 +9,7 @@ import ast
 
 from commlint.lint import perrank_values as values
 from commlint.lint.perrank_builtins import _numel, _torch_call
+from commlint.lint.perrank_mesh import DTENSOR, PLACEMENTS, Placement
 from commlint.lint.perrank_model import (
     MAX_ACTIONS,
     OP_NAMES,
@@ -51,6 +52,16 @@ class TorchApi:
         last = name.rsplit(".", 1)[-1]
         if name.startswith("torch.distributed.pipelining"):
             return self.pipelining(last, args, kwargs, e)
+        if name == "torch.compile" and args:
+            return args[0]  # the same module, compiled: it communicates as it did
+        if last in PLACEMENTS and name.startswith(
+            ("torch.distributed.tensor", "torch.distributed._tensor")
+        ):
+            return Placement(last)
+        if name == "init_device_mesh":
+            return self.init_mesh(args, kwargs, e)
+        if table.constructor(qname) == DTENSOR:
+            return self.make_dtensor(args, kwargs, e.lineno)
         if name.startswith("torch.distributed.") or name.startswith("deepspeed.comm"):
             if last == "get_rank":
                 self.ev.rank_read = True
@@ -104,6 +115,9 @@ class TorchApi:
             if isinstance(fn, Fn) and isinstance(extra, tuple | list):
                 return self.call_fn(fn, [self.rank, *extra], {}, e)
             return self.opaque(e)
+        wrapper = table.wrapper(qname)
+        if wrapper is not None:
+            return self.wrap_module(wrapper, args, kwargs, e)
         fact = table.call(qname)
         if fact is not None and fact.kind in ("collective", "send", "recv") and not fact.functional:
             return self.communicate(fact, args, kwargs, e)
@@ -276,7 +290,7 @@ class TorchApi:
             if fact.op not in ("isend", "irecv"):
                 action["async"] = True
         self.record(action, line)
-        values.after_collective(self, fact.name.rsplit(".", 1)[-1], args, kwargs, line)
+        values.after_collective(self, fact.name.rsplit(".", 1)[-1], args, kwargs, line, e)
         if handle is not None:
             return Work([handle])
         return None

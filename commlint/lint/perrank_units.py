@@ -22,7 +22,7 @@ from collections.abc import Callable
 from functools import cached_property
 from pathlib import PurePath
 
-from commlint.lint.ir import Branch, CallSite, Comm, FileFacts, Loop, iter_nodes
+from commlint.lint.ir import Branch, CallSite, Comm, FileFacts, Loop, ModuleCall, iter_nodes
 
 MAX_FOLLOWED_BYTES = 1_000_000  # a larger file is not followed (generated code)
 
@@ -40,7 +40,9 @@ class CommSites:
         for fn in facts.functions.values():
             for n in iter_nodes(fn.body):
                 if isinstance(n, Comm) or (
-                    isinstance(n, CallSite) and communicating is not None and communicating(n)
+                    isinstance(n, CallSite | ModuleCall)
+                    and communicating is not None
+                    and communicating(n)
                 ):
                     self.comm_sites.add((n.pos.line, n.pos.col))
                 if isinstance(n, Comm):

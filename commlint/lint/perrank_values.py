@@ -10,6 +10,7 @@ unknown.
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field, replace
 
 _PERRANK: dict[str, object] = {}
@@ -324,9 +325,12 @@ def under(ev, cond: object, line: int) -> object:
     return derived(ev, "under", (cond,), line)
 
 
-def after_collective(ev, op: str, args: list, kwargs: dict, line: int) -> None:
+def after_collective(
+    ev, op: str, args: list, kwargs: dict, line: int, node: ast.Call | None = None
+) -> None:
     """A collective over every member leaves the same value on each: its buffers (or its
-    output list) get one fingerprint, the same on every rank."""
+    output list) get one fingerprint, the same on every rank. A buffer the evaluator holds
+    as an unknown (`flag = (x.sum() > 0).float()`) is rebound, by name, to that value."""
     from commlint.lint.perrank_model import Derived, Tensor
 
     pos = UNIFORM_RESULT.get(op)
@@ -347,6 +351,14 @@ def after_collective(ev, op: str, args: list, kwargs: dict, line: int) -> None:
                 x.fp = item
             else:
                 buf[k] = Derived(item)
+    elif (
+        isinstance(buf, Derived)
+        and node is not None
+        and pos < len(node.args)
+        and isinstance(node.args[pos], ast.Name)
+        and node.args[pos].id in ev.env
+    ):
+        ev.env[node.args[pos].id] = Derived(mark)
 
 
 # ---------------------------------------------------------------------------- steering

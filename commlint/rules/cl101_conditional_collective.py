@@ -37,6 +37,12 @@ another dtype (`t.to(torch.float64)`, `t.double()`) or padded (`torch.cat([t, pa
 another order (sends included), and arms that keep each group's order but interleave two
 groups the condition splits in another order (a wait-for cycle across the groups). Calls into
 other functions (in any file given) are followed, and the message shows the chain.
+A DTensor made on one dimension of a named mesh (`distribute_tensor(w, mesh["tp"], ...)`,
+`DTensor.from_local(t, mesh["tp"], ...)`) communicates in `full_tensor()` and `redistribute()`
+on that dimension's groups: a test of the tp coordinate (`mesh["tp"].get_local_rank() == 0`)
+around them leaves tp peers out and is reported; a test of the dp coordinate is taken alike by
+every member of each tp group and is not. With the mesh's shape known, each rank's coordinates
+are evaluated too (`(r // stride) % size` over the row-major layout of the world).
 Hidden collectives count too: a DDP/FSDP-wrapped module's forward, `accelerator.gather` /
 `wait_for_everyone` / `save_state`, DeepSpeed `engine.save_checkpoint`, Lightning
 `self.log(..., sync_dist=True)` and `self.all_gather`.
@@ -106,6 +112,22 @@ def log_loss(loss):
     else:
         dist.all_reduce(lossv)
 """,
+        """
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Shard, distribute_tensor
+
+def main():
+    dist.init_process_group("gloo")
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    w = distribute_tensor(torch.randn(8, 8), mesh["tp"], [Shard(0)])
+    if mesh["tp"].get_local_rank() == 0:
+        print(w.full_tensor().sum())  # expect: CL101
+
+if __name__ == "__main__":
+    main()
+""",
     ),
     valid=(
         """
@@ -151,6 +173,22 @@ import torch.distributed as dist
 def log_loss(loss):
     lossv = loss.detach().reshape(1).to(torch.float64)
     dist.all_reduce(lossv)
+""",
+        """
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Shard, distribute_tensor
+
+def main():
+    dist.init_process_group("gloo")
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    w = distribute_tensor(torch.randn(8, 8), mesh["tp"], [Shard(0)])
+    if mesh["dp"].get_local_rank() == 0:  # the whole tp group takes this arm
+        print(w.full_tensor().sum())
+
+if __name__ == "__main__":
+    main()
 """,
     ),
 )

@@ -27,6 +27,14 @@ data-dependent `break` out of the training loop ("loss is NaN", "time budget spe
 the epoch's all-reduce, and `sys.exit(0)` on the workers — also inside a helper called before
 the collective (the call chain is shown).
 
+A module wrapped by FSDP (`fully_shard`, `FullyShardedDataParallel`) communicates when it is
+called: its forward all-gathers the parameters, its backward reduce-scatters the gradients. The
+linter follows the module wherever it goes — returned by the helper that built and sharded it
+(each block in a loop, then the root), sharded in place by a helper it was handed to
+(`apply_fsdp(model)`), passed as a parameter to `train(model, ...)` or to a `Trainer`'s
+constructor — so a `continue` on rank 0, or on this rank's own data (`torch.isnan(x).any()`,
+`loss.item() > 10`), before `model(x)` is reported.
+
 `raise` is not reported: an exception ends the rank, and the launcher (torchrun) then stops
 every rank — a crash, which is what you want instead of a hang. Catching it and carrying on is
 what turns it into a hang (see CL104).
@@ -81,6 +89,28 @@ def train(model, loader):
         for p in model.parameters():
             dist.all_reduce(p.grad)
 """,
+        """
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+
+def build(blocks):
+    model = torch.nn.Sequential(*blocks)
+    for block in model:
+        fully_shard(block)
+    fully_shard(model)
+    return model
+
+def train(model, loader, opt):
+    for x, y in loader:
+        if dist.get_rank() == 0:
+            continue  # expect: CL103
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+def main(blocks, loader, opt):
+    train(build(blocks), loader, opt)
+""",
     ),
     valid=(
         """
@@ -134,6 +164,30 @@ def train(model, loader):
             continue
         for p in model.parameters():
             dist.all_reduce(p.grad)
+""",
+        """
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+
+def build(blocks):
+    model = torch.nn.Sequential(*blocks)
+    for block in model:
+        fully_shard(block)
+    fully_shard(model)
+    return model
+
+def train(model, loader, opt):
+    for x, y in loader:
+        skip = torch.isnan(x).any().float()
+        dist.all_reduce(skip, op=dist.ReduceOp.MAX)  # every rank skips together
+        if skip.item():
+            continue
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+def main(blocks, loader, opt):
+    train(build(blocks), loader, opt)
 """,
     ),
 )

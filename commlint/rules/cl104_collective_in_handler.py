@@ -2,7 +2,7 @@
 
 from commlint.lint.analyze import RawFinding, leaf_tok
 from commlint.lint.branches import _evaluate, _iter_ints, _parse, _subject_of
-from commlint.lint.ir import Branch, Try
+from commlint.lint.ir import Branch, Exit, Try
 from commlint.rules import Rule
 
 
@@ -45,6 +45,88 @@ def _rank_split(program, fn, body: list, final: list) -> bool:
     return True
 
 
+def _ends_the_job(handler: list) -> bool:
+    """The handler re-raises or exits: the launcher then stops every rank (a crash with a
+    traceback, not a hang)."""
+    return any(isinstance(n, Exit) and n.kind in ("raise", "exit") for n in handler)
+
+
+BROAD = ("", "Exception", "BaseException")
+
+
+def _divergent_raises(program, nodes, types: list[str]) -> list[tuple]:
+    """`if rank == 0: raise ValueError(...)` (or a test of this rank's data) in the `try`
+    body, of a type one of the swallowing handlers catches."""
+    out = []
+    for n in nodes:
+        if not isinstance(n, Branch):
+            continue
+        cond = program.effective(n.cond)
+        if cond is None or not cond.divergent:
+            continue
+        for arm in n.arms:
+            for x in arm:
+                if isinstance(x, Exit) and x.kind == "raise" and _caught(x.text, types):
+                    origin = cond.origin or f"`{cond.text}` differs between ranks"
+                    out.append((f"{x.text[:50]}` under `{cond.text[:40]}", x.pos, origin))
+        out.extend(_divergent_raises(program, [a for arm in n.arms for a in arm], types))
+    return out
+
+
+def _caught(raise_text: str, types: list[str]) -> bool:
+    """`raise ValueError(...)` is caught by `except ValueError`, `except (OSError,
+    ValueError)`, `except Exception` or a bare `except` (a re-raise `raise` by none here)."""
+    words = raise_text.split()
+    if len(words) < 2:
+        return False
+    name = words[1].split("(")[0].rsplit(".", 1)[-1]
+    for t in types:
+        caught = [c.strip().rsplit(".", 1)[-1] for c in t.strip("()").split(",")]
+        if t.strip() in BROAD or name in caught or any(c in BROAD[1:] for c in caught):
+            return True
+    return False
+
+
+def _skipped_by_handler(program, fn, node: Try, body_colls) -> list[RawFinding]:
+    """`try: meta = load_shard(rank); ...; dist.all_reduce(n) except FileNotFoundError:
+    print(...)`: a call whose argument depends on the rank (or on this rank's data) can raise
+    on some ranks only; a handler that swallows it sends those ranks past the `try` body's
+    collectives, which the others wait in."""
+    if not body_colls:
+        return []
+    quiet = [k for k, h in enumerate(node.handlers) if not _ends_the_job(h)]
+    if not quiet:
+        return []
+    types = [node.handler_types[k] if k < len(node.handler_types) else "" for k in quiet]
+    risks = list(node.rank_raises) + _divergent_raises(program, node.body, types)
+    risks.sort(key=lambda r: (r[1].line, r[1].col))
+    for text, pos, origin in risks:
+        after = [t for t in body_colls if (t.pos.line, t.pos.col) > (pos.line, pos.col)]
+        if not after:
+            continue
+        skipped = leaf_tok(after[0])
+        return [
+            RawFinding(
+                code="CL104",
+                message=(
+                    f"`{text}` (line {pos.line}) can raise on some ranks only ({origin}); the "
+                    f"`except` swallows it, so those ranks skip {skipped.op} at "
+                    f"{skipped.describe()} while the others wait in it for them: the job hangs "
+                    "instead of failing"
+                ),
+                path=fn.path,
+                pos=after[0].pos,
+                fix=(
+                    "Keep the collective out of the `try`: record the failure in a flag, agree "
+                    "on it with an all_reduce that every rank calls, then communicate (or "
+                    "re-raise in the handler so the launcher stops every rank)."
+                ),
+                related=[(fn.path, pos, "this call can raise on some ranks only")],
+            )
+        ]
+    return []
+
+
 def check(program):
     out = []
     for fn in program.all_functions():
@@ -80,6 +162,7 @@ def check(program):
                             related=[(fn.path, node.pos, "the `try` whose failure leads here")],
                         )
                     )
+            out.extend(_skipped_by_handler(program, fn, node, body_colls))
             body = [t for t in program.tokens(node.body, fn) if leaf_tok(t).cat != "create"]
             final = program.collectives(node.final, fn)
             if body and final and not _rank_split(program, fn, node.body, node.final):
@@ -120,8 +203,24 @@ past it: nobody matches it, and a crash that should have stopped the job turns i
 "stranding" failure: one rank sent half a protocol and the peer waits forever). A collective in
 `finally` after a `try` that communicates has the same problem on the failure path.
 
-Not reported: a handler that falls back to another collective when the `try` body is that
-one collective call alone (`try: dist.barrier() except RuntimeError: dist.all_reduce(flag)`).
+A `try` body whose collective comes after a call that can fail on some ranks only hangs the
+same way when its handler swallows the error: `try: meta = load_shard(rank); ...;
+dist.all_reduce(count) except FileNotFoundError: print(...)` sends the ranks without a shard
+past the all_reduce (on to the next collective, or out of the program) while the others wait
+in it. A call counts as one that can fail on some ranks only when an argument depends on the
+rank or on this rank's data (a path built from the rank, `torch.load(paths[rank])`), as the
+source says; a call whose arguments are the same on every rank (`json.load(open(
+"config.json"))`) fails on every rank alike or on none, which the linter takes as written
+(a node-local file system could still differ: not reported, as nothing in the source says
+so). Output, logging and conversions (`print`, `logger.warning`, `int`, `len`) never count.
+An explicit `raise` under a condition on the rank or on this rank's data (`if
+torch.isnan(stats).any(): raise ValueError(...)`) counts when a swallowing handler catches its
+type (by name, `Exception`, or a bare `except`).
+
+Not reported: a handler that re-raises or exits (`raise`, `sys.exit`): the launcher stops
+every rank — a crash with a traceback, not a hang. A handler that falls back to another
+collective when the `try` body is that one collective call alone (`try: dist.barrier()
+except RuntimeError: dist.all_reduce(flag)`).
 A collective that fails on some members only leaves the others inside it whatever the handler
 does, and one that fails on every member (an unsupported operation, an API missing from this
 torch) sends every rank to the same fallback.
@@ -145,6 +244,23 @@ def step(model, batch, t):
         dist.barrier()
         raise
 """,
+        """
+import torch
+import torch.distributed as dist
+
+def load_shard(rank):
+    with open(f"shard_{rank}.json") as f:
+        return f.read()
+
+def count_items(rank):
+    try:
+        meta = load_shard(rank)
+        count = torch.tensor([len(meta)])
+        dist.all_reduce(count)  # expect: CL104
+    except FileNotFoundError:
+        print(f"rank {rank}: no shard")
+    dist.barrier()
+""",
     ),
     valid=(
         """
@@ -161,6 +277,32 @@ def step(model, batch, t):
     if failed.item():
         raise RuntimeError("a rank failed")
     dist.all_reduce(t)
+""",
+        """
+import torch
+import torch.distributed as dist
+
+def load_shard(rank):
+    with open(f"shard_{rank}.json") as f:
+        return f.read()
+
+def count_items(rank):
+    try:
+        meta = load_shard(rank)
+    except FileNotFoundError:
+        meta = ""
+    count = torch.tensor([len(meta)])
+    dist.all_reduce(count)
+    dist.barrier()
+
+def count_or_fail(rank):
+    try:
+        meta = load_shard(rank)
+        count = torch.tensor([len(meta)])
+        dist.all_reduce(count)
+    except FileNotFoundError:
+        print(f"rank {rank}: no shard")
+        raise
 """,
     ),
 )
