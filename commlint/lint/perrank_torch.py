@@ -316,6 +316,21 @@ class TorchApi:
             if isinstance(t, Tensor) and t.dtype:
                 action["dtype"] = t.dtype
             return
+        if op == "all_to_all" and raw == "all_to_all":
+            # lists of tensors, one per peer: element j of the output list receives what
+            # rank j sends this rank (the splits of `all_to_all_single`, tensor by tensor)
+            outs, ins = (
+                _arg(args, kwargs, 0, "output_tensor_list"),
+                _arg(args, kwargs, 1, "input_tensor_list"),
+            )
+            for key, bufs in (("out_splits", outs), ("in_splits", ins)):
+                if (
+                    isinstance(bufs, list)
+                    and bufs
+                    and all(isinstance(b, Tensor) and b.shape is not None for b in bufs)
+                ):
+                    action[key] = [_numel(b.shape) for b in bufs]
+            return
         pos = PAYLOAD.get(op)
         if pos is None:
             return
