@@ -6,7 +6,7 @@ repeats the same work for every rank, world size, entry point and file — on me
 deepspeed, 99 % of the evaluator's statements were the top levels of followed modules, each
 run some 100,000 times.
 
-Here a module's top level runs once per process, in a rank of its own (`TemplateRank`) that
+Here a module's top level runs once per template world, in a rank of its own (`TemplateRank`) that
 knows no rank, no world size and no evaluated file, and the objects it made are shared: a
 rank importing the module takes them as they are (`Templates.instantiate`), and is charged
 exactly what the run it skips would have cost — its statements against the budgets, the
@@ -17,9 +17,10 @@ Why a rank may take the shared objects (each point is checked, else the module r
 in the rank, as before):
 
 - *The run does not depend on the rank.* A top level that reads the rank, the world size, the
-  random seed or the evaluated file, that communicates, creates a group, takes an explored arm
-  (`forced`), nests calls as deep as the depth limit, or imports a module that is still being
-  imported (a cycle) is never shared.
+  random seed or the evaluated file, that communicates, creates a group or nests calls as deep
+  as the depth limit is never shared; one that asked for an explored arm (`forced`) is not
+  taken while arms are explored; one that found a module half-imported (a package cycle) is
+  taken only inside that module's own import, where the rank finds it half-imported too.
 - *Its inputs are the same.* The modules it imports and finds already imported are, in the
   rank, the same shared objects, unchanged: a rank that rebound a global of one of them (a
   `global` statement: copy on write, below) or holds its own run of one runs the module itself.
@@ -272,10 +273,9 @@ def TemplateRank(ev: _TemplateEval):
 
 class Templates:
     """The shared top levels of one run's followed modules (per process: a forked worker
-    builds its own), in a few worlds. A world imports modules as one process would; a rank
-    takes its modules from one world only (`Rank.tworld`), the first that can give it its
-    first import as the rank would run it (a package and its submodules import each other:
-    which one a file imports first decides what the others see half-imported)."""
+    builds its own), in worlds: a world imports modules as one process would, and the ranks of
+    an evaluated file take theirs from one world only (`Rank.tworld`), the one of the files
+    whose first import was the same (`world_for`)."""
 
     def __init__(self, index, table) -> None:
         self.index = index
