@@ -45,6 +45,7 @@ from commlint.lint.perrank_model import (
     Mod,
     Obj,
     ProjMod,
+    SharedWrite,
     Stop,
     Tensor,
     TensorMethod,
@@ -57,6 +58,7 @@ from commlint.lint.perrank_model import (
 )
 from commlint.lint.perrank_modules import Modules
 from commlint.lint.perrank_stmts import Statements
+from commlint.lint.perrank_templates import Templates, enter
 from commlint.lint.perrank_torch import TorchApi
 from commlint.lint.perrank_units import CommSites
 from commlint.lint.table import ApiTable
@@ -117,6 +119,22 @@ class Rank(Statements, Expressions, Calls, TorchApi, Modules, Meshes):
         self.fork_seen: dict[tuple, int] = {}  # explored test site -> times reached
         self.yields: list | None = None  # what the generator being collected yielded so far
         self.collect_next: list | None = None  # the list the next call_fn's yields go to
+        # shared module namespaces (`perrank_templates`) this rank rebound a global of: its copy
+        self.overlays: dict[int, dict] = {}
+        self.tworld: object | None = None  # the template world its shared modules come from
+
+    def globals_of(self, g: dict) -> dict:
+        """A module's namespace as this rank sees it: its own copy once it rebound a global."""
+        return self.overlays.get(id(g), g) if self.overlays else g
+
+    def own_globals(self, g: dict) -> dict:
+        """This rank's copy of a shared module namespace, which it is about to write."""
+        mine = self.overlays.get(id(g))
+        if mine is None:
+            mine = self.overlays[id(g)] = dict(g)
+        if self.g is g:
+            self.g = mine
+        return mine
 
 
 # ---------------------------------------------------------------------------- one file
@@ -155,8 +173,11 @@ class FileEval(CommSites):
         communicating=None,
         called_elsewhere=None,
         modules_index=None,
+        share: bool = True,
     ):
         self.modules_index = modules_index  # the run's other files, to follow imports into
+        # the followed modules' top levels, run once for every rank (`perrank_templates`)
+        self.templates = templates_of(modules_index, table) if share else None
         # whether the rest of the project calls a function of this name
         self.called_elsewhere = called_elsewhere or (lambda name: False)
         self.facts = facts
@@ -195,6 +216,7 @@ class FileEval(CommSites):
         self.plan: dict[tuple, bool] | None = None  # the explored tests' arms (None: no exploring)
         self.need: tuple | None = None  # the explored test a path stopped at, undecided
         self._ranks: dict[int, Rank] = {}  # the ranks of the last path run
+        self.tworld: object | None = None  # the template world of its ranks (`perrank_templates`)
 
     def note_set_loop(self, node: ast.AST) -> None:
         self.set_loops[node.lineno] = node
@@ -269,6 +291,12 @@ class FileEval(CommSites):
         ) and self.communicates(s)
 
     def run(self) -> list[WorldRun]:
+        try:
+            return self._run()
+        finally:
+            enter(None)  # outside an evaluation, nothing is shared
+
+    def _run(self) -> list[WorldRun]:
         out: list[WorldRun] = []
         for name, entry, refute_only in self.entries()[:MAX_ENTRIES]:
             # a method's own group is seen from inside: one world size tells what the others do
@@ -324,6 +352,7 @@ class FileEval(CommSites):
     def run_world(self, name: str, entry, world: int) -> WorldRun:
         from commlint.trace import Action, RankEnd, Trace
 
+        enter(self)
         ranks: dict[int, Rank] = {}
         self._creations = {}
         self.rank_read = False
@@ -531,7 +560,23 @@ def evaluate_file(
         fe = FileEval(facts, source, table, sizes, communicating, called_elsewhere, modules_index)
     except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError):
         return None
-    return fe, fe.run()
+    try:
+        return fe, fe.run()
+    except SharedWrite:
+        # a rank wrote into a followed module's shared object: every rank runs them itself
+        fe = FileEval(
+            facts, source, table, sizes, communicating, called_elsewhere, modules_index, False
+        )
+        return fe, fe.run()
+
+
+def templates_of(index, table: ApiTable) -> Templates | None:
+    """The shared top levels of the run's followed modules, made on first use."""
+    if index is None:
+        return None
+    if index.templates is None:
+        index.templates = Templates(index, table)
+    return index.templates
 
 
 def iter_sites(finding) -> Iterator[tuple[str, int]]:

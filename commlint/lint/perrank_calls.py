@@ -280,7 +280,7 @@ class Calls:
         outer_yields, self.yields, self.collect_next = self.yields, self.collect_next, None
         outer = self.cur, self.g
         self.cur = fn.unit if fn.unit is not None else self.ev
-        self.g = fn.globals
+        self.g = self.globals_of(fn.globals)
         try:
             self.run_block(node.body, env)
         except _Return as r:
@@ -296,6 +296,8 @@ class Calls:
             self.stack.pop()
             self.fn_nodes.pop()
             self.cur, self.g = outer
+            if self.overlays:
+                self.g = self.globals_of(self.g)
             self.yields = outer_yields
         return None
 

@@ -15,6 +15,7 @@ from commlint.lint.perrank_model import (
     CMP_OPS,
     DTYPES,
     ENVIRON,
+    MUTATING,
     P2P,
     PLAIN,
     RANK_ATTRS,
@@ -49,6 +50,7 @@ from commlint.lint.perrank_model import (
     _is_known,
     _same,
     _Unknowable,
+    guard,
 )
 from commlint.lint.perrank_pipelining import Schedule, ScheduleMethod
 
@@ -305,8 +307,9 @@ class Expressions:
         if isinstance(base, Schedule):
             return ScheduleMethod(base, attr)
         if isinstance(base, ProjMod):
-            if attr in base.globals:
-                return base.globals[attr]
+            g = self.globals_of(base.globals)
+            if attr in g:
+                return g[attr]
             sub = self.import_module(f"{base.name}.{attr}", 0)
             return sub if sub is not None else UNK
         if isinstance(base, Mod):
@@ -349,6 +352,8 @@ class Expressions:
         if isinstance(base, PLAIN) and not isinstance(base, bool | int | float | type(None)):
             allowed = SAFE_METHODS.get(type(base), set())
             if attr in allowed:
+                if attr in MUTATING:
+                    guard(base)  # `REGISTRY.append(x)` on a shared module's list
                 return getattr(base, attr)
             return UNK
         if base is UNK:

@@ -63,6 +63,29 @@ class Abort(Exception):
         self.unit: object | None = None  # the followed file it stopped in (None: the evaluated)
 
 
+class SharedWrite(BaseException):
+    """A write into an object of a followed module's shared top level (`perrank_templates`),
+    which every rank reads and none may change: the file is evaluated again without sharing.
+    (Not an `Exception`: the interpreter's `except Exception` around library calls must not
+    swallow it.)"""
+
+
+class SharedIds:
+    """The ids of the objects the followed modules' shared top levels hold (kept alive by
+    `perrank_templates.Templates`), set for the evaluation under way."""
+
+    ids: set[int] | frozenset[int] = frozenset()
+
+
+SHARED = SharedIds()
+
+
+def guard(obj: object) -> None:
+    """`obj` is about to be written: it must not be a shared object."""
+    if id(obj) in SHARED.ids:
+        raise SharedWrite
+
+
 class Stop(Exception):
     """The rank stops: an exception nobody catches, or `sys.exit`."""
 
@@ -104,6 +127,7 @@ class Tensor:
         unknown from now on."""
         t: Tensor | None = self
         while t is not None:
+            guard(t)
             t.values = None
             t = t.view_of
 
@@ -281,6 +305,9 @@ SAFE_METHODS = {
     range: {"index", "count"},
     set: {"add", "copy", "union"},
 }
+MUTATING = frozenset(
+    {"append", "extend", "pop", "insert", "reverse", "setdefault", "update", "add"}
+)
 NPROC = re.compile(r"nproc[-_]per[-_]node[\s=]+(\d+)")
 NPROCS = re.compile(r"nprocs\s*=\s*(\d+)")
 MESH = re.compile(r"init_device_mesh\([^()]*?\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?(?:,\s*(\d+)\s*)?,?\)")

@@ -12,6 +12,7 @@ from commlint.lint import perrank_values as values
 from commlint.lint.perrank_model import (
     MAX_STEPS,
     MAX_WORK,
+    SHARED,
     UNK,
     Abort,
     Cls,
@@ -31,6 +32,7 @@ from commlint.lint.perrank_model import (
     _is_known,
     _load,
     _Return,
+    guard,
 )
 
 
@@ -231,6 +233,11 @@ class Statements:
         if unit is None or unit.path == self.ev.path:
             self.modules[target] = None
             return None
+        templates = self.ev.templates
+        if templates is not None:
+            shared, got = templates.instantiate(self, target)
+            if shared:
+                return got
         mod = ProjMod(target, {"__name__": target})
         self.modules[target] = mod  # a circular import sees the part already run
         outer = self.cur, self.g
@@ -242,6 +249,8 @@ class Statements:
             return None
         finally:
             self.cur, self.g = outer
+            if self.overlays:
+                self.g = self.globals_of(self.g)
         return mod
 
     def import_from(self, s: ast.ImportFrom, env: dict) -> None:
@@ -250,13 +259,14 @@ class Statements:
         for a in s.names:
             if a.name == "*":
                 if mod is not None:
-                    env.update({k: v for k, v in mod.globals.items() if not k.startswith("_")})
+                    g = self.globals_of(mod.globals)
+                    env.update({k: v for k, v in g.items() if not k.startswith("_")})
                 continue
             sub = self.import_module(f"{base}.{a.name}" if base else a.name, s.level)
             if sub is not None:
                 v: object = sub
             elif mod is not None:
-                v = mod.globals.get(a.name, UNK)
+                v = self.globals_of(mod.globals).get(a.name, UNK)
             elif s.level:
                 v = UNK  # a relative import of a file this run does not have
             else:
@@ -273,6 +283,7 @@ class Statements:
             elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store):
                 base = env.get(n.value.id) if isinstance(n.value, ast.Name) else None
                 if isinstance(base, Obj):
+                    guard(base)
                     base.attrs[n.attr] = value
             elif isinstance(n, ast.Return | ast.Break | ast.Continue | ast.Raise):
                 if self.fn_nodes and not self.cur.communicates(self.fn_nodes[-1]):
@@ -382,7 +393,10 @@ class Statements:
         if isinstance(target, ast.Name):
             names = env.get("__globals_names__")
             if names and target.id in names:
-                self.g[target.id] = v
+                g = self.g
+                if id(g) in SHARED.ids:
+                    g = self.own_globals(g)  # a shared module's global: this rank's copy
+                g[target.id] = v
             else:
                 env[target.id] = v
         elif isinstance(target, ast.Tuple | ast.List):
@@ -400,6 +414,7 @@ class Statements:
         elif isinstance(target, ast.Attribute):
             base = self.expr(target.value, env)
             if isinstance(base, Obj | Cls):
+                guard(base)
                 base.attrs[target.attr] = v
         elif isinstance(target, ast.Subscript):
             base = self.expr(target.value, env)
@@ -407,6 +422,7 @@ class Statements:
             if isinstance(base, Tensor):
                 base.forget_values()
             if isinstance(base, list | dict) and _is_known(key):
+                guard(base)
                 with contextlib.suppress(IndexError, TypeError, KeyError):
                     base[key] = v
         elif isinstance(target, ast.Starred):

@@ -118,6 +118,7 @@ class ModuleIndex:
             if ff.syntax_error is None and not ff.internal_error and ff.not_analysed is None:
                 self.by_module.setdefault(ff.module, []).append(ff)
         self.communicating = communicating
+        self.templates = None  # perrank_templates.Templates, made by the first evaluation
         self._units: dict[str, Unit | None] = {}
         self._suffix: dict[str, list[str]] = {}
         # every rank of every evaluated file asks again for the same imports: answered once

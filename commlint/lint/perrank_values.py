@@ -82,9 +82,11 @@ def _default(ev, flags: list, kwargs: dict) -> object:
 
 def call_parser(ev, m: ParserMethod, args: list, kwargs: dict) -> object:
     """`parser.add_argument(...)`, `parser.parse_args()`, …, on rank `ev`."""
-    from commlint.lint.perrank_model import UNK, Cls, Obj
+    from commlint.lint.perrank_model import UNK, Cls, Obj, guard
 
     p = m.parser
+    if m.attr in ("add_argument", "set_defaults", "add_subparsers"):
+        guard(p)
     if m.attr == "add_argument":
         dest = _dest(args, kwargs)
         if dest is not None:
@@ -331,7 +333,7 @@ def after_collective(
     """A collective over every member leaves the same value on each: its buffers (or its
     output list) get one fingerprint, the same on every rank. A buffer the evaluator holds
     as an unknown (`flag = (x.sum() > 0).float()`) is rebound, by name, to that value."""
-    from commlint.lint.perrank_model import Derived, Tensor
+    from commlint.lint.perrank_model import Derived, Tensor, guard
 
     pos = UNIFORM_RESULT.get(op)
     if pos is None:
@@ -343,11 +345,14 @@ def after_collective(
     line = _site(ev, line)
     mark = ev.ev.fps.node(line, ("collective", op), ())
     if isinstance(buf, Tensor):
+        guard(buf)
         buf.fp = mark
     elif isinstance(buf, list):
+        guard(buf)
         for k, x in enumerate(buf):
             item = ev.ev.fps.node(line, ("collective", op, k), ())
             if isinstance(x, Tensor):
+                guard(x)
                 x.fp = item
             else:
                 buf[k] = Derived(item)
