@@ -202,8 +202,11 @@ class Calls:
         else:
             func_val = self._peek(func) if isinstance(func, cst.Attribute) else recv_val
         if func_val is not None and func_val.typ and func_val.typ.startswith("wrapped:"):
-            self.last_forward = (("typ", func_val.typ),)
             _, op, grp = func_val.typ.split(":", 2)
+            if op == "forward (DDP)" and self.text(func) in self.__dict__.get("no_sync", ()):
+                self.last_forward = None  # under `no_sync`: neither it nor its backward syncs
+                return CLEAN
+            self.last_forward = (("typ", func_val.typ),)
             return self._emit_comm(
                 node, CallFact(name=op, kind="collective", op=op), grp, callee_text, via=op
             )

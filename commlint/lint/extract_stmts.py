@@ -356,12 +356,28 @@ class Statements:
         return body
 
     def stmt_With(self, node: cst.With) -> None:
+        quiet: list[str] = []
         for item in node.items:
             v = self.expr(item.item)
             if item.asname is not None:
                 self.bind(item.asname.name, v)
-        for n in self.block(node.body.body):
-            self.emit(n)
+            call = item.item
+            if (
+                isinstance(call, cst.Call)
+                and isinstance(call.func, cst.Attribute)
+                and call.func.attr.value == "no_sync"
+                and not call.args
+            ):
+                # `with model.no_sync():` — DDP skips the gradient all-reduce of the
+                # forward/backward made inside (gradient accumulation)
+                quiet.append(self.text(call.func.value))
+        stack = self.__dict__.setdefault("no_sync", [])
+        stack.extend(quiet)
+        try:
+            for n in self.block(node.body.body):
+                self.emit(n)
+        finally:
+            del stack[len(stack) - len(quiet) :]
 
     def stmt_Try(self, node: cst.Try) -> None:
         risks: list[tuple[str, Pos, str]] = []
