@@ -7,7 +7,6 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 def main():
     dist.init_process_group("gloo")
-    rank = dist.get_rank()
     model = DDP(torch.nn.Linear(4, 4))
     accum = 4
     for step in range(8):
