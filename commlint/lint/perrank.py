@@ -58,7 +58,7 @@ from commlint.lint.perrank_model import (
 )
 from commlint.lint.perrank_modules import Modules
 from commlint.lint.perrank_stmts import Statements
-from commlint.lint.perrank_templates import Templates, enter
+from commlint.lint.perrank_templates import Templates, enter, register_rank_class
 from commlint.lint.perrank_torch import TorchApi
 from commlint.lint.perrank_units import CommSites
 from commlint.lint.table import ApiTable
@@ -138,6 +138,9 @@ class Rank(Statements, Expressions, Calls, TorchApi, Modules, Meshes):
 
 
 # ---------------------------------------------------------------------------- one file
+register_rank_class(Rank)
+
+
 @dataclass
 class WorldRun:
     """One entry point evaluated at one world size."""

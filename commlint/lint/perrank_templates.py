@@ -199,8 +199,18 @@ class _TemplateEval:
     defined = symbolic = symbolic_name = sizes = facts = property(_no)
 
 
+_RANK_CLASS: list = []  # `perrank.Rank`, registered by `perrank` (which imports this module)
+
+
+def register_rank_class(cls: type) -> None:
+    """The evaluator's rank class, which a template rank extends (given, not imported: the
+    evaluator's module imports this one)."""
+    _RANK_CLASS[:] = [cls]
+    _TEMPLATE_RANK.clear()
+
+
 def _make_template_rank():
-    from commlint.lint.perrank import Rank
+    Rank = _RANK_CLASS[0]
 
     class TemplateRank(Rank):
         """A rank of no rank: it runs followed modules' top levels, once, for all ranks."""
