@@ -107,8 +107,13 @@ def _rank_main(
 class _Launch:
     """One case's ranks, forked from the server, and what each reported so far."""
 
-    def __init__(self, ctx, program: str, world: int, timeout: float, stacks: str) -> None:
-        self.program, self.stacks = program, stacks
+    def __init__(self, ctx, program: str, world: int, timeout: float, folder: str) -> None:
+        """`folder`: this case's own scratch folder. The ranks run a copy of the program there:
+        a program that writes beside itself (`ok_main_process_first.py`) must not write into
+        the tree that other test workers read at the same time."""
+        self.program, self.stacks = program, os.path.join(folder, "stacks")
+        os.makedirs(folder)
+        copy = shutil.copy(program, folder)
         port = _free_port()
         self.start = time.monotonic()
         self.deadline = self.start + 3 * timeout + 10
@@ -116,7 +121,7 @@ class _Launch:
         self.result = RealRun()
         for rank in range(world):
             recv_end, send_end = ctx.Pipe(duplex=False)
-            args = (program, rank, world, port, timeout, send_end, f"{stacks}-{rank}.txt")
+            args = (copy, rank, world, port, timeout, send_end, f"{self.stacks}-{rank}.txt")
             p = ctx.Process(target=_rank_main, args=args)
             p.start()
             send_end.close()
