@@ -131,25 +131,31 @@ def test_repro_script_exit_codes(tmp_path, capsys):
         "clean": (examples / "pipeline_parity_ok.yaml", 4, 0, {"finished"}),
         "mismatch": (mismatch, 2, 3, {"error", "crashed", "closed"}),
     }
-    failures = []
-    for name, (trace, nproc, expected, statuses) in cases.items():
+    procs = {}
+    for name, (trace, nproc, _, _) in cases.items():
         script = tmp_path / f"repro_{name}.py"
         assert main(["replay", str(trace), "-o", str(script), "--timeout", "3"]) == 0
         text = script.read_text(encoding="utf-8")
         assert "{this file}" not in text
         assert f"torchrun --nproc-per-node {nproc} repro_{name}.py" in text
         assert "closed" in text and "Exit code: 0" in text
-        run = subprocess.run(
+        # the three scripts run side by side: each mostly waits (torch's import, a timeout)
+        procs[name] = subprocess.Popen(
             [sys.executable, str(script), "--results", str(tmp_path / name)],
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
             text=True,
-            timeout=240,
         )
+    failures = []
+    for name, (_, _, expected, statuses) in cases.items():
+        stdout, _ = procs[name].communicate(timeout=240)
         seen = {
             line.split('"status": "')[1].split('"')[0]
-            for line in run.stdout.splitlines()
+            for line in stdout.splitlines()
             if line.startswith("COMMLINT-REPLAY ")
         }
-        if run.returncode != expected or not seen <= statuses:
-            failures.append(f"{name}: exit {run.returncode} (want {expected}), statuses {seen}")
+        if procs[name].returncode != expected or not seen <= statuses:
+            failures.append(
+                f"{name}: exit {procs[name].returncode} (want {expected}), statuses {seen}"
+            )
     assert not failures, "\n".join(failures)
