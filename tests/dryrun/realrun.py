@@ -36,6 +36,22 @@ class RealRun:
         return all(v == "finished" for v in self.ranks.values())
 
 
+# What the programs import, imported once by the fork server instead of by every rank of every
+# case (about 1.6 CPU s a rank for DDP/FSDP/DTensor): on a loaded machine a rank still importing
+# held up its peer's first collective past the short timeout, and a correct program "hung".
+PRELOAD = [
+    "torch.distributed",
+    "torch.nn.parallel",
+    "torch.utils.data",
+    "torch.distributed.device_mesh",
+    "torch.distributed.fsdp",
+    "torch.distributed.tensor.parallel",
+    "torch.distributed.checkpoint",
+    "torch.distributed.pipelining",
+    "torch.distributed.algorithms.join",
+]
+
+
 def _free_port() -> int:
     """A port nobody listens on now (the OS picks it): fixed formulas collided between runs."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -156,7 +172,7 @@ def run_real(
     `parallel` cases run at once, each on its own port: most of a broken case's time is
     spent waiting for its timeout, not computing."""
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch.distributed", __name__])
+    ctx.set_forkserver_preload([*PRELOAD, __name__])
     scratch = tempfile.mkdtemp(prefix="commlint-realrun-")
     out: dict[str, RealRun] = {}
     waiting = list(enumerate(cases))

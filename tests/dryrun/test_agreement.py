@@ -53,11 +53,12 @@ def dry_verdict(path: Path) -> tuple[bool, str]:
 def real_runs(chunk: int) -> dict[str, RealRun]:
     programs = [p for p in ALL if chunk_of(p) == chunk]
     runs = run_real([(str(p), world_of(p)) for p in programs], timeout=4.0, parallel=2)
-    # A loaded machine can stretch a correct program past the short timeout: re-run once,
-    # with a longer one, each program whose real run did not do what its name says.
+    # A loaded machine can stretch a correct program past the short timeout: re-run once, one
+    # at a time and with a long one (a correct program ends as soon as it is done), each
+    # program whose real run did not do what its name says.
     odd = [p for p in programs if runs[str(p)].ok != p.name.startswith("ok_")]
     if odd:
-        runs.update(run_real([(str(p), world_of(p)) for p in odd], timeout=12.0))
+        runs.update(run_real([(str(p), world_of(p)) for p in odd], timeout=30.0, parallel=1))
     return runs
 
 
