@@ -32,6 +32,7 @@ def _shared_fixtures(item: pytest.Item) -> list[str]:
     )
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (`-n N --dist loadgroup`), a module- or session-scoped fixture runs
     once per worker that needs it: the tests sharing one (a real gloo batch of 30-150 s) are
