@@ -1,7 +1,8 @@
 """The checker's gloo verdict agrees with what really happens when the replay runs.
 
-Every corpus trace is replayed with gloo on CPU (cases batched per world size; a case where
-the checker predicts a rank to fail — gloo may abort that process — runs on its own), and
+Every corpus trace is replayed with gloo on CPU (cases batched per world size, a few launches
+side by side; a case where the checker predicts a rank to fail — gloo may abort that process —
+runs on its own), and
 each rank's real fate (finished / timed out at action i / raised or died at action i) must be
 the one the checker predicted.
 """
@@ -32,15 +33,32 @@ def _predictions():
     return cases, predicted
 
 
+def _launches(cases: list[dict], fails: set[str], size: int = 5) -> list[list[dict]]:
+    """The cases as launches: each one gloo may abort alone, the others `size` to a launch
+    of one world size (a launch runs its cases one after another, each hang waits out the
+    timeout; separate launches run side by side)."""
+    launches = [[c] for c in cases if c["name"] in fails]
+    for w in sorted({c["world_size"] for c in cases}):
+        batch = [c for c in cases if c["world_size"] == w and c["name"] not in fails]
+        launches += [batch[i : i + size] for i in range(0, len(batch), size)]
+    return launches
+
+
 @pytest.fixture(scope="module")
 def real_runs(tmp_path_factory):
+    from concurrent.futures import ThreadPoolExecutor
+
     cases, predicted = _predictions()
     fails = {n for n, o in predicted.items() if any(v.status == "failed" for v in o.values())}
     work = tmp_path_factory.mktemp("replay")
-    results = run_cases([c for c in cases if c["name"] not in fails], work / "batch", TIMEOUT)
-    for case in cases:
-        if case["name"] in fails:  # gloo may kill the process: one launch each
-            results.update(run_cases([case], work / case["name"], TIMEOUT))
+    results: dict = {}
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        jobs = [
+            pool.submit(run_cases, launch, work / f"launch{k}", TIMEOUT)
+            for k, launch in enumerate(_launches(cases, fails))
+        ]
+        for job in jobs:
+            results.update(job.result())
     # A loaded machine can stretch a correct op past the timeout: re-run each disagreeing case
     # once, alone, with a longer timeout. A real disagreement persists.
     by_name = {c["name"]: c for c in cases}
@@ -113,25 +131,31 @@ def test_repro_script_exit_codes(tmp_path, capsys):
         "clean": (examples / "pipeline_parity_ok.yaml", 4, 0, {"finished"}),
         "mismatch": (mismatch, 2, 3, {"error", "crashed", "closed"}),
     }
-    failures = []
-    for name, (trace, nproc, expected, statuses) in cases.items():
+    procs = {}
+    for name, (trace, nproc, _, _) in cases.items():
         script = tmp_path / f"repro_{name}.py"
         assert main(["replay", str(trace), "-o", str(script), "--timeout", "3"]) == 0
         text = script.read_text(encoding="utf-8")
         assert "{this file}" not in text
         assert f"torchrun --nproc-per-node {nproc} repro_{name}.py" in text
         assert "closed" in text and "Exit code: 0" in text
-        run = subprocess.run(
+        # the three scripts run side by side: each mostly waits (torch's import, a timeout)
+        procs[name] = subprocess.Popen(
             [sys.executable, str(script), "--results", str(tmp_path / name)],
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
             text=True,
-            timeout=240,
         )
+    failures = []
+    for name, (_, _, expected, statuses) in cases.items():
+        stdout, _ = procs[name].communicate(timeout=240)
         seen = {
             line.split('"status": "')[1].split('"')[0]
-            for line in run.stdout.splitlines()
+            for line in stdout.splitlines()
             if line.startswith("COMMLINT-REPLAY ")
         }
-        if run.returncode != expected or not seen <= statuses:
-            failures.append(f"{name}: exit {run.returncode} (want {expected}), statuses {seen}")
+        if procs[name].returncode != expected or not seen <= statuses:
+            failures.append(
+                f"{name}: exit {procs[name].returncode} (want {expected}), statuses {seen}"
+            )
     assert not failures, "\n".join(failures)

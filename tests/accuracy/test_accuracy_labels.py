@@ -155,6 +155,12 @@ def test_a_random_sample_of_labels_holds_when_rerun():
     verdict = {"ok": "ok", "corrupt": "corrupt", "hang": "stops", "fail": "stops"}
     got = {p["id"]: verdict[o.label] for p, o in zip(sample, outcomes, strict=True)}
     stored = {p["id"]: verdict[LABELS[p["id"]]["label"]] for p in sample}
+    # A loaded machine can hold a correct program's first step past the timeout (a rank still
+    # importing): re-run each such one alone with 4x the timeout. A real hang still hangs.
+    for p in sample:
+        if stored[p["id"]] == "ok" != got[p["id"]]:
+            (again,) = run_batch([str(HERE / p["path"])], 2, 4 * timeout, log=print)
+            got[p["id"]] = verdict[again.label]
     assert got == stored, f"ACCURACY_SAMPLE_SEED={seed}"
 
 

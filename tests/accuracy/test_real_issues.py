@@ -126,4 +126,8 @@ def test_stored_scores_belong_to_current_programs():
 def test_a_sample_keeps_its_label_when_run_again(name):
     e = BY_NAME[name]
     got = real_label.run_once(REAL / f"{name}.py", e["nproc"])
+    if got["label"] == "unknown":  # too slow to start a rank (a loaded machine): as the labeller,
+        # run it again, with a longer outer limit; it says nothing about the program
+        outer = 2 * real_label.OUTER_TIMEOUT_S
+        got = real_label.run_once(REAL / f"{name}.py", e["nproc"], outer=outer)
     assert got["label"] == e["label"], got["ranks"]

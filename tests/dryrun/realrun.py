@@ -36,6 +36,22 @@ class RealRun:
         return all(v == "finished" for v in self.ranks.values())
 
 
+# What the programs import, imported once by the fork server instead of by every rank of every
+# case (about 1.6 CPU s a rank for DDP/FSDP/DTensor): on a loaded machine a rank still importing
+# held up its peer's first collective past the short timeout, and a correct program "hung".
+PRELOAD = [
+    "torch.distributed",
+    "torch.nn.parallel",
+    "torch.utils.data",
+    "torch.distributed.device_mesh",
+    "torch.distributed.fsdp",
+    "torch.distributed.tensor.parallel",
+    "torch.distributed.checkpoint",
+    "torch.distributed.pipelining",
+    "torch.distributed.algorithms.join",
+]
+
+
 def _free_port() -> int:
     """A port nobody listens on now (the OS picks it): fixed formulas collided between runs."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -104,42 +120,73 @@ def _rank_main(
     os._exit(0)  # a wedged group can hang in destruction
 
 
-def run_real(cases: list[tuple[str, int]], timeout: float = 4.0) -> dict[str, RealRun]:
-    """Run each (program, nproc) for real; rank timeouts after `timeout` seconds."""
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch.distributed", __name__])
-    scratch = tempfile.mkdtemp(prefix="commlint-realrun-")
-    out: dict[str, RealRun] = {}
-    for program, world in cases:
+class _Launch:
+    """One case's ranks, forked from the server, and what each reported so far."""
+
+    def __init__(self, ctx, program: str, world: int, timeout: float, folder: str) -> None:
+        """`folder`: this case's own scratch folder. The ranks run a copy of the program there:
+        a program that writes beside itself (`ok_main_process_first.py`) must not write into
+        the tree that other test workers read at the same time."""
+        self.program, self.stacks = program, os.path.join(folder, "stacks")
+        os.makedirs(folder)
+        copy = shutil.copy(program, folder)
         port = _free_port()
-        start = time.monotonic()
-        procs, conns = {}, {}
+        self.start = time.monotonic()
+        self.deadline = self.start + 3 * timeout + 10
+        self.procs, self.conns = {}, {}
+        self.result = RealRun()
         for rank in range(world):
             recv_end, send_end = ctx.Pipe(duplex=False)
-            stacks = os.path.join(scratch, f"{len(out)}-{rank}.txt")
-            args = (program, rank, world, port, timeout, send_end, stacks)
+            args = (copy, rank, world, port, timeout, send_end, f"{self.stacks}-{rank}.txt")
             p = ctx.Process(target=_rank_main, args=args)
             p.start()
             send_end.close()
-            procs[rank], conns[recv_end] = p, rank
-        result = RealRun()
-        deadline = start + 3 * timeout + 10
-        while conns and time.monotonic() < deadline:
-            for c in wait(list(conns), timeout=0.2):
-                rank = conns.pop(c)
-                try:
-                    result.ranks[rank] = c.recv()
-                except EOFError:
-                    result.ranks[rank] = "error: died"
-        for rank, p in procs.items():
-            stacks = os.path.join(scratch, f"{len(out)}-{rank}.txt")
-            result.ranks.setdefault(rank, "hung" + _where(stacks))
+            self.procs[rank], self.conns[recv_end] = p, rank
+
+    def receive(self, conn) -> None:
+        rank = self.conns.pop(conn)
+        try:
+            self.result.ranks[rank] = conn.recv()
+        except EOFError:
+            self.result.ranks[rank] = "error: died"
+
+    @property
+    def done(self) -> bool:
+        return not self.conns or time.monotonic() >= self.deadline
+
+    def finish(self) -> RealRun:
+        for rank, p in self.procs.items():
+            self.result.ranks.setdefault(rank, "hung" + _where(f"{self.stacks}-{rank}.txt"))
             p.join(0.5)
             if p.is_alive():
                 p.kill()
                 p.join()
-        result.seconds = time.monotonic() - start
-        out[program] = result
+        self.result.seconds = time.monotonic() - self.start
+        return self.result
+
+
+def run_real(
+    cases: list[tuple[str, int]], timeout: float = 4.0, parallel: int = 3
+) -> dict[str, RealRun]:
+    """Run each (program, nproc) for real; rank timeouts after `timeout` seconds. Up to
+    `parallel` cases run at once, each on its own port: most of a broken case's time is
+    spent waiting for its timeout, not computing."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload([*PRELOAD, __name__])
+    scratch = tempfile.mkdtemp(prefix="commlint-realrun-")
+    out: dict[str, RealRun] = {}
+    waiting = list(enumerate(cases))
+    live: list[_Launch] = []
+    while waiting or live:
+        while waiting and len(live) < parallel:
+            k, (program, world) = waiting.pop(0)
+            live.append(_Launch(ctx, program, world, timeout, os.path.join(scratch, str(k))))
+        by_conn = {c: launch for launch in live for c in launch.conns}
+        for c in wait(list(by_conn), timeout=0.2):
+            by_conn[c].receive(c)
+        for launch in [x for x in live if x.done]:
+            live.remove(launch)
+            out[launch.program] = launch.finish()
     shutil.rmtree(scratch, ignore_errors=True)
     return out
 

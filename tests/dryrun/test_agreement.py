@@ -8,14 +8,22 @@ found broken (an error finding, or a rank that raised, exited or timed out).
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 
 import pytest
-from realrun import run_real
+from realrun import RealRun, run_real
 
 PROGRAMS = Path(__file__).parent / "programs"
 FOUR_RANKS = {"ok_mesh_2d.py", "bad_mesh_branch.py", "ok_subgroups.py", "ok_anysource_monitored.py"}
 ALL = sorted(PROGRAMS.glob("*.py"))
+# The real runs come in CHUNKS batches, one xdist group each: four workers run them (and the
+# dry-runs that follow) side by side, each batch once.
+CHUNKS = 4
+
+
+def chunk_of(path: Path) -> int:
+    return ALL.index(path) % CHUNKS
 
 
 def world_of(path: Path) -> int:
@@ -41,14 +49,16 @@ def dry_verdict(path: Path) -> tuple[bool, str]:
     return not why, "; ".join(why)
 
 
-@pytest.fixture(scope="module")
-def real_runs():
-    runs = run_real([(str(p), world_of(p)) for p in ALL], timeout=4.0)
-    # A loaded machine can stretch a correct program past the short timeout: re-run once,
-    # with a longer one, each program whose real run did not do what its name says.
-    odd = [p for p in ALL if runs[str(p)].ok != p.name.startswith("ok_")]
+@cache
+def real_runs(chunk: int) -> dict[str, RealRun]:
+    programs = [p for p in ALL if chunk_of(p) == chunk]
+    runs = run_real([(str(p), world_of(p)) for p in programs], timeout=4.0, parallel=2)
+    # A loaded machine can stretch a correct program past the short timeout: re-run once, one
+    # at a time and with a long one (a correct program ends as soon as it is done), each
+    # program whose real run did not do what its name says.
+    odd = [p for p in programs if runs[str(p)].ok != p.name.startswith("ok_")]
     if odd:
-        runs.update(run_real([(str(p), world_of(p)) for p in odd], timeout=12.0))
+        runs.update(run_real([(str(p), world_of(p)) for p in odd], timeout=30.0, parallel=1))
     return runs
 
 
@@ -60,9 +70,15 @@ def test_corpus_is_balanced():
 
 
 @pytest.mark.real
-@pytest.mark.parametrize("program", ALL, ids=lambda p: p.stem)
-def test_dry_run_agrees_with_gloo(program: Path, real_runs):
-    real = real_runs[str(program)]
+@pytest.mark.parametrize(
+    "program",
+    [
+        pytest.param(p, id=p.stem, marks=pytest.mark.xdist_group(f"agreement{chunk_of(p)}"))
+        for p in ALL
+    ],
+)
+def test_dry_run_agrees_with_gloo(program: Path):
+    real = real_runs(chunk_of(program))[str(program)]
     expected_ok = program.name.startswith("ok_")
     assert real.ok == expected_ok, f"real run did not behave as the name says: {real.ranks}"
     clean, why = dry_verdict(program)

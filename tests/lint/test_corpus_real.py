@@ -59,6 +59,15 @@ def runs():
     cases = [(str(CORPUS / n), _nproc((CORPUS / n).read_text(encoding="utf-8"))) for n in PROGRAMS]
     # a pipeline stage traces its module with dynamo on its first step: slow on a loaded machine
     got = run_real(cases, timeout=8.0)
+    # A loaded machine can stretch a correct program past the short timeout: re-run once, one
+    # at a time and with a long one, each correct program that did not finish. A bug still hangs.
+    slow = [
+        (p, n)
+        for p, n in cases
+        if not got[p].ok and not _is_bug(Path(p).read_text(encoding="utf-8"))
+    ]
+    if slow:
+        got.update(run_real(slow, timeout=30.0, parallel=1))
     return {Path(k).name: v for k, v in got.items()}
 
 
