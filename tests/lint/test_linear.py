@@ -170,14 +170,21 @@ def test_the_cyclic_collector_never_walks_a_file_being_analysed(tmp_path, monkey
 
     monkeypatch.setattr(Extractor, "run", watched(Extractor.run))
     monkeypatch.setattr(FileEval, "run", watched(FileEval.run))
+    # on before the run whatever an earlier test in this worker left it (torch's own helpers
+    # pause it too): the lint must hand it back on
+    was_enabled = gc.isenabled()
+    gc.enable()
     gc.callbacks.append(counting)
     try:
         report = _lint(tmp_path, jobs=1)
+        enabled_after = gc.isenabled()
     finally:
         gc.callbacks.remove(counting)
+        if not was_enabled:
+            gc.disable()
     assert sum(f.code == "CL101" for f in report.findings) == n
     assert passes == []
-    assert gc.isenabled()  # and it is on again after the run
+    assert enabled_after  # and it is on again after the run
 
 
 def test_the_facts_are_kept_out_of_the_collectors_walks_until_the_report(tmp_path, monkeypatch):
