@@ -17,17 +17,9 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from commlint.gc_pause import paused_gc
 
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """Hold the cyclic collector off inside the block (nests; restores what it found)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
+__all__ = ["Survivors", "paused_gc", "survivors_kept_apart"]
 
 
 class Survivors:

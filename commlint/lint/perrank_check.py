@@ -543,26 +543,43 @@ def called_outside_subgroups(program: Program, path: str, line: int) -> bool:
     return False
 
 
+def _complete_runs(v) -> list:
+    """The evaluated runs when every one is complete, exact and has a trace (else none)."""
+    runs = list(v.runs)
+    if not runs or not all(r.complete and r.exact and r.trace is not None for r in runs):
+        return []
+    return runs
+
+
+def _calls_at(trace, line: int, short: str | None = None) -> dict[str, dict[int, int]]:
+    """group -> {rank: how many calls it makes} at `line` (of the file `short`, if given)."""
+    out: dict[str, dict[int, int]] = {}
+    for rank, actions in trace.ranks.items():
+        for a in actions:
+            if not a.site:
+                continue
+            where, _, at = a.site.rpartition(":")
+            if at == str(line) and (short is None or where == short):
+                per = out.setdefault(a.group or "WORLD", {})
+                per[rank] = per.get(rank, 0) + 1
+    return out
+
+
+def _members(trace, group: str) -> list[int]:
+    return trace.groups.get(group) or list(range(trace.world_size))
+
+
 def _payload_never_meets(v, line: int) -> bool:
     """Every evaluated run is complete and exact, the line ran, and each of its calls is on a
     group whose other members all call at that same line too."""
-    runs = list(v.runs)
-    if not runs or not all(r.complete and r.exact and r.trace is not None for r in runs):
+    runs = _complete_runs(v)
+    if not runs or not any(line in r.executed for r in runs):
         return False
-    if not any(line in r.executed for r in runs):
-        return False
-    for r in runs:
-        trace = r.trace
-        at_line: dict[str, set[int]] = {}
-        for rank, actions in trace.ranks.items():
-            for a in actions:
-                if a.site and a.site.rsplit(":", 1)[-1] == str(line):
-                    at_line.setdefault(a.group or "WORLD", set()).add(rank)
-        for group, callers in at_line.items():
-            members = trace.groups.get(group) or list(range(trace.world_size))
-            if not set(members) <= callers:
-                return False
-    return True
+    return all(
+        set(_members(r.trace, group)) <= set(per)
+        for r in runs
+        for group, per in _calls_at(r.trace, line).items()
+    )
 
 
 def _members_call_alike(v, line: int) -> bool:
@@ -571,22 +588,10 @@ def _members_call_alike(v, line: int) -> bool:
     each group called there is called there equally often by every one of its members: the
     ranks that skip it are not members (`if rank in ranks: ...(group=g)`). What else is wrong
     with that call (a root outside the group) is the per-rank rules' to report."""
-    runs = list(v.runs)
-    if not runs or not all(r.complete and r.exact and r.trace is not None for r in runs):
-        return False
     ran = False
-    suffix = f":{line}"
-    for r in runs:
-        trace = r.trace
-        counts: dict[str, dict[int, int]] = {}
-        for rank, actions in trace.ranks.items():
-            for a in actions:
-                if a.site and a.site.endswith(suffix) and a.site.rsplit(":", 1)[0] == v.fe.short:
-                    per = counts.setdefault(a.group or "WORLD", {})
-                    per[rank] = per.get(rank, 0) + 1
-        for group, per in counts.items():
+    for r in _complete_runs(v):
+        for group, per in _calls_at(r.trace, line, v.fe.short).items():
             ran = True
-            members = trace.groups.get(group) or list(range(trace.world_size))
-            if {per.get(m, 0) for m in members} != {max(per.values())}:
+            if {per.get(m, 0) for m in _members(r.trace, group)} != {max(per.values())}:
                 return False
     return ran

@@ -36,12 +36,12 @@ module reads a folder end to end (`load_flight_recorder`) and places the finding
 
 from __future__ import annotations
 
-import gc
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from commlint.findings import CommlintInputError, Finding, Location
+from commlint.gc_pause import paused_gc
 from commlint.plans.gate import numbers_located, read_text
 from commlint.plans.importers.flight_recorder_align import _aligned_entries as _aligned_entries
 from commlint.plans.importers.flight_recorder_entries import _checked_dump, _valid_ranks, user_frame
@@ -89,9 +89,7 @@ def load_flight_recorder(
         files = {rank if rank is not None else 0: root}
     else:
         raise CommlintInputError("no such file or directory", str(root))
-    collecting = gc.isenabled()
-    gc.disable()  # millions of small dicts: the cyclic collector would rescan them repeatedly
-    try:
+    with paused_gc():  # millions of small dicts: the cyclic collector would rescan them
         # one raw dump at a time: only what the checked entries keep stays in memory; past
         # SHARE_AFTER entries, equal kept frames are shared (see `_kept_frames`)
         checked = {}
@@ -122,9 +120,6 @@ def load_flight_recorder(
                 path=str(root),
                 files={r: str(f) for r, f in files.items()},
             )
-    finally:
-        if collecting:
-            gc.enable()
 
 
 # --- findings: at the user's source line, the dump entry beside it ---------------------------

@@ -36,7 +36,6 @@ parses nor places the FSDP steps).
 from __future__ import annotations
 
 import csv
-import gc
 import io
 import re
 from collections.abc import Container, Iterable
@@ -44,6 +43,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from commlint.findings import CommlintInputError
+from commlint.gc_pause import paused_gc
 from commlint.plans.gate import read_text
 from commlint.plans.lazy import GeneratedTrace, LazyRanks
 from commlint.trace import ACTION_DEFAULTS, Action, Trace, built_action
@@ -736,13 +736,8 @@ def loads_pipelining_csv(text: str, fmt: str = "auto", path: str | None = None) 
     """As `load_pipelining_csv`, from the CSV text."""
     # Importing allocates a few small objects per cell that never form cycles; the cyclic
     # collector's passes over them cost as much as the import itself (measured 2x).
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with paused_gc():
         return _loads(text, fmt, path)
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _loads(text: str, fmt: str, path: str | None) -> Trace:
