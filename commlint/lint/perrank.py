@@ -216,6 +216,7 @@ class FileEval(CommSites):
         self.approx = False  # a loop of unknown length was taken once: proves no absence
         self.fps = values.Fingerprints()  # the origins of the values every rank computed
         self._creations: dict[int, list[tuple[int, int, tuple[int, ...]]]] = {}
+        self.creation_via: dict[int, str] = {}  # line here -> the new_group in another file
         self.plan: dict[tuple, bool] | None = None  # the explored tests' arms (None: no exploring)
         self.need: tuple | None = None  # the explored test a path stopped at, undecided
         self._ranks: dict[int, Rank] = {}  # the ranks of the last path run
@@ -224,8 +225,12 @@ class FileEval(CommSites):
     def note_set_loop(self, node: ast.AST) -> None:
         self.set_loops[node.lineno] = node
 
-    def note_creation(self, rank: Rank, k: int, members: tuple[int, ...], line: int) -> None:
+    def note_creation(
+        self, rank: Rank, k: int, members: tuple[int, ...], line: int, via: str = ""
+    ) -> None:
         self._creations.setdefault(k, []).append((rank.rank, line, members))
+        if via:
+            self.creation_via[line] = via
 
     def entries(self) -> list[tuple[str, list[ast.stmt] | ast.FunctionDef, bool]]:
         """(name, entry, refute only) of each entry point of the file."""

@@ -17,8 +17,10 @@ from commlint.lint.perrank_model import (
     UNK,
     Builtin,
     DType,
+    Fn,
     Interval,
     RankFlag,
+    Stop,
     Tensor,
     TensorMethod,
     Unknown,
@@ -352,6 +354,48 @@ def _b_plain(fn):
     return f
 
 
+def _b_keyed(fn):
+    """`sorted`/`min`/`max` with `key=` a function of the program (`sorted(layouts,
+    key=lambda ranks: rank not in ranks)`): each element's key is the function's value on
+    this rank, so the order (of group creation, say) is this rank's."""
+    plain = _b_plain(fn)
+
+    def f(ev: Rank, args: list, kwargs: dict, e: ast.Call) -> object:
+        key = kwargs.get("key")
+        if not isinstance(key, Fn):
+            return plain(ev, args, kwargs, e)
+        items = args[0] if len(args) == 1 else args
+        if not isinstance(items, list | tuple | range | set | frozenset | dict):
+            return UNK
+        keys = [ev.call(key, [x], {}, e) for x in items]
+        if not all(_is_known(k) for k in keys):
+            return UNK
+        rest = {k: v for k, v in kwargs.items() if k != "key"}
+        if not all(_is_known(v) for v in rest.values()):
+            return UNK
+        ranked = list(zip(keys, items, strict=True))
+        got = fn(ranked, key=lambda t: t[0], **rest)  # stable, as the program's own call
+        return [t[1] for t in got] if fn is sorted else got[1]
+
+    return f
+
+
+def _b_next(ev: Rank, args: list, kwargs: dict, e: ast.Call) -> object:
+    """`next(x for x in items if ...)`, `next(gen, default)`: the first element the
+    generator expression yields (the evaluator builds it as a list), else the default, else
+    StopIteration."""
+    if not e.args or not isinstance(e.args[0], ast.GeneratorExp) or not args:
+        return UNK
+    items = args[0]
+    if not isinstance(items, list):
+        return UNK
+    if items:
+        return items[0]
+    if len(args) > 1:
+        return args[1]
+    raise Stop("exception", e.lineno, "StopIteration")
+
+
 def _b_print(ev: Rank, args: list, kwargs: dict, e: ast.Call) -> object:
     return None
 
@@ -376,12 +420,13 @@ BUILTINS: dict[str, object] = {
     "set": Builtin(_b_plain(set)),
     "frozenset": Builtin(_b_plain(frozenset)),
     "dict": Builtin(_b_plain(dict)),
-    "sorted": Builtin(_b_plain(sorted)),
+    "sorted": Builtin(_b_keyed(sorted)),
+    "next": Builtin(_b_next),
     "reversed": Builtin(_b_plain(reversed)),
     "enumerate": Builtin(_b_plain(enumerate)),
     "zip": Builtin(_b_plain(zip)),
-    "min": Builtin(_b_plain(min)),
-    "max": Builtin(_b_plain(max)),
+    "min": Builtin(_b_keyed(min)),
+    "max": Builtin(_b_keyed(max)),
     "sum": Builtin(_b_plain(sum)),
     "abs": Builtin(_b_plain(abs)),
     "divmod": Builtin(_b_plain(divmod)),

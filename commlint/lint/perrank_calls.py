@@ -218,7 +218,14 @@ class Calls:
         return out
 
     def make_fn(self, s: ast.FunctionDef | ast.AsyncFunctionDef, env: dict, owner: str = "") -> Fn:
-        fn = Fn(s, self.g, self.defaults(s.args, env), f"{owner}{s.name}", unit=self._unit())
+        fn = Fn(
+            s,
+            self.g,
+            self.defaults(s.args, env),
+            f"{owner}{s.name}",
+            unit=self._unit(),
+            closure=env if env is not self.g else None,
+        )
         for d in s.decorator_list:
             target = d.func if isinstance(d, ast.Call) else d
             name = target.id if isinstance(target, ast.Name) else getattr(target, "attr", "")
@@ -253,7 +260,7 @@ class Calls:
             raise Abort("calls nested too deeply", getattr(e, "lineno", 0))
         node = fn.node
         a = node.args
-        env: dict = {}
+        env: dict = dict(fn.closure) if fn.closure else {}
         params = [p.arg for p in a.posonlyargs + a.args]
         if fn.bound is not None:
             args = [fn.bound, *args]

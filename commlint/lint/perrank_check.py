@@ -231,7 +231,8 @@ def _judge(fe: FileEval, runs: list[WorldRun]) -> list[RawFinding]:
                 out.append(
                     RawFinding(
                         "CL117",
-                        f"with {run.world} ranks, `new_group` at line {line} is called with a "
+                        f"with {run.world} ranks, `new_group` at line {line}{_via(fe, line)} "
+                        "is called with a "
                         f"list that depends on the rank ({shown}): every rank must pass the "
                         "same members to the same `new_group` call, or the creation hangs or "
                         "builds groups whose members disagree",
@@ -254,7 +255,8 @@ def _judge(fe: FileEval, runs: list[WorldRun]) -> list[RawFinding]:
                     RawFinding(
                         "CL115",
                         f"with {run.world} ranks (evaluated rank by rank from `{run.entry}`): "
-                        f"{_ranks(callers)} create a group with new_group at line {line}, "
+                        f"{_ranks(callers)} create a group with new_group at line {line}"
+                        f"{_via(fe, line)}, "
                         f"{_ranks(missing)} never do: new_group waits for every rank of the "
                         f"default group, so {_ranks(callers)} hang there",
                         fe.path,
@@ -400,6 +402,12 @@ def _steering_finding(fe: FileEval, run: WorldRun) -> RawFinding:
         if st.exit_line != st.cond_line
         else [],
     )
+
+
+def _via(fe: FileEval, line: int) -> str:
+    """` (in groups.py:14)` when the new_group of `line` is in a file it calls."""
+    via = getattr(fe, "creation_via", {}).get(line)
+    return f" (in {via})" if via else ""
 
 
 def _ranks(rs: tuple[int, ...]) -> str:

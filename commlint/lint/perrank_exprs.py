@@ -148,7 +148,9 @@ class Expressions:
         if isinstance(e, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
             return self.comprehension(e, env)
         if isinstance(e, ast.Lambda):
-            return Fn(e, self.g, self.defaults(e.args, env), "<lambda>", unit=self._unit())
+            closure = env if env is not self.g else None
+            defaults = self.defaults(e.args, env)
+            return Fn(e, self.g, defaults, "<lambda>", unit=self._unit(), closure=closure)
         if isinstance(e, ast.NamedExpr):
             v = self.expr(e.value, env)
             self.assign(e.target, v, env)

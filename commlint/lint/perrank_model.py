@@ -159,6 +159,9 @@ class Fn:
     bound: object | None = None
     only_rank: int | None = None  # a rank-zero-only decorator
     unit: object | None = None  # the followed file it is defined in (None: the evaluated one)
+    # a function defined inside another (a closure, a lambda, a method of a local class): the
+    # enclosing call's variables, read when it is called (Python's late binding)
+    closure: dict | None = None
 
 
 @dataclass
@@ -286,7 +289,10 @@ CMP_OPS = {
     ast.In: lambda a, b: a in b,
     ast.NotIn: lambda a, b: a not in b,
 }
+# `d.items()`, `d.keys()`, `d.values()`: iterated, listed and tested like the dict itself
+DICT_VIEWS = (type({}.keys()), type({}.values()), type({}.items()))
 PLAIN = (int, float, str, bool, type(None), tuple, list, dict, range, set, frozenset, bytes)
+PLAIN += DICT_VIEWS
 SAFE_METHODS = {
     list: {"append", "extend", "index", "count", "copy", "pop", "insert", "reverse"},
     dict: {"get", "keys", "values", "items", "copy", "setdefault", "update", "pop"},
@@ -378,7 +384,7 @@ ENVIRON = _Environ()
 
 def _bind(fn: Fn, obj: object) -> Fn:
     """A method bound to its object (a copy: the class keeps the unbound one)."""
-    return Fn(fn.node, fn.globals, fn.defaults, fn.qualname, obj, fn.only_rank, fn.unit)
+    return Fn(fn.node, fn.globals, fn.defaults, fn.qualname, obj, fn.only_rank, fn.unit, fn.closure)
 
 
 def _class_attr(cls: Cls, attr: str) -> object | None:

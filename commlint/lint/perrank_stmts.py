@@ -10,6 +10,7 @@ import contextlib
 
 from commlint.lint import perrank_values as values
 from commlint.lint.perrank_model import (
+    DICT_VIEWS,
     MAX_STEPS,
     MAX_WORK,
     SHARED,
@@ -376,7 +377,7 @@ class Statements:
         self.run_block(s.orelse, env)
 
     def iterate(self, it: object, node: ast.AST) -> list | None:
-        if isinstance(it, list | tuple | range | str | dict | set | frozenset):
+        if isinstance(it, (list, tuple, range, str, dict, set, frozenset, *DICT_VIEWS)):
             if len(it) > MAX_STEPS:
                 raise Abort("a loop too long to unroll", node.lineno)
             if isinstance(it, set | frozenset):

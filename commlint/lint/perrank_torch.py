@@ -86,6 +86,8 @@ class TorchApi:
                 return "gloo"
             if last == "new_group":
                 return self.new_group(args, kwargs, e)
+            if last in ("new_subgroups", "new_subgroups_by_enumeration"):
+                return self.new_subgroups(last, args, kwargs, e)
             if last == "get_global_rank":
                 g, r = _arg(args, kwargs, 0, "group"), _arg(args, kwargs, 1, "group_rank")
                 if isinstance(g, Group) and isinstance(r, int) and 0 <= r < len(g.members):
@@ -172,8 +174,53 @@ class TorchApi:
         self.groups.append(g)
         local = _arg(args, kwargs, 4, "use_local_synchronization")
         if local is not True:
-            self.ev.note_creation(self, k, members, e.lineno)
+            self.ev.note_creation(self, k, members, *self.local_site(e.lineno))
         return g
+
+    def local_site(self, line: int) -> tuple[int, str]:
+        """The evaluated file's line that leads to `line` of the code running now (itself,
+        or the call into the followed file that runs it), and where that code is when it is
+        another file's (`groups.py:14`), for the message."""
+        if self.cur is self.ev:
+            return line, ""
+        for _fn, short, at in reversed(self.stack):
+            if short == self.ev.short:
+                return at, self.site(line)
+        return line, ""  # a followed module's top level, run by an import
+
+    def new_subgroups(self, last: str, args: list, kwargs: dict, e: ast.Call) -> object:
+        """`new_subgroups(group_size)` / `new_subgroups_by_enumeration(ranks_lists)`: one
+        `new_group` per list, in list order, on every rank (each is collective over the
+        world); `(this rank's subgroup or None, all of them)`, as torch returns."""
+        if last == "new_subgroups":
+            size = _arg(args, kwargs, 0, "group_size")
+            if size is None:
+                # torch takes the CUDA device count, which the source does not say
+                raise Abort("subgroups of a size this rank cannot know", e.lineno)
+            if not isinstance(size, int):
+                raise Abort("subgroups of a size this rank cannot know", e.lineno)
+            base = self.group_of(_arg(args, kwargs, 1, "group"), e.lineno).members
+            if size <= 0 or size > len(base) or len(base) % size:
+                raise Stop("exception", e.lineno, "ValueError")
+            lists: object = [list(base[i : i + size]) for i in range(0, len(base), size)]
+        else:
+            lists = _arg(args, kwargs, 0, "ranks_per_subgroup_list")
+        if not isinstance(lists, list | tuple) or not lists:
+            if isinstance(lists, list | tuple):
+                raise Stop("exception", e.lineno, "ValueError")
+            raise Abort("subgroups whose members this rank cannot know", e.lineno)
+        mine = None
+        groups = []
+        seen: set[int] = set()
+        for ranks in lists:
+            g = self.new_group([ranks], {}, e)
+            groups.append(g)
+            if seen & set(g.members):
+                raise Stop("exception", e.lineno, "ValueError")  # a rank in two subgroups
+            seen |= set(g.members)
+            if self.rank in g.members:
+                mine = g
+        return (mine, groups)
 
     def pipelining(self, last: str, args: list, kwargs: dict, e: ast.Call) -> object:
         """A pipeline stage or schedule (see `perrank_pipelining`)."""
