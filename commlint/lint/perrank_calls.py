@@ -19,6 +19,7 @@ from commlint.lint.perrank_model import (
     Builtin,
     Cls,
     EnvMethod,
+    ExitStackMethod,
     Fn,
     Group,
     GroupMethod,
@@ -172,6 +173,8 @@ class Calls:
             return self.group_method(func, args)
         if isinstance(func, values.ParserMethod):
             return values.call_parser(self, func, args, kwargs)
+        if isinstance(func, ExitStackMethod):
+            return self.exit_stack_call(func, args, kwargs, e)
         if isinstance(func, WorkMethod):
             if func.attr == "wait":
                 self.wait(func.work, e)
@@ -188,9 +191,9 @@ class Calls:
             try:
                 if all(_is_known(a) for a in args):
                     return func(*args, **kwargs)
+                return _store_unknown(func, args, kwargs)
             except Exception:
                 return UNK
-            return UNK
         if self.hands_over_communication(args, kwargs):
             # `study.optimize(_objective)`: the callee runs it when and as often as it decides
             raise Abort(
@@ -355,3 +358,20 @@ def _handed_over(args: list, kwargs: dict) -> None:
         for t in a if isinstance(a, list | tuple) else (a,):
             if isinstance(t, Tensor) and t.values is not None:
                 t.forget_values()
+
+
+def _store_unknown(method: object, args: list, kwargs: dict) -> object:
+    """`preds.append(model(x))`: a value the evaluator cannot know still takes its place in
+    the list, whose length (`len(preds)`, `for p in preds`) stays known; other calls with an
+    unknown argument give an unknown result."""
+    owner, name = getattr(method, "__self__", None), getattr(method, "__name__", "")
+    if isinstance(owner, list) and not kwargs:
+        if name == "append" and len(args) == 1:
+            owner.append(args[0])
+            return None
+        if name == "insert" and len(args) == 2 and isinstance(args[0], int):
+            owner.insert(args[0], args[1])
+            return None
+    if isinstance(owner, dict) and name == "setdefault" and args and _is_known(args[0]):
+        return owner.setdefault(args[0], args[1] if len(args) > 1 else None)
+    return UNK

@@ -30,6 +30,8 @@ from commlint.lint.perrank_model import (
     Derived,
     DType,
     EnvMethod,
+    ExitStack,
+    ExitStackMethod,
     Fn,
     Group,
     GroupMethod,
@@ -39,6 +41,7 @@ from commlint.lint.perrank_model import (
     ProjMod,
     Property,
     RankFlag,
+    Stop,
     Tensor,
     TensorMethod,
     Unknown,
@@ -194,6 +197,10 @@ class Expressions:
             if isinstance(op, ast.Mult) and isinstance(a, list | str | tuple) and b > 100_000:
                 return UNK
             return fn(a, b)
+        except ZeroDivisionError:
+            # Python raises here on this rank (a rank whose shard came out empty): a
+            # handler around it decides whether the rank skips what follows
+            raise Stop("exception", self.line, "ZeroDivisionError") from None
         except Exception:
             return UNK
 
@@ -349,6 +356,8 @@ class Expressions:
             return values.ParserMethod(base, attr)
         if isinstance(base, Work):
             return WorkMethod(base, attr)
+        if isinstance(base, ExitStack):
+            return ExitStackMethod(base, attr)
         if isinstance(base, P2P) or base is ENVIRON:
             return EnvMethod(attr) if base is ENVIRON else UNK
         if isinstance(base, PLAIN) and not isinstance(base, bool | int | float | type(None)):

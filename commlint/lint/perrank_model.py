@@ -345,6 +345,21 @@ class GroupMethod:
 
 
 @dataclass
+class ExitStack:
+    """`contextlib.ExitStack()`: what its `callback`/`push`/`enter_context` registered, run
+    last-in first-out when its `with` block (or `close()`) ends — a collective registered
+    there runs on the ranks that registered it, at that point."""
+
+    callbacks: list = field(default_factory=list)  # (function, args, kwargs, registering call)
+
+
+@dataclass
+class ExitStackMethod:
+    stack: ExitStack
+    attr: str
+
+
+@dataclass
 class WorkMethod:
     work: Work
     attr: str

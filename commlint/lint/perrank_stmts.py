@@ -17,6 +17,8 @@ from commlint.lint.perrank_model import (
     UNK,
     Abort,
     Cls,
+    ExitStack,
+    ExitStackMethod,
     Fn,
     Interval,
     Mod,
@@ -193,6 +195,17 @@ class Statements:
             return
         item, rest = items[0], items[1:]
         v = self.expr(item.context_expr, env)
+        if isinstance(v, ExitStack):
+            if item.optional_vars is not None:
+                self.assign(item.optional_vars, v, env)
+            try:
+                self.with_items(s, rest, env)
+            except Stop as stop:
+                if stop.kind == "exception":
+                    self.unwind(v)
+                raise
+            self.unwind(v)
+            return
         enter = _class_attr(v.cls, "__enter__") if isinstance(v, Obj) else None
         leave = _class_attr(v.cls, "__exit__") if isinstance(v, Obj) else None
         got = (
@@ -212,6 +225,41 @@ class Statements:
                 raise
             return
         self.call_fn(_bind(leave, v), [None, None, None], {}, item.context_expr)
+
+    def exit_stack_call(self, m: ExitStackMethod, args: list, kwargs: dict, e: ast.Call) -> object:
+        """`stack.callback(fn, *args)`, `stack.push(exit_fn)`, `stack.enter_context(cm)`,
+        `stack.close()`."""
+        if m.attr == "callback" and args:
+            m.stack.callbacks.append((args[0], list(args[1:]), dict(kwargs), e))
+            return args[0]
+        if m.attr == "push" and args:
+            m.stack.callbacks.append((args[0], [None, None, None], {}, e))
+            return args[0]
+        if m.attr == "enter_context" and args:
+            cm = args[0]
+            enter = _class_attr(cm.cls, "__enter__") if isinstance(cm, Obj) else None
+            leave = _class_attr(cm.cls, "__exit__") if isinstance(cm, Obj) else None
+            got = self.call_fn(_bind(enter, cm), [], {}, e) if isinstance(enter, Fn) else UNK
+            if isinstance(leave, Fn):
+                m.stack.callbacks.append((_bind(leave, cm), [None, None, None], {}, e))
+            return got
+        if m.attr == "close":
+            self.unwind(m.stack)
+            return None
+        if m.attr == "pop_all":
+            moved = ExitStack(list(m.stack.callbacks))
+            m.stack.callbacks.clear()
+            return moved
+        return UNK
+
+    def unwind(self, stack: ExitStack) -> None:
+        """The registered callbacks, last first, each as called where it was registered."""
+        while stack.callbacks:
+            fn, args, kwargs, e = stack.callbacks.pop()
+            site = ast.Call(func=e.args[0] if e.args else e.func, args=[], keywords=[])
+            ast.copy_location(site, e)
+            site.end_lineno, site.end_col_offset = e.end_lineno, e.end_col_offset
+            self.call(fn, list(args), dict(kwargs), site)
 
     # ------------------------------------------------------------------ the project's modules
     def _unit(self) -> object | None:

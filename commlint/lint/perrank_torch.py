@@ -19,6 +19,7 @@ from commlint.lint.perrank_model import (
     TRACE_OPS,
     UNK,
     Abort,
+    ExitStack,
     Fn,
     Group,
     Mod,
@@ -109,6 +110,8 @@ class TorchApi:
                 )
             if last == "batch_isend_irecv":
                 return self.batch(_arg(args, kwargs, 0, "p2p_op_list"), e)
+        if name in ("contextlib.ExitStack", "contextlib.AsyncExitStack"):
+            return ExitStack()
         if name.startswith(
             ("torch.multiprocessing.spawn", "torch.multiprocessing.start_processes")
         ):
