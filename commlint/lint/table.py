@@ -96,6 +96,8 @@ class ApiTable:
     executor_methods: frozenset[str]
     exit_calls: frozenset[str]
     prefilter: re.Pattern[str]
+    loop_signals: tuple = ()  # rows: hooks that stop a framework's loop (`loop_signals.py`)
+    agreeing_calls: frozenset[str] = frozenset()  # calls whose result every rank shares
     _match_cache: dict[tuple[str, str], Any] = field(default_factory=dict, repr=False)
 
     def canonical(self, qname: str) -> str:
@@ -203,6 +205,8 @@ def build_table(extra: dict[str, Any] | None = None) -> ApiTable:
         executor_methods=frozenset(raw["executor_methods"]),
         exit_calls=frozenset(raw["exit_calls"]),
         prefilter=re.compile(prefilter),
+        loop_signals=tuple(raw.get("loop_signals", [])),
+        agreeing_calls=frozenset(raw.get("agreeing_calls", [])),
     )
 
 

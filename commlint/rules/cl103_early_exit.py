@@ -5,12 +5,14 @@ from commlint.rules import Rule
 
 
 def check(program):
-    from commlint.lint.perrank_check import perrank_findings
-
     # the per-rank evaluation sees a rank-local value's test through objects and helpers the
     # taint rules do not follow; one finding per cause (the taint one, when both see it)
+    from commlint.lint.loop_signals import program_findings
+    from commlint.lint.perrank_check import perrank_findings
+
     found = [f for f in branch_findings(program) if f.code == "CL103"]
-    return found + perrank_findings(program, "CL103")
+    # a framework's loop stopped by a hook on some ranks (`trainer.should_stop = True`)
+    return found + perrank_findings(program, "CL103") + program_findings(program)
 
 
 RULE = Rule(
@@ -34,6 +36,16 @@ linter follows the module wherever it goes — returned by the helper that built
 (`apply_fsdp(model)`), passed as a parameter to `train(model, ...)` or to a `Trainer`'s
 constructor — so a `continue` on rank 0, or on this rank's own data (`torch.isnan(x).any()`,
 `loss.item() > 10`), before `model(x)` is reported.
+
+A framework's training loop is left the same way from a hook: Lightning stops `Trainer.fit`
+on a rank that sets `self.trainer.should_stop = True`, and ends the epoch on a rank whose
+LightningModule's `on_train_batch_start` returns -1; transformers stops `Trainer.train` on a
+rank whose callback sets `control.should_training_stop` (or `should_epoch_stop`). Neither
+framework agrees on the signal across ranks, and every step of its loop reduces gradients: a
+signal under a test of the rank (`state.is_world_process_zero`) or of this rank's own data (a
+validation loss averaged over the rank's shard, a count kept in `self.` from the rank's
+batches) stops those ranks while the others wait in the next step. A value that went through
+`strategy.reduce`, `all_gather` or `dist.all_reduce` is the same on every rank: not reported.
 
 `raise` is not reported: an exception ends the rank, and the launcher (torchrun) then stops
 every rank — a crash, which is what you want instead of a hang. Catching it and carrying on is
@@ -110,6 +122,21 @@ def train(model, loader, opt):
 
 def main(blocks, loader, opt):
     train(build(blocks), loader, opt)
+""",
+        """
+import lightning as L
+import torch
+
+
+class Regressor(L.LightningModule):
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.losses.append(torch.nn.functional.mse_loss(self(x), y))
+
+    def on_validation_epoch_end(self):
+        avg = torch.stack(self.losses).mean()
+        if avg > 50.0:
+            self.trainer.should_stop = True
 """,
     ),
     valid=(
@@ -188,6 +215,22 @@ def train(model, loader, opt):
 
 def main(blocks, loader, opt):
     train(build(blocks), loader, opt)
+""",
+        """
+import lightning as L
+import torch
+
+
+class Regressor(L.LightningModule):
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.losses.append(torch.nn.functional.mse_loss(self(x), y))
+
+    def on_validation_epoch_end(self):
+        avg = torch.stack(self.losses).mean()
+        avg = self.trainer.strategy.reduce(avg, reduce_op="mean")
+        if avg > 50.0:
+            self.trainer.should_stop = True
 """,
     ),
 )

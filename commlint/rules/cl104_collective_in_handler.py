@@ -165,7 +165,11 @@ def check(program):
             out.extend(_skipped_by_handler(program, fn, node, body_colls))
             body = [t for t in program.tokens(node.body, fn) if leaf_tok(t).cat != "create"]
             final = program.collectives(node.final, fn)
-            if body and final and not _rank_split(program, fn, node.body, node.final):
+            # only a `try` body that can fail on some ranks only (the risks a swallowing
+            # handler is judged by) sends some ranks to `finally` early: a body that fails on
+            # every rank alike or on none reaches it on every rank together
+            risks = list(node.rank_raises) + _divergent_raises(program, node.body, [""])
+            if body and final and risks and not _rank_split(program, fn, node.body, node.final):
                 real = leaf_tok(final[0])
                 first = leaf_tok(body[0])
                 out.append(
@@ -173,10 +177,11 @@ def check(program):
                         code="CL104",
                         message=(
                             f"{real.op} in `finally` at {real.describe()}: a rank that fails "
-                            f"inside the `try` (which communicates, e.g. {first.op} at "
-                            f"{first.describe()}) enters it while the others are still in the "
-                            "`try` body's collectives; the calls mismatch and the job hangs "
-                            "instead of failing"
+                            f"inside the `try` (`{risks[0][0]}` at line {risks[0][1].line} can "
+                            f"fail on some ranks only: {risks[0][2]}; the `try` communicates, "
+                            f"e.g. {first.op} at {first.describe()}) enters it while the "
+                            "others are still in the `try` body's collectives; the calls "
+                            "mismatch and the job hangs instead of failing"
                         ),
                         path=fn.path,
                         pos=final[0].pos,
@@ -201,7 +206,11 @@ Only the ranks whose `try` body raised run an `except` handler. A collective the
 those ranks alone, while the others are still inside the `try` body's communication or already
 past it: nobody matches it, and a crash that should have stopped the job turns into a hang (the
 "stranding" failure: one rank sent half a protocol and the peer waits forever). A collective in
-`finally` after a `try` that communicates has the same problem on the failure path.
+`finally` after a `try` that communicates has the same problem on the failure path, when the
+`try` body can fail on some ranks only (the same test as below: a call whose argument depends
+on the rank or on this rank's data, or a `raise` under such a condition). A `try` body that
+fails on every rank alike, or on none, reaches `finally` on every rank together: `try:
+train() finally: dist.barrier()` is not reported.
 
 A `try` body whose collective comes after a call that can fail on some ranks only hangs the
 same way when its handler swallows the error: `try: meta = load_shard(rank); ...;

@@ -38,8 +38,9 @@ EXPECTED = {
     "oom_continue.py": [(10, "CL103")],
     # HF Trainer callbacks: `state.is_world_process_zero`, `trainer.is_world_process_zero()`
     "hf_callbacks.py": [(10, "CL101"), (18, "CL101")],
-    # a `finally` barrier after a `try` whose all_reduce every rank runs
-    "finally_both_communicate.py": [(10, "CL104")],
+    # a `finally` barrier after a `try` whose load of this rank's shard can fail on that
+    # rank alone (it goes to `finally` while the others all_reduce)
+    "finally_after_rank_load.py": [(11, "CL104")],
     # a handler's barrier after a `try` whose own computation can fail on one rank
     "handler_after_local_work.py": [(10, "CL104")],
     # `world_size > 1` inside a rank-0 branch is decided (true): the all_reduce is rank 0's
@@ -85,6 +86,9 @@ CLEAN = {
     # transformers' main_process_first: the `try` barrier on the others, the `finally`
     # barrier on the main process: one barrier per rank, raise or not
     "finally_main_first.py",
+    # a `finally` barrier after a `try` whose all_reduces every rank runs, where nothing can
+    # fail on some ranks only: every rank reaches the barrier together (a real run is ok)
+    "finally_both_communicate.py",
     # `torch.scatter(...)` is a module's function: never resolved to a method of a class
     # named after `torch` (lightning's TorchCollective.scatter, transformers 5.24)
     "module_function_not_a_method.py",

