@@ -252,7 +252,7 @@ def findings(path: str, source: str, table, signals, agreeing: frozenset[str]) -
 
 
 def _method_findings(path, fn, taint: _Taint, signals, bases: set[str]) -> list[RawFinding]:
-    out = []
+    out: list[tuple[RawFinding, str | None]] = []
     names = taint.method_names(fn)
 
     def walk(body: list[ast.stmt], cond: tuple[ast.expr, str] | None) -> None:
@@ -277,7 +277,7 @@ def _method_findings(path, fn, taint: _Taint, signals, bases: set[str]) -> list[
             if cond is not None:
                 for sig in signals:
                     if _is_signal(s, sig, fn.name, bases):
-                        out.append(_finding(path, s, cond, sig))
+                        out.append((_finding(path, s, cond, sig), sig.attribute))
             if isinstance(s, ast.If):
                 why = taint.why(s.test, names)
                 inner = (s.test, why) if why else cond
@@ -291,7 +291,27 @@ def _method_findings(path, fn, taint: _Taint, signals, bases: set[str]) -> list[
                 walk(getattr(s, "finalbody", []), cond)
 
     walk(fn.body, None)
-    return out
+    # `trainer.should_stop = trainer.strategy.broadcast(trainer.should_stop)` further down
+    # (Lightning's own LR finder): the ranks agree on the signal before the loop reads it
+    agreed = [
+        (s.lineno, t.attr)
+        for s in _statements(fn.body)
+        if isinstance(s, ast.Assign) and _agrees(s.value, taint.agreeing)
+        for t in s.targets
+        if isinstance(t, ast.Attribute)
+    ]
+    return [
+        f
+        for f, signal in out
+        if not any(line > f.pos.line and attr == signal for line, attr in agreed)
+    ]
+
+
+def _agrees(e: ast.AST, agreeing: frozenset[str]) -> bool:
+    return any(
+        isinstance(n, ast.Call) and _dotted(n.func).rsplit(".", 1)[-1] in agreeing
+        for n in ast.walk(e)
+    )
 
 
 def _pos(node: ast.AST) -> Pos:

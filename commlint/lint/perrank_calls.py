@@ -243,8 +243,12 @@ class Calls:
         for item in s.body:
             if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
                 fn = self.make_fn(item, env, f"{s.name}.")
-                if any(isinstance(d, ast.Name) and d.id == "property" for d in item.decorator_list):
-                    cls.attrs[item.name] = Property(fn)
+                names = {
+                    d.id if isinstance(d, ast.Name) else getattr(d, "attr", "")
+                    for d in item.decorator_list
+                }
+                if names & {"property", "cached_property"}:
+                    cls.attrs[item.name] = Property(fn, "cached_property" in names)
                 else:
                     cls.attrs[item.name] = fn
             elif isinstance(item, ast.Assign | ast.AnnAssign):

@@ -335,7 +335,11 @@ class Expressions:
             if isinstance(found, Fn):
                 return _bind(found, base)
             if isinstance(found, Property):
-                return self.call_fn(_bind(found.fn, base), [], {}, node)
+                got = self.call_fn(_bind(found.fn, base), [], {}, node)
+                if found.cached:
+                    guard(base)
+                    base.attrs[attr] = got  # as cached_property stores it on the instance
+                return got
             if found is not None:
                 return found
             return self.rank_attribute(attr)

@@ -383,6 +383,7 @@ class RankFlag:
 @dataclass
 class Property:
     fn: Fn
+    cached: bool = False  # functools.cached_property: computed once per object, then kept
 
 
 @dataclass
