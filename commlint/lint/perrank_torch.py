@@ -299,11 +299,15 @@ class TorchApi:
         action: dict = {"op": op}
         if group.name != "WORLD":
             action["group"] = group.name
-        if self.rank not in group.members:
-            # a call on a group this rank is not in: torch raises on the caller
-            raise Stop("exception", line, "ValueError")
         root = _argspec(args, kwargs, fact.root)
         group_root = _argspec(args, kwargs, fact.group_root)
+        if self.rank not in group.members:
+            # torch 2.13 on a group this rank is not in: a collective without a root, or with
+            # a root given within the group (`group_src=`), warns and returns at once; a
+            # global `src`/`dst` is first looked up in the group, which raises ValueError
+            if fact.kind == "collective" and (fact.root is None or isinstance(group_root, int)):
+                return None
+            raise Stop("exception", line, "ValueError")
         peer: object = None
         if fact.root is not None or fact.group_root is not None:
             if isinstance(group_root, int):
