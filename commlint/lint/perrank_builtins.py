@@ -380,17 +380,38 @@ def _b_keyed(fn):
     return f
 
 
+class ListIter:
+    """`iter(items)` of a list the evaluator knows: `next` takes its elements in order."""
+
+    def __init__(self, items: list) -> None:
+        self.items = items
+        self.pos = 0
+
+
+def _b_iter(ev: Rank, args: list, kwargs: dict, e: ast.Call) -> object:
+    if len(args) == 1 and isinstance(args[0], list | tuple | range | str):
+        return ListIter(list(args[0]))
+    if len(args) == 1 and isinstance(args[0], ListIter):
+        return args[0]
+    return UNK
+
+
 def _b_next(ev: Rank, args: list, kwargs: dict, e: ast.Call) -> object:
-    """`next(x for x in items if ...)`, `next(gen, default)`: the first element the
-    generator expression yields (the evaluator builds it as a list), else the default, else
-    StopIteration."""
-    if not e.args or not isinstance(e.args[0], ast.GeneratorExp) or not args:
+    """`next(it)` of `iter(a known list)`, `next(x for x in items if ...)`: the next element
+    (the evaluator builds a generator expression as a list), else the default, else
+    StopIteration on this rank (its shard ran out first)."""
+    if not args:
         return UNK
-    items = args[0]
-    if not isinstance(items, list):
+    if isinstance(args[0], ListIter):
+        it = args[0]
+        if it.pos < len(it.items):
+            it.pos += 1
+            return it.items[it.pos - 1]
+    elif e.args and isinstance(e.args[0], ast.GeneratorExp) and isinstance(args[0], list):
+        if args[0]:
+            return args[0][0]
+    else:
         return UNK
-    if items:
-        return items[0]
     if len(args) > 1:
         return args[1]
     raise Stop("exception", e.lineno, "StopIteration")
@@ -422,6 +443,7 @@ BUILTINS: dict[str, object] = {
     "dict": Builtin(_b_plain(dict)),
     "sorted": Builtin(_b_keyed(sorted)),
     "next": Builtin(_b_next),
+    "iter": Builtin(_b_iter),
     "reversed": Builtin(_b_plain(reversed)),
     "enumerate": Builtin(_b_plain(enumerate)),
     "zip": Builtin(_b_plain(zip)),

@@ -125,6 +125,8 @@ class Calls:
             init = _class_attr(func, "__init__")
             if isinstance(init, Fn):
                 self.call_fn(_bind(init, obj), args, kwargs, e)
+            elif func.fields is not None:
+                self.dataclass_init(func, obj, args, kwargs, e)
             return obj
         if isinstance(func, Obj):
             meth = _class_attr(func.cls, "__call__") or _class_attr(func.cls, "forward")
@@ -258,7 +260,55 @@ class Calls:
                     continue
         for k, v in body_env.items():
             cls.attrs.setdefault(k, v)
+        if any(_decorator_name(d) == "dataclass" for d in s.decorator_list):
+            cls.fields = self.dataclass_fields(s, bases, env)
         return cls
+
+    def dataclass_fields(self, s: ast.ClassDef, bases: list, env: dict) -> list:
+        """The fields of a @dataclass, its bases' first, with their defaults."""
+        fields: dict[str, tuple] = {}
+        for b in bases:
+            for f in b.fields or []:
+                fields[f[0]] = f
+        for item in s.body:
+            if not isinstance(item, ast.AnnAssign) or not isinstance(item.target, ast.Name):
+                continue
+            if "ClassVar" in ast.unparse(item.annotation):
+                continue
+            name, v = item.target.id, item.value
+            got: tuple = (name, "none", None)
+            try:
+                if isinstance(v, ast.Call) and _decorator_name(v) == "field":
+                    for kw in v.keywords:
+                        if kw.arg == "default":
+                            got = (name, "value", self.expr(kw.value, env))
+                        elif kw.arg == "default_factory":
+                            got = (name, "factory", self.expr(kw.value, env))
+                elif v is not None:
+                    got = (name, "value", self.expr(v, env))
+            except (Abort, Stop):
+                got = (name, "value", UNK)
+            fields[name] = got
+        return list(fields.values())
+
+    def dataclass_init(self, cls: Cls, obj: Obj, args: list, kwargs: dict, e: ast.Call) -> None:
+        """The __init__ @dataclass writes: arguments by position, then by name, else the
+        field's default or a fresh value of its factory; then __post_init__."""
+        for k, (name, kind, value) in enumerate(cls.fields or []):
+            if k < len(args):
+                v = args[k]
+            elif name in kwargs:
+                v = kwargs[name]
+            elif kind == "factory":
+                v = self.call(value, [], {}, e) if value is not UNK else UNK
+            elif kind == "value":
+                v = value
+            else:
+                v = UNK
+            obj.attrs[name] = v
+        post = _class_attr(cls, "__post_init__")
+        if isinstance(post, Fn):
+            self.call_fn(_bind(post, obj), [], {}, e)
 
     def call_fn(self, fn: Fn, args: list, kwargs: dict, e: ast.AST) -> object:
         if fn.only_rank is not None and fn.only_rank != self.rank:
@@ -379,3 +429,12 @@ def _store_unknown(method: object, args: list, kwargs: dict) -> object:
     if isinstance(owner, dict) and name == "setdefault" and args and _is_known(args[0]):
         return owner.setdefault(args[0], args[1] if len(args) > 1 else None)
     return UNK
+
+
+def _decorator_name(d: ast.AST) -> str:
+    """`dataclass`, `dataclasses.dataclass`, `dataclass(frozen=True)` -> "dataclass"."""
+    if isinstance(d, ast.Call):
+        d = d.func
+    if isinstance(d, ast.Attribute):
+        return d.attr
+    return d.id if isinstance(d, ast.Name) else ""

@@ -177,6 +177,9 @@ class Cls:
     name: str
     attrs: dict
     bases: list
+    # a @dataclass: its fields in order, (name, "value" | "factory" | "none", value), whose
+    # generated __init__ the evaluator runs (`Config(steps=args.steps)`)
+    fields: list | None = None
 
 
 @dataclass
