@@ -57,7 +57,7 @@ def test_every_program_names_its_label():
         assert any(re.match(r"# label: (ok|hang|fail) ", line) for line in head), case
 
 
-LOOP_SIGNALS_UNIFORM = '''
+LOOP_SIGNALS_UNIFORM = """
 import lightning as L
 from transformers import TrainerCallback
 
@@ -95,7 +95,7 @@ class DivergenceStop(L.Callback):
         if loss > 4.0:
             trainer.should_stop = True
         trainer.should_stop = trainer.strategy.broadcast(trainer.should_stop)
-'''
+"""
 
 
 def test_loop_signals_on_values_every_rank_shares_are_clean(tmp_path):
