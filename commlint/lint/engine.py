@@ -528,30 +528,35 @@ def _lint_paths(
     facts: list[FileFacts] = []
     todo: list[Task] = []
     keys: dict[str, str] = {}
-    for f in files:
-        path = str(f)
-        module = module_name(_relative(f, config.root))
-        if path == stdin_name and f is files[0]:
-            todo.append((path, module, stdin_data, extra_key, limits))  # never cached
-            continue
-        try:
-            size = os.path.getsize(path)
-            if size > limits.max_bytes:  # not read at all
-                facts.append(_too_large(path, module, size, limits))
+    # the facts read from the cache hold no cycles: the collector walking them as they are
+    # unpickled was most of a cached run's reading (1.3 of 1.6 CPU s on 1,235 files)
+    with paused_gc():
+        for f in files:
+            path = str(f)
+            module = module_name(_relative(f, config.root))
+            if path == stdin_name and f is files[0]:
+                todo.append((path, module, stdin_data, extra_key, limits))  # never cached
                 continue
-            data = f.read_bytes()
-        except OSError as exc:
-            if path not in excluded:
-                report.errors.append(InputError(path=path, message=f"cannot read: {exc.strerror}"))
-            continue
-        if cache_obj is not None:
-            key = cache_obj.key(path, module, data)
-            hit = cache_obj.get(key)
-            if hit is not None:
-                facts.append(_renamed(hit, path))
+            try:
+                size = os.path.getsize(path)
+                if size > limits.max_bytes:  # not read at all
+                    facts.append(_too_large(path, module, size, limits))
+                    continue
+                data = f.read_bytes()
+            except OSError as exc:
+                if path not in excluded:
+                    message = f"cannot read: {exc.strerror}"
+                    report.errors.append(InputError(path=path, message=message))
                 continue
-            keys[path] = key
-        todo.append((path, module, data, extra_key, limits))
+            if cache_obj is not None:
+                key = cache_obj.key(path, module, data)
+                hit = cache_obj.get(key)
+                if hit is not None:
+                    facts.append(_renamed(hit, path))
+                    continue
+                keys[path] = key
+            todo.append((path, module, data, extra_key, limits))
+        survivors.freeze()  # before the collector is back: else its first pass walks them all
     jobs = opts.jobs if opts.jobs > 0 else (os.cpu_count() or 1)
     fresh: list[FileFacts] = []
     progress = _Progress(len(todo), opts.progress_after, opts.progress_console)
@@ -565,7 +570,8 @@ def _lint_paths(
 
     try:
         if jobs > 1 and len(todo) >= 16:
-            _extract_parallel(todo, jobs, keep)
+            with paused_gc():  # the workers' facts are unpickled here (no cycles either)
+                _extract_parallel(todo, jobs, keep)
         else:
             for t in todo:
                 keep(_extract_serial(t))

@@ -33,7 +33,9 @@ class Survivors:
         self.frozen = False
 
     def freeze(self) -> None:
-        if not self.frozen and gc.get_freeze_count() == 0:
+        """Everything alive now joins the frozen (again, after more was built: the facts
+        read from the cache first, then the ones extracted)."""
+        if self.frozen or gc.get_freeze_count() == 0:
             gc.freeze()
             self.frozen = True
 
