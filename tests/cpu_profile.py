@@ -3,7 +3,10 @@
 Wall time is no measure on a shared machine; CPU seconds are. For every test this records
 the CPU (user + system) of its pytest process and of the children it waited for (a child's
 CPU only reaches RUSAGE_CHILDREN once it is reaped), over setup, call and teardown — so a
-module-scoped fixture's cost lands on the first test that needs it. Each xdist worker
+module-scoped fixture's cost lands on the first test that needs it. Processes that outlive a
+test (multiprocessing's forkserver, which reaps the ranks it forks) are counted by the change
+of their own CPU and their reaped children's, read from /proc: without it a real gloo batch's
+ranks would count nowhere. Each xdist worker
 appends JSON lines to the file; the controller prints the top consumers at the end.
 """
 
@@ -21,10 +24,40 @@ ENV = "COMMLINT_TEST_CPU"
 TOP = 40
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _live_descendants_cpu() -> float:
+    """CPU seconds of this process's living descendants, each with its reaped children's."""
+    parent: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(entry.name)
+        # after the command: state ppid ... utime(12) stime(13) cutime(14) cstime(15)
+        parent[pid] = int(fields[1])
+        cpu[pid] = sum(int(x) for x in fields[11:15]) / _TICK
+    me, total = os.getpid(), 0.0
+    for pid in cpu:
+        p, seen = parent.get(pid), 0
+        while p is not None and p > 1 and seen < 64:
+            if p == me:
+                total += cpu[pid]
+                break
+            p, seen = parent.get(p), seen + 1
+    return total
+
+
 def _cpu() -> tuple[float, float]:
     own = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime
+    return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime + _live_descendants_cpu()
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -65,3 +98,38 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.write_line("per file:")
     for key, cpu in sorted(by_file.items(), key=lambda kv: -kv[1])[:25]:
         terminalreporter.write_line(f"{cpu:8.1f} s  {key}")
+
+
+def main(argv: list[str]) -> int:
+    """`python tests/cpu_profile.py CMD...`: run CMD as a child subreaper, so processes it
+    orphans (a forkserver its workers never waited for) are reaped here and their CPU
+    counted; print the whole tree's CPU, the wall time and the load average before and after."""
+    import ctypes
+    import subprocess
+    import time
+
+    pr_set_child_subreaper = 36
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0)
+    load0, start = os.getloadavg(), time.monotonic()
+    code = subprocess.call(argv)
+    wall = time.monotonic() - start
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(
+        f"cpu_profile: wall {wall:.0f} s ({int(wall // 60)} min {wall % 60:.0f} s), CPU "
+        f"{kids.ru_utime + kids.ru_stime:.0f} s ({kids.ru_utime:.0f} user + "
+        f"{kids.ru_stime:.0f} sys), load average {load0[0]:.1f} before, "
+        f"{os.getloadavg()[0]:.1f} after, exit {code}",
+        flush=True,
+    )
+    return code
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(main(sys.argv[1:]))
