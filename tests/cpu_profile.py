@@ -70,9 +70,19 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     yield
     own1, kids1 = _cpu()
     row = {"test": item.nodeid, "self": round(own1 - own0, 3), "children": round(kids1 - kids0, 3)}
+    row["outcome"] = getattr(item, "_cpu_profile_outcome", "passed")
     row["worker"] = os.environ.get("PYTEST_XDIST_WORKER", "main")
     with open(path, "a", encoding="utf-8") as out:
         out.write(json.dumps(row) + "\n")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Generator:
+    report = (yield).get_result()
+    if report.failed:
+        item._cpu_profile_outcome = "failed"  # type: ignore[attr-defined]
+    elif report.skipped and not hasattr(item, "_cpu_profile_outcome"):
+        item._cpu_profile_outcome = "skipped"  # type: ignore[attr-defined]
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
