@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -55,15 +56,13 @@ def run_commlint(
         assert server.stdin is not None and server.stdout is not None
         server.stdin.write(json.dumps(request) + "\n")
         server.stdin.flush()
-        pid = int(server.stdout.readline())
-        ready, _, _ = select.select([server.stdout], [], [], timeout)
-        if not ready:
+        answers = server.stdout.fileno()
+        pid = int(_read_line(answers, None))
+        line = _read_line(answers, timeout)
+        if line is None:
             os.killpg(pid, signal.SIGKILL)
-            server.stdout.readline()
+            _read_line(answers, None)
             raise subprocess.TimeoutExpired([sys.executable, "-m", "commlint", *args], timeout)
-        line = server.stdout.readline()
-        if not line:
-            raise RuntimeError("the commlint test server died")
         code = int(line)
         encoding = locale.getpreferredencoding(False)
         return subprocess.CompletedProcess(
@@ -74,6 +73,22 @@ def run_commlint(
         )
 
 
+def _read_line(fd: int, timeout: float | None) -> str | None:
+    """One answer line, read a byte at a time (nothing of the next answer is read ahead, so
+    a wait on the descriptor never misses a line already read); None after `timeout`."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    line = b""
+    while not line.endswith(b"\n"):
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not select.select([fd], [], [], left)[0]:
+            return None
+        byte = os.read(fd, 1)
+        if not byte:
+            raise RuntimeError("the commlint test server died")
+        line += byte
+    return line.decode()
+
+
 def _server() -> subprocess.Popen:
     global _SERVER
     if _SERVER is None or _SERVER.poll() is not None:
@@ -82,7 +97,6 @@ def _server() -> subprocess.Popen:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
-            bufsize=1,
         )
         atexit.register(_stop, _SERVER)
     return _SERVER
