@@ -51,3 +51,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     for child in multiprocessing.active_children():
         child.kill()
         child.join(5)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """`COMMLINT_TEST_CPU=<file>` turns on the CPU accounting of tests/cpu_profile.py."""
+    import importlib.util
+    import os
+
+    plugin = Path(__file__).with_name("cpu_profile.py")
+    # (a copy of this conftest elsewhere, as tests/test_xdist_groups.py makes, has none)
+    if os.environ.get("COMMLINT_TEST_CPU") and plugin.is_file():
+        spec = importlib.util.spec_from_file_location("commlint_test_cpu_profile", plugin)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        config.pluginmanager.register(module, "commlint-test-cpu-profile")

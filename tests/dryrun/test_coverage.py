@@ -5,15 +5,15 @@ that recorded no communication at all is not a pass."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
+
+from cli_server import run_commlint
 
 FIXTURES = Path(__file__).parent / "fixtures" / "coverage"
 
 
 def run(program: Path, cwd: Path) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "commlint", "run", "--nproc-per-node", "2", str(program)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=cwd)
+    return run_commlint(["run", "--nproc-per-node", "2", str(program)], timeout=300, cwd=cwd)
 
 
 def marked(path: Path) -> list[int]:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_server import run_commlint
 
 from commlint.plans.dryrun import cuda_standins
 
@@ -23,13 +24,8 @@ def run(*args: str, script: Path = SCRIPT) -> subprocess.CompletedProcess:
     """`commlint run` of `script` (its arguments, or commlint's before it) on 2 ranks."""
     flags = [a for a in args if a.startswith("--")]
     rest = [a for a in args if not a.startswith("--")]
-    cmd = [sys.executable, "-m", "commlint", "run", "--nproc-per-node", "2", *flags]
-    return subprocess.run(
-        [*cmd, str(script), *rest],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    cmd = ["run", "--nproc-per-node", "2", *flags]
+    return run_commlint([*cmd, str(script), *rest], timeout=300)
 
 
 def test_gpu_only_script_is_clean_under_fake_tensors_with_its_buckets_recorded(tmp_path):

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_server import run_commlint
 
 from commlint.commands.run import resolve_target
 from commlint.graph.check import check_trace
@@ -73,10 +72,9 @@ def test_a_gpu_asked_for_on_a_cpu_target_fails_as_there_with_no_real_rerun():
 
 def test_the_verdict_line_names_the_target_from_the_environment(tmp_path):
     env = {**__import__("os").environ, "ACCELERATE_USE_CPU": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "commlint", "run", "--nproc-per-node", "2", str(PROGRAM)],
-        capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path,
-    )  # fmt: skip
+    proc = run_commlint(
+        ["run", "--nproc-per-node", "2", str(PROGRAM)], timeout=600, env=env, cwd=tmp_path
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("Found 1 finding") and "target: cpu (ACCELERATE_USE_CPU=1" in last

@@ -7,12 +7,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from cli_server import run_commlint
 
 HERE = Path(__file__).resolve().parent
 ROOT = str(HERE.parent.parent)
@@ -157,12 +156,10 @@ def test_a_dry_run_leaves_every_file_of_yours_as_it_was(tmp_path: Path, layers: 
     work.mkdir()
     (work / "train.py").write_text(PROGRAM)
     before = _snapshot(tmp_path)
-    cmd = [sys.executable, "-m", "commlint", "run", "--nproc-per-node", "2", "--tee", "all"]
+    cmd = ["run", "--nproc-per-node", "2", "--tee", "all"]
     args = ["train.py", "--root", str(tmp_path / "out"), "--side", "../side"]
     env = {**os.environ, "PYTHONPATH": ROOT, "COMMLINT_OVERLAY": "1" if "os" in layers else "0"}
-    out = subprocess.run(
-        [*cmd, *args], capture_output=True, text=True, timeout=600, cwd=work, env=env
-    )
+    out = run_commlint([*cmd, *args], timeout=600, cwd=work, env=env)
     assert _snapshot(tmp_path) == before  # byte for byte, mode, time, listing
     # every rank read back what it did, and rank 1 got what rank 0 wrote before the barrier
     assert "[rank 0]: failed: []" in out.stderr and "[rank 1]: failed: []" in out.stderr, (
@@ -195,12 +192,10 @@ def test_code_that_writes_from_c_writes_into_the_ranks_overlay(tmp_path: Path):
     (tmp_path / "real.txt").write_text("mine")
     (tmp_path / "prog.py").write_text(C_WRITER)
     before = _snapshot(tmp_path)
-    cmd = [sys.executable, "-m", "commlint", "run", "--nproc-per-node", "2", "--format", "json"]
+    cmd = ["run", "--nproc-per-node", "2", "--format", "json"]
     args = ["prog.py", str(tmp_path / "real.txt"), str(tmp_path / "cdir")]
     env = {**os.environ, "PYTHONPATH": ROOT}
-    out = subprocess.run(
-        [*cmd, *args], capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env
-    )
+    out = run_commlint([*cmd, *args], timeout=600, cwd=tmp_path, env=env)
     assert _snapshot(tmp_path) == before
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]
     trace = json.loads(out.stdout)

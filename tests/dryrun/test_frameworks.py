@@ -5,10 +5,10 @@ collective caught at the user's line."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_server import run_commlint
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -17,13 +17,11 @@ def dry_run(
     script: Path, *args: str, cwd: Path, save: Path | None = None, nproc: int = 2
 ) -> subprocess.CompletedProcess:
     """`commlint run` of a fixture, from `cwd` (the frameworks write output folders there)."""
-    cmd = [sys.executable, "-m", "commlint", "run", "--nproc-per-node", str(nproc)]
+    cmd = ["run", "--nproc-per-node", str(nproc)]
     cmd += ["--timeout", "120"]
     if save is not None:
         cmd += ["--save-trace", str(save)]
-    return subprocess.run(
-        [*cmd, str(script), *args], capture_output=True, text=True, timeout=600, cwd=cwd
-    )
+    return run_commlint([*cmd, str(script), *args], timeout=600, cwd=cwd)
 
 
 def assert_clean_on_fake_tensors(script: Path, *args: str, cwd: Path, nproc: int = 2) -> str:

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from cli_server import run_commlint
+
 from commlint.graph import check_trace
 from commlint.trace import Trace
 
@@ -76,12 +78,9 @@ def test_ranks_not_recorded_are_not_blamed():
 def test_dry_run_reports_it_and_the_saved_trace_keeps_it(tmp_path):
     program = PROGRAMS / "bad_member_only_group.py"
     saved = tmp_path / "trace"
-    run = [sys.executable, "-m", "commlint", "run", "--nproc-per-node", "2"]
-    out = subprocess.run(
-        [*run, "--save-trace", str(saved), "--format", "concise", str(program)],
-        capture_output=True,
-        text=True,
-        timeout=600,
+    run = ["run", "--nproc-per-node", "2"]
+    out = run_commlint(
+        [*run, "--save-trace", str(saved), "--format", "concise", str(program)], timeout=600
     )
     assert out.returncode == 1, out.stdout + out.stderr
     assert "programs/bad_member_only_group.py:11:1: CL212" in out.stdout

@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import uuid
 from functools import cache
 from pathlib import Path
 
 import pytest
 import yaml
+from cli_server import run_commlint
 
 from commlint.graph.check import check_trace
 
@@ -57,12 +57,7 @@ def line_of(program: Path, text: str) -> int:
 
 
 def cli(*args: str, command: str = "run") -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "commlint", command, *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_commlint([command, *args], timeout=300)
 
 
 def errors(out: subprocess.CompletedProcess) -> list[str]:
@@ -247,10 +242,8 @@ def test_files_a_rank_writes_stay_its_own_and_out_of_your_tree(tmp_path: Path):
         "    assert not os.path.exists('ckpt.pt')\n"
     )
     (tmp_path / "kept.txt").write_text("mine")
-    cmd = [sys.executable, "-m", "commlint", "run", "--nproc-per-node", "4", "-j", "2"]
-    out = subprocess.run(
-        [*cmd, str(program)], capture_output=True, text=True, timeout=300, cwd=tmp_path
-    )
+    cmd = ["run", "--nproc-per-node", "4", "-j", "2"]
+    out = run_commlint([*cmd, str(program)], timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     # the folder rank 0 made was on disk while it ran (C code may write into it): gone now
     left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))

@@ -13,6 +13,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from cli_server import run_commlint
 
 from commlint.plans.dryrun.slurm_launcher import parse_options, shares
 
@@ -181,12 +182,12 @@ def test_slurm_tasks_through_submitit_give_the_local_verdict(tmp_path):
 def test_commlint_run_launcher_slurm_gives_one_verdict(tmp_path):
     pytest.importorskip("submitit")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run(
-        [sys.executable, "-m", "commlint", "run", "--launcher", "slurm",
+    out = run_commlint(
+        ["run", "--launcher", "slurm",
          "--slurm-option", "cluster=local", "--slurm-folder", str(tmp_path / "s"),
          "--nnodes", "2", "--nproc-per-node", str(PER_NODE), "-j", "2",
          "--format", "json", str(BAD)],
-        capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path,
+        timeout=600, env=env, cwd=tmp_path,
     )  # fmt: skip
     assert out.returncode == 1, out.stderr
     findings = json.loads(out.stdout)["findings"]

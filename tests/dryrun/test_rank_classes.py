@@ -4,11 +4,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_server import run_commlint
 
 from commlint.graph.check import check_trace
 from commlint.plans.dryrun import tracked
@@ -125,10 +124,10 @@ def test_the_rank_as_an_index_records_those_ranks_themselves(monkeypatch):
 
 @pytest.mark.parametrize("fmt", ["json", "text"])
 def test_the_verdict_says_how_many_ranks_were_recorded_and_derived(fmt, tmp_path):
-    out = subprocess.run(
-        [sys.executable, "-m", "commlint", "run", "--device", "cpu", "--nnodes", "2",
+    out = run_commlint(
+        ["run", "--device", "cpu", "--nnodes", "2",
          "--nproc-per-node", "8", "--rank-classes", "-j", "2", "--format", fmt, str(STAGES)],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        timeout=300, cwd=tmp_path,
     )  # fmt: skip
     assert out.returncode == 1, out.stderr
     if fmt == "json":

@@ -10,6 +10,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from cli_server import run_commlint
 
 from commlint.commands.run import parse_ranks
 from commlint.findings import CommlintInputError
@@ -49,12 +50,7 @@ def line_of(program: Path, text: str) -> int:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "commlint", "run", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_commlint(["run", *args], timeout=300)
 
 
 def test_batched_p2p_keeps_the_batch_and_the_waits():

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_server import run_commlint
 from torch.distributed.run import get_args_parser
 
 from commlint.cli import build_parser, main
@@ -236,11 +237,12 @@ def test_a_pasted_torchrun_line_gets_the_plain_forms_verdict(project: Path):
     script, and one with -m. Same exit code, same findings."""
 
     def dry_run(*argv: str) -> tuple[int, list[dict], str]:
-        out = subprocess.run(
-            [sys.executable, "-m", "commlint", "run", "--format", "json", *argv],
-            capture_output=True, text=True, timeout=300, cwd=project,
+        out = run_commlint(
+            ["run", "--format", "json", *argv],
+            timeout=300,
+            cwd=project,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )  # fmt: skip
+        )
         return out.returncode, json.loads(out.stdout)["findings"], out.stderr
 
     code, findings, err = dry_run("--nproc-per-node", "2", "pkg/mod.py")

@@ -14,11 +14,11 @@ import importlib.util
 import json
 import random
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
+from cli_server import run_commlint
 
 # torchtitan runs in `commlint run`'s children only: importing it here (12 s under load) would
 # cost every xdist worker that time at collection.
@@ -89,11 +89,11 @@ def titan(script: Path, world: int, *args: str, cwd: Path) -> subprocess.Complet
     """`commlint run` of the entry point at `world` ranks, its trace saved in a fresh folder
     of `cwd` (`saved_trace`)."""
     cmd = [
-        sys.executable, "-m", "commlint", "run", "--nproc-per-node", str(world),
+        "run", "--nproc-per-node", str(world),
         "--timeout", "240", "--save-trace", str(cwd / f"trace-{uuid.uuid4().hex[:8]}"),
         str(script), *TINY, *args,
     ]  # fmt: skip
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=cwd)
+    return run_commlint(cmd, timeout=900, cwd=cwd)
 
 
 def assert_clean(proc: subprocess.CompletedProcess) -> str:
@@ -156,10 +156,10 @@ def test_the_unchanged_entry_point_names_the_torch_api_it_lacks(assets: Path):
         if "torch.distributed.set_timeout(" in text
     )
     cmd = [
-        sys.executable, "-m", "commlint", "run", "--nproc-per-node", "2", "--timeout", "240",
+        "run", "--nproc-per-node", "2", "--timeout", "240",
         "-m", "torchtitan.train", *TINY, *FSDP2,
     ]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=assets)
+    proc = run_commlint(cmd, timeout=900, cwd=assets)
     assert proc.returncode == 2, (proc.stdout + proc.stderr)[-3000:]
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("commlint: error")]
     assert errors == [

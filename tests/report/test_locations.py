@@ -5,7 +5,6 @@ SARIF is validated against the official 2.1.0 schema."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,10 +13,11 @@ import pytest
 
 from commlint.cli import main
 
-RUN_SARIF = [sys.executable, "-m", "commlint", "run", "--format", "sarif"]
+RUN_SARIF = ["run", "--format", "sarif"]
 SARIF_SCHEMA = Path("/work/shared/data/sarif-schema-2.1.0.json")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "importers"))
 import fr_synth  # noqa: E402  (the importers' tests build their dumps with it)
+from cli_server import run_commlint  # noqa: E402
 
 TRAIN = """\
 import torch.distributed as dist
@@ -103,12 +103,8 @@ def test_run_findings_have_regions(tmp_path: Path):
     """A real dry-run: the result and each related action carry a full region."""
     pytest.importorskip("torch")
     (tmp_path / "train.py").write_text(DRYRUN, encoding="utf-8")
-    proc = subprocess.run(
-        [*RUN_SARIF, "--nproc-per-node", "2", "train.py"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=200,
+    proc = run_commlint(
+        [*RUN_SARIF, "--nproc-per-node", "2", "train.py"], cwd=tmp_path, timeout=200
     )
     assert proc.returncode == 1, proc.stderr
     log = json.loads(proc.stdout)

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_server import run_commlint
 
 from commlint.callsites import frame_kind, package_path
 from commlint.findings import Finding
@@ -246,10 +247,8 @@ def _env() -> dict[str, str]:
 
 
 def _dry_run(program: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "commlint", "run", "--nproc-per-node", "2", program.name],
-        capture_output=True,
-        text=True,
+    return run_commlint(
+        ["run", "--nproc-per-node", "2", program.name],
         timeout=300,
         cwd=program.parent,
         env=_env(),
@@ -341,15 +340,8 @@ def test_dry_run_names_a_lightning_callback_barrier_not_trainer_fit(tmp_path: Pa
     pytest.importorskip("lightning")
     for name in ("train.py", "my_callbacks.py"):
         (tmp_path / name).write_text((HERE / "lightning_app" / name).read_text())
-    cmd = [sys.executable, "-m", "commlint", "run", "--nproc-per-node", "2", "--timeout", "120"]
-    proc = subprocess.run(
-        [*cmd, "train.py"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-        env=_env(),
-    )
+    cmd = ["run", "--nproc-per-node", "2", "--timeout", "120"]
+    proc = run_commlint([*cmd, "train.py"], timeout=600, cwd=tmp_path, env=_env())
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert proc.stdout.startswith("my_callbacks.py:8: CL203"), proc.stdout
     assert (
