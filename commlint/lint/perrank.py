@@ -35,6 +35,7 @@ from commlint.lint.perrank_model import (
     MESH,
     NPROC,
     NPROCS,
+    OTHER_WORLD,
     UNK,
     Abort,
     Builtin,
@@ -103,6 +104,7 @@ class Rank(Statements, Expressions, Calls, TorchApi, Modules, Meshes):
         self.depth = 0
         self.stack: list[tuple[str, str, int]] = []  # (function, caller's file, call line)
         self.groups: list[Group] = []
+        self.flat_dims: dict = {}  # (root shape, root names) -> {flattened name: its view}
         self.handle_count = 0
         self.batch_count = 0
         self.decided: dict[int, set[bool]] = {}  # condition line -> values it took
@@ -312,7 +314,11 @@ class FileEval(CommSites):
                 if self.work > MAX_WORK:
                     return out
                 run = runs[0]
-                if not run.complete and run.reason != "every rank stops":
+                if (
+                    not run.complete
+                    and run.reason != "every rank stops"
+                    and not run.reason.startswith(OTHER_WORLD)
+                ):
                     break  # what stops one world size (data, an opaque call) stops the others
         return out
 
@@ -417,7 +423,9 @@ class FileEval(CommSites):
         if stops:
             ab = next(iter(stops.values()))[0]
             run = WorldRun(name, world, False, ab.reason, ab.line)
-            run.steering = values.steering(self, world, stops)
+            run.steering = values.steering(self, world, stops) or values.partial_steering(
+                self, world, stops, {r: ranks[r].decided.get(ab.cond, set()) for r in ranks if r not in stops}
+            )
             if len(stops) == world and len({fp for _ab, fp in stops.values()}) == 1:
                 run.reason = f"{ab.reason}{UNIFORM_NOTE}"
             return run

@@ -165,7 +165,7 @@ class Calls:
         if isinstance(func, TensorMethod):
             return _tensor_method(func, args, kwargs)
         if isinstance(func, ScheduleMethod):
-            return self.schedule_call(func, e)
+            return self.schedule_call(func, e, kwargs)
         if isinstance(func, MeshMethod):
             return self.mesh_call(func, args, kwargs, e)
         if isinstance(func, GroupMethod):

@@ -52,7 +52,7 @@ from commlint.lint.perrank_model import (
     _Unknowable,
     guard,
 )
-from commlint.lint.perrank_pipelining import Schedule, ScheduleMethod
+from commlint.lint.perrank_pipelining import Schedule, ScheduleMethod, Stage
 
 
 class Expressions:
@@ -303,9 +303,17 @@ class Expressions:
         if isinstance(base, MeshView):
             return self.mesh_attribute(base, attr)
         if isinstance(base, DTensorVal):
+            if attr == "device_mesh" and base.mesh is not None:
+                return base.mesh
             return MeshMethod(base, attr)
         if isinstance(base, Schedule):
             return ScheduleMethod(base, attr)
+        if isinstance(base, Stage):
+            got = base.attribute(attr)
+            if got is not None:
+                self.ev.rank_read = True
+                return got
+            return UNK
         if isinstance(base, ProjMod):
             g = self.globals_of(base.globals)
             if attr in g:

@@ -51,6 +51,11 @@ class Derived(Unknown):
         return f"?{self.fp & 0xFFFF:04x}"
 
 
+# what stops a world size only because the program is written for another one (a mesh whose
+# shape multiplies to 4 at 2 ranks): the next world size is still evaluated
+OTHER_WORLD = "a device mesh for another world size than"
+
+
 class Abort(Exception):
     """This rank's path cannot be decided: the world size is not evaluated."""
 

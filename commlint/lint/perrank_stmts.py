@@ -376,6 +376,8 @@ class Statements:
         self.run_block(s.orelse, env)
 
     def iterate(self, it: object, node: ast.AST) -> list | None:
+        if isinstance(it, DICT_VIEWS):  # `for name, p in params.items()`
+            it = list(it)
         if isinstance(it, list | tuple | range | str | dict | set | frozenset):
             if len(it) > MAX_STEPS:
                 raise Abort("a loop too long to unroll", node.lineno)
@@ -427,6 +429,10 @@ class Statements:
                     base[key] = v
         elif isinstance(target, ast.Starred):
             self.assign(target.value, UNK, env)
+
+
+# `dict.keys()` / `.values()` / `.items()` of a known dict: iterated as the dict's own entries
+DICT_VIEWS = (type({}.keys()), type({}.values()), type({}.items()))
 
 
 def _exits(s: ast.If) -> bool:

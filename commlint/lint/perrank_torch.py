@@ -31,6 +31,7 @@ from commlint.lint.perrank_model import (
     _argspec,
     _int_list,
     _is_known,
+    guard,
 )
 from commlint.lint.perrank_pipelining import (
     MULTI,
@@ -60,6 +61,8 @@ class TorchApi:
             return Placement(last)
         if name == "init_device_mesh":
             return self.init_mesh(args, kwargs, e)
+        if name.endswith("DeviceMesh.from_group"):
+            return self.mesh_from_group(args, kwargs, e)
         if table.constructor(qname) == DTENSOR:
             return self.make_dtensor(args, kwargs, e.lineno)
         if name.startswith("torch.distributed.") or name.startswith("deepspeed.comm"):
@@ -199,15 +202,27 @@ class TorchApi:
             raise Abort("a pipeline schedule of several stages per rank", e.lineno)
         return self.opaque(e)
 
-    def schedule_call(self, m: ScheduleMethod, e: ast.Call) -> object:
+    def schedule_call(self, m: ScheduleMethod, e: ast.Call, kwargs: dict | None = None) -> object:
         if m.attr not in ("step", "eval"):
             return UNK
+        losses = (kwargs or {}).get("losses")
+        st = m.schedule.stage
+        if isinstance(losses, list) and st.index == st.num_stages - 1:
+            # the last stage appends each microbatch's loss: computed from its own data (the
+            # targets and what the stages before it sent), known to this stage alone
+            guard(losses)
+            fps = self.ev.fps
+            target = values.fp_of(self, (kwargs or {}).get("target"), e.lineno)
+            for k in range(m.schedule.n_microbatches):
+                fp = fps.node(e.lineno, ("pipeline loss", st.index, k), (target,))
+                fps.data.add(fp)
+                losses.append(Tensor((), "float32", fp=fp))
 
         def new_handle() -> str:
             self.handle_count += 1
             return f"h{self.handle_count - 1}"
 
-        for action in step_actions(m.schedule, new_handle):
+        for action in step_actions(m.schedule, new_handle, backward=m.attr == "step"):
             self.record(action, e.lineno)
         return UNK
 

@@ -187,6 +187,15 @@ class Fingerprints:
             seen = seen or got is True
         return True if seen else None
 
+    def reads_data(self, fp: int, depth: int = 0) -> bool:
+        """The value was computed from data (a tensor, a batch, a loss) somewhere below."""
+        if fp in self.data:
+            return True
+        node = self.nodes.get(fp)
+        if node is None or depth > 40:
+            return False
+        return any(k is not None and self.reads_data(k, depth + 1) for k in node[2])
+
     def first_difference(self, a: int, b: int) -> tuple[int, str, str] | None:
         """(line, a's value, b's value) of the deepest known value where a and b differ."""
         return self.difference(a, b)[0]
@@ -404,6 +413,36 @@ def steering(fe, world: int, stops: dict) -> Steering | None:
         return None  # only the rank itself, through a call not followed: the rank rules judge
     origin = fe.fps.first_difference(fps[first], fps[other])
     return Steering(cond_line, exit_line, kind, text, fps, origin, (first, other), where)
+
+
+def partial_steering(fe, world: int, stops: dict, decided: dict) -> Steering | None:
+    """Some ranks stopped at one test of a value computed from their own data; every other
+    rank ran through that same test with a value it knew (`decided`: rank -> the values it
+    took there). A value one rank knows without data and another computes from its data
+    (the loss only the last pipeline stage has) can fall on the other side of the test: the
+    ranks can decide differently."""
+    if not stops or len(stops) == world or len(stops) + len(decided) != world:
+        return None
+    sites = {(ab.cond, ab.line, id(ab.unit)) for ab, _fp in stops.values()}
+    if len(sites) != 1 or any(ab.unit is not None for ab, _fp in stops.values()):
+        return None  # (a followed file's lines are not told apart from the evaluated one's)
+    cond_line, exit_line, _unit = sites.pop()
+    fps = fe.fps
+    if any(not fps.reads_data(fp) or fps.uniform(fp) for _ab, fp in stops.values()):
+        return None
+    if not all(vals for vals in decided.values()):
+        return None  # a rank that never reached the test
+    kind, text = _decision(fe, cond_line, exit_line)
+    if kind is None:
+        return None
+    ranks = {r: fp for r, (_ab, fp) in stops.items()}
+    for r, vals in decided.items():
+        ranks[r] = fps.node(cond_line, ("v", repr(sorted(vals))), ())
+    known = min(decided)
+    local = min(stops)
+    shown = "/".join(str(v) for v in sorted(decided[known]))
+    origin = (cond_line, shown, "computed from its own data")
+    return Steering(cond_line, exit_line, kind, text, ranks, origin, (known, local), None)
 
 
 def _decision(fe, cond_line: int, exit_line: int) -> tuple[str | None, str]:
