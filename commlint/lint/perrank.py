@@ -423,8 +423,9 @@ class FileEval(CommSites):
         if stops:
             ab = next(iter(stops.values()))[0]
             run = WorldRun(name, world, False, ab.reason, ab.line)
+            known = {r: rk.decided.get(ab.cond, set()) for r, rk in ranks.items() if r not in stops}
             run.steering = values.steering(self, world, stops) or values.partial_steering(
-                self, world, stops, {r: ranks[r].decided.get(ab.cond, set()) for r in ranks if r not in stops}
+                self, world, stops, known
             )
             if len(stops) == world and len({fp for _ab, fp in stops.values()}) == 1:
                 run.reason = f"{ab.reason}{UNIFORM_NOTE}"

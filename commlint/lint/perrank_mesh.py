@@ -248,7 +248,6 @@ class Meshes:
             return [self._mesh_group(mesh, d, self.rank) for d in mesh.dims]
         return UNK
 
-
     def flatten(self, mesh: MeshView, name: object, line: int) -> MeshView:
         """`mesh["dp", "cp"]._flatten("dp_cp")`: one dimension over the ranks those dimensions
         span (their groups merged), registered on the root mesh under its name. Row-major
@@ -264,10 +263,10 @@ class Meshes:
         if not isinstance(name, str):
             raise Abort("a mesh dimension this rank cannot know", line)
         lo, hi = dims[0], dims[-1] + 1
-        shape = mesh.shape[:lo] + (math.prod(mesh.shape[lo:hi]),) + mesh.shape[hi:]
+        shape = (*mesh.shape[:lo], math.prod(mesh.shape[lo:hi]), *mesh.shape[hi:])
         names = None
         if mesh.names:
-            names = mesh.names[:lo] + (name,) + mesh.names[hi:]
+            names = (*mesh.names[:lo], name, *mesh.names[hi:])
         view = MeshView(shape, names, (lo,))
         for r in range(self.world):  # every rank creates the flattened groups, alike
             self._mesh_group(view, lo, r)
