@@ -105,6 +105,8 @@ class Rank(Statements, Expressions, Calls, TorchApi, Modules, Meshes):
         self.stack: list[tuple[str, str, int]] = []  # (function, caller's file, call line)
         self.groups: list[Group] = []
         self.flat_dims: dict = {}  # (root shape, root names) -> {flattened name: its view}
+        # tests the taint rules call uniform, taken as true: (file, line) -> (file, origin)
+        self.assumed: dict[tuple[int, int], tuple[object, int]] = {}
         self.handle_count = 0
         self.batch_count = 0
         self.decided: dict[int, set[bool]] = {}  # condition line -> values it took
@@ -471,7 +473,7 @@ class FileEval(CommSites):
             source="static",
             meta={"program": self.path, "entry": name},
         )
-        return WorldRun(
+        run = WorldRun(
             name,
             world,
             True,
@@ -486,6 +488,8 @@ class FileEval(CommSites):
             executed=executed,
             exact=not self.approx,
         )
+        run.steering = values.assumed_steering(self, world, [rk.assumed for rk in ranks.values()])
+        return run
 
 
 def _is_main_block(s: ast.stmt) -> bool:

@@ -66,6 +66,7 @@ class Abort(Exception):
         self.steer = steer  # the unknown value that decides, when its origin is known
         self.cond = cond or line  # the line of the condition that tests it
         self.unit: object | None = None  # the followed file it stopped in (None: the evaluated)
+        self.sharded = False  # the exit skips calls of sharded modules the source does not show
 
 
 class SharedWrite(BaseException):
@@ -200,6 +201,7 @@ class P2P:
 class Interval:
     lo: float
     hi: float
+    fp: int | None = None  # its origin (the tensor it was read from), when known
 
 
 def _words(text: str) -> frozenset[str]:
@@ -384,6 +386,9 @@ ENVIRON = _Environ()
 def _bind(fn: Fn, obj: object) -> Fn:
     """A method bound to its object (a copy: the class keeps the unbound one)."""
     return Fn(fn.node, fn.globals, fn.defaults, fn.qualname, obj, fn.only_rank, fn.unit)
+
+
+TORCH_MODULE = "__commlint_torch_module__"  # a class attribute: it derives from torch.nn.Module
 
 
 def _class_attr(cls: Cls, attr: str) -> object | None:

@@ -105,3 +105,22 @@ def _shard_of(func: object) -> Shard | None:
         return got if isinstance(got, Shard) else None
     got = getattr(func, "shard", None)
     return got if isinstance(got, Shard) else None
+
+
+def calls_sharded(fn_node: ast.AST, env: dict) -> bool:
+    """The function calls a module this rank has sharded (`block(x)` in a forward that loops
+    over FSDP2-wrapped blocks): it communicates, though its source alone does not say so."""
+    for n in ast.walk(fn_node):
+        if not isinstance(n, ast.Call):
+            continue
+        f = n.func
+        v: object = None
+        if isinstance(f, ast.Name):
+            v = env.get(f.id)
+        elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
+            base = env.get(f.value.id)
+            if isinstance(base, Obj):
+                v = base.attrs.get(f.attr)
+        if v is not None and _shard_of(v) is not None:
+            return True
+    return False

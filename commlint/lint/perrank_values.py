@@ -242,6 +242,8 @@ def fp_of(ev, v: object, line: int = 0, depth: int = 0) -> int | None:
         return v.fp
     if isinstance(v, Tensor):
         return v.fp
+    if type(v).__name__ == "Interval":
+        return v.fp
     fps = ev.ev.fps
     if isinstance(v, list | tuple) and depth < 3:
         kids = tuple(fp_of(ev, x, line, depth + 1) for x in v[:32])
@@ -404,7 +406,8 @@ def steering(fe, world: int, stops: dict) -> Steering | None:
     fps = {r: fp for r, (_ab, fp) in stops.items()}
     if len(set(fps.values())) < 2:
         return None  # the same on every rank: unknown, but every rank decides alike
-    kind, text = _decision(where if where is not None else fe, cond_line, exit_line)
+    sharded = all(ab.sharded for ab, _fp in stops.values())
+    kind, text = _decision(where if where is not None else fe, cond_line, exit_line, sharded)
     if kind is None:
         return None
     first = min(fps)
@@ -445,7 +448,55 @@ def partial_steering(fe, world: int, stops: dict, decided: dict) -> Steering | N
     return Steering(cond_line, exit_line, kind, text, ranks, origin, (known, local), None)
 
 
-def _decision(fe, cond_line: int, exit_line: int) -> tuple[str | None, str]:
+def assumed_steering(fe, world: int, assumed: list[dict]) -> Steering | None:
+    """A test the taint rules found uniform (taken as true on every rank, `truth`) whose value
+    the ranks computed from ingredients that differ through data (a generator seeded with the
+    rank: `torch.rand(1, generator=g).item() < p` in a forward): the ranks can decide it
+    differently. Reported as a test of a rank-local value when it decides an exit."""
+    if len(assumed) != world or not assumed[0]:
+        return None
+    for key, (unit, fp0) in sorted(assumed[0].items(), key=lambda kv: kv[0][1]):
+        fps = {0: fp0}
+        for r in range(1, world):
+            got = assumed[r].get(key)
+            if got is None:
+                break
+            fps[r] = got[1]
+        if len(fps) != world or len(set(fps.values())) < 2:
+            continue
+        first = 0
+        other = next(r for r in sorted(fps) if fps[r] != fps[first])
+        if not fe.fps.through_data(fps[first], fps[other]):
+            continue
+        line = key[1]
+        where = None if unit is fe else unit
+        exit_line = _exit_under(where if where is not None else fe, line)
+        kind, text = _decision(where if where is not None else fe, line, exit_line)
+        if kind is None:
+            continue
+        origin = fe.fps.first_difference(fps[first], fps[other])
+        return Steering(line, exit_line, kind, text, fps, origin, (first, other), where)
+    return None
+
+
+def _exit_under(fe, cond_line: int) -> int:
+    """The line of the `break`/`continue`/`return` directly in the body of the `if` at
+    `cond_line` (the `if` itself when there is none)."""
+    import ast
+
+    for n in fe.nodes:
+        if isinstance(n, ast.If) and n.test.lineno == cond_line:
+            for s in n.body:
+                if isinstance(s, ast.Break | ast.Continue | ast.Return):
+                    return s.lineno
+    return cond_line
+
+
+def _decision(fe, cond_line: int, exit_line: int, sharded: bool = False) -> tuple[str | None, str]:
+    """(kind, source) of the test at `cond_line`: what it decides ("break", "continue",
+    "return", "if", "while"), None when it decides no communication. `sharded`: the exit
+    skips calls of modules the rank sharded (their forward all-gathers), which the source
+    alone does not show."""
     import ast
 
     test = None
@@ -459,9 +510,8 @@ def _decision(fe, cond_line: int, exit_line: int) -> tuple[str | None, str]:
     if exit_line != cond_line:
         for n in ast.walk(test):
             if isinstance(n, ast.Break | ast.Continue | ast.Return) and n.lineno == exit_line:
-                return (
-                    type(n).__name__.lower() if _skips_communication(fe, test, n) else None
-                ), text
+                skips = sharded or _skips_communication(fe, test, n)
+                return (type(n).__name__.lower() if skips else None), text
         return None, text
     if isinstance(test, ast.While):
         return "while", text
