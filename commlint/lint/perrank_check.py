@@ -196,6 +196,7 @@ def _judge(fe: FileEval, runs: list[WorldRun]) -> list[RawFinding]:
     out: list[RawFinding] = []
     seen: set[tuple[str, int]] = set()
     reported: set[tuple[str, str]] = set()
+    clean_at: dict[str, list[int]] = {}  # entry -> the world sizes it ran clean at
     for line in sorted(fe.set_loops):
         out.append(
             RawFinding(
@@ -280,6 +281,13 @@ def _judge(fe: FileEval, runs: list[WorldRun]) -> list[RawFinding]:
         run.issues = sum(1 for f in result.findings if f.code != "CL206")
         if run.refute_only:
             continue  # evaluated to refute taint findings inside it, never to report
+        if len(clean_at.get(run.entry, ())) >= 2:
+            # the file does not say its world size, and it runs clean at two smaller ones:
+            # a toy size that only a larger world divides unevenly (a sequence of 12 over 8
+            # ranks) says nothing of the worlds the program is written for
+            continue
+        if run.issues == 0 and run.exact and run.steering is None and not fe.declared:
+            clean_at.setdefault(run.entry, []).append(run.world)
         codes_here: set[str] = set()
         if any(f.code in MISMATCH for f in result.findings):
             codes_here.add("CL115")  # the hang follows from the mismatch: one root cause

@@ -58,7 +58,14 @@ class Modules:
         if hasattr(target, "shard") and not isinstance(target, Unknown | Wrapped):
             target.shard = shard  # a torch.nn.Sequential of the project's modules
             return target
-        return Wrapped(target, shard)
+        wrapped = Wrapped(target, shard)
+        node = (
+            e.args[int(w.get("in_place", 0))] if w.get("in_place") is not None and e.args else None
+        )
+        if isinstance(node, ast.Name) and self.env.get(node.id) is target:
+            # `fully_shard(model)` shards the module in place: the name now holds it wrapped
+            self.env[node.id] = wrapped
+        return wrapped
 
     def _shard_group(self, w: dict, args: list, kwargs: dict, e: ast.Call) -> Group:
         if "mesh" in kwargs and kwargs["mesh"] is not None:
