@@ -38,7 +38,7 @@ from commlint.lint.perrank_model import (
     _is_known,
     _Return,
 )
-from commlint.lint.perrank_modules import Wrapped
+from commlint.lint.perrank_modules import ShardMethod, Wrapped
 from commlint.lint.perrank_pipelining import ScheduleMethod
 
 TORCH_MODULES = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
@@ -169,6 +169,8 @@ class Calls:
                 return UNK
         if isinstance(func, TensorMethod):
             return _tensor_method(func, args, kwargs)
+        if isinstance(func, ShardMethod):
+            return self.shard_call(func, args, kwargs, e)
         if isinstance(func, ScheduleMethod):
             return self.schedule_call(func, e, kwargs)
         if isinstance(func, MeshMethod):

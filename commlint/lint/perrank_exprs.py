@@ -54,6 +54,7 @@ from commlint.lint.perrank_model import (
     _Unknowable,
     guard,
 )
+from commlint.lint.perrank_modules import Wrapped
 from commlint.lint.perrank_pipelining import Schedule, ScheduleMethod, Stage
 
 
@@ -345,6 +346,9 @@ class Expressions:
                 return self.call_fn(_bind(found.fn, base), [], {}, node)
             if found is not None:
                 return found
+            sm = self.shard_method(base, attr)
+            if sm is not None:
+                return sm
             if attr == "training" and _is_torch_module(base.cls):
                 return True  # a module trains until `.eval()` (which sets the attribute)
             if attr in ("train", "eval") and _is_torch_module(base.cls):
@@ -363,6 +367,9 @@ class Expressions:
             return TensorMethod(base, attr)
         if isinstance(base, Group):
             return GroupMethod(base, attr)
+        if isinstance(base, Wrapped):
+            sm = self.shard_method(base, attr)
+            return sm if sm is not None else UNK
         if isinstance(base, values.ArgParser):
             return values.ParserMethod(base, attr)
         if isinstance(base, Work):

@@ -33,6 +33,27 @@ class Shard:
     label: str  # the wrapper's forward, as the API table names it
 
 
+# FSDP2's `FSDPModule` methods a program calls on a sharded module
+SHARD_METHODS = frozenset(
+    {"unshard", "reshard", "set_requires_gradient_sync", "set_reshard_after_forward"}
+)
+
+
+@dataclass(frozen=True)
+class StateDictOptions:
+    """`StateDictOptions(...)` as far as communication goes (None: not known)."""
+
+    full: bool | None
+
+
+@dataclass
+class ShardMethod:
+    """`model.unshard()` / `model.set_requires_gradient_sync(False)` on a sharded module."""
+
+    shard: Shard
+    attr: str
+
+
 @dataclass
 class Wrapped:
     """A module the evaluator does not model, once wrapped: calling it communicates."""
@@ -89,12 +110,62 @@ class Modules:
         pending = self.__dict__.setdefault("grad_shards", [])
         pending.append(shard)
 
+    def shard_method(self, base: object, attr: str) -> ShardMethod | None:
+        """A method of FSDP2's `FSDPModule` on a sharded module, else None."""
+        shard = _shard_of(base)
+        if shard is None or attr not in SHARD_METHODS:
+            return None
+        return ShardMethod(shard, attr)
+
+    def shard_call(self, m: ShardMethod, args: list, kwargs: dict, e: ast.Call) -> object:
+        """`unshard()` all-gathers the module's parameters on its group, whatever the caller
+        does next; `set_requires_gradient_sync(False)` makes the following backwards keep
+        their gradients local (no reduce-scatter) until it is set again."""
+        if m.attr == "unshard":
+            action: dict = {"op": "all_gather", "label": "unshard (FSDP2 all-gather)"}
+            if m.shard.group.name != "WORLD":
+                action["group"] = m.shard.group.name
+            self.record(action, e.lineno)
+        elif m.attr == "set_requires_gradient_sync":
+            flag = args[0] if args else kwargs.get("requires_gradient_sync", UNK)
+            if not isinstance(flag, bool):
+                raise Abort("a gradient synchronisation this rank cannot know", e.lineno, flag)
+            self.__dict__["grad_sync"] = flag
+        return None
+
+    def state_dict_call(self, last: str, args: list, kwargs: dict, e: ast.Call) -> object:
+        """`torch.distributed.checkpoint.state_dict`: `StateDictOptions(full_state_dict=True)`
+        makes `get_model_state_dict` / `get_state_dict` of a sharded module gather every
+        parameter in full (an all-gather per sharded unit, on its group); sharded options
+        leave the shards where they are. None: not modelled here."""
+        if last == "StateDictOptions":
+            full = kwargs.get("full_state_dict", False)
+            return StateDictOptions(full if isinstance(full, bool) else None)
+        if last not in ("get_model_state_dict", "get_state_dict"):
+            return None
+        shard = _shard_of(args[0] if args else kwargs.get("model"))
+        if shard is None:
+            return None
+        opts = kwargs.get("options")
+        full = opts.full if isinstance(opts, StateDictOptions) else False if opts is None else None
+        if full is None:
+            raise Abort("state-dict options this rank cannot know", e.lineno)
+        if full:
+            action: dict = {"op": "all_gather", "label": f"{last} (full state dict)"}
+            if shard.group.name != "WORLD":
+                action["group"] = shard.group.name
+            self.record(action, e.lineno)
+        return UNK
+
     def sharded_backward(self, e: ast.Call) -> bool:
         """`loss.backward()` after forwards of wrapped modules: each unit's reduce-scatter,
         the last forward's first. False when no wrapped forward ran since the last one."""
         pending = self.__dict__.get("grad_shards")
         if not pending:
             return False
+        if self.__dict__.get("grad_sync") is False:
+            pending.clear()  # gradients accumulate locally: no reduce-scatter this time
+            return True
         for shard in reversed(pending):
             action: dict = {"op": "reduce_scatter", "label": "backward (FSDP reduce-scatter)"}
             if shard.group.name != "WORLD":

@@ -118,6 +118,10 @@ class TorchApi:
             if isinstance(fn, Fn) and isinstance(extra, tuple | list):
                 return self.call_fn(fn, [self.rank, *extra], {}, e)
             return self.opaque(e)
+        if name.startswith("torch.distributed.checkpoint.state_dict."):
+            got = self.state_dict_call(last, args, kwargs, e)
+            if got is not None:
+                return got
         wrapper = table.wrapper(qname)
         if wrapper is not None:
             return self.wrap_module(wrapper, args, kwargs, e)
