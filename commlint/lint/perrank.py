@@ -107,6 +107,8 @@ class Rank(Statements, Expressions, Calls, TorchApi, Modules, Meshes):
         self.flat_dims: dict = {}  # (root shape, root names) -> {flattened name: its view}
         # tests the taint rules call uniform, taken as true: (file, line) -> (file, origin)
         self.assumed: dict[tuple[int, int], tuple[object, int]] = {}
+        # (line, origin) of each all_to_all_single whose output splits are not known
+        self.split_origins: list[tuple[int, int | None]] = []
         self.handle_count = 0
         self.batch_count = 0
         self.decided: dict[int, set[bool]] = {}  # condition line -> values it took
@@ -166,6 +168,7 @@ class WorldRun:
     refute_only: bool = False  # called only from other files: it may refute, never report
     explored: bool = False  # one path of an exploration (`FileEval.explore`): it refutes only
     steering: values.Steering | None = None  # ranks stopped at a rank-local decision
+    local_splits: int | None = None  # an all_to_all whose output splits each rank guessed
 
 
 class FileEval(CommSites):
@@ -489,6 +492,9 @@ class FileEval(CommSites):
             exact=not self.approx,
         )
         run.steering = values.assumed_steering(self, world, [rk.assumed for rk in ranks.values()])
+        run.local_splits = values.local_splits(
+            self, world, [rk.split_origins for rk in ranks.values()]
+        )
         return run
 
 

@@ -219,6 +219,10 @@ def _judge(fe: FileEval, runs: list[WorldRun]) -> list[RawFinding]:
                 out.append(found)
         if not run.complete:
             continue
+        if run.local_splits and not run.refute_only and ("CL116", run.local_splits) not in seen:
+            seen.add(("CL116", run.local_splits))
+            reported.add(("CL116", run.entry))
+            out.append(_local_splits_finding(fe, run))
         if run.creation_mismatch is not None and run.refute_only:
             run.issues += 1  # a mismatch, not reported from here: it refutes nothing
             continue
@@ -326,6 +330,21 @@ def _judge(fe: FileEval, runs: list[WorldRun]) -> list[RawFinding]:
                 )
             )
     return out
+
+
+def _local_splits_finding(fe: FileEval, run: WorldRun) -> RawFinding:
+    line = run.local_splits or 0
+    return RawFinding(
+        "CL116",
+        f"with {run.world} ranks (evaluated rank by rank from `{run.entry}`): the "
+        f"all_to_all_single at line {line} takes its output_split_sizes from this rank's own "
+        "data (different on each rank, received from no peer): what a rank expects from "
+        "rank j is not what rank j sends it — gloo fails on the size, NCCL hangs or corrupts",
+        fe.path,
+        _pos(fe, line),
+        "Exchange the counts first (`all_to_all_single(recv_counts, send_counts)`) and take "
+        "output_split_sizes from what the peers sent.",
+    )
 
 
 def _local_sites(run: WorldRun, short: str, finding) -> list[tuple[int, str]]:

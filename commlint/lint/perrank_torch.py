@@ -320,6 +320,16 @@ class TorchApi:
         if op == "all_to_all" and raw == "all_to_all_single":
             out_s = _arg(args, kwargs, 2, "output_split_sizes")
             in_s = _arg(args, kwargs, 3, "input_split_sizes")
+            if out_s is not None and not _int_list(out_s):
+                origin = values.fp_of(self, out_s, self.line)
+                # where it is called from in the evaluated file: the innermost frame there
+                here = self.line if self.cur is self.ev else 0
+                for _fn, short, ln in reversed(self.stack):
+                    if here or short != self.ev.short:
+                        continue
+                    here = ln
+                self.split_origins.append((here, origin))
+            values.after_exchange(self, args, kwargs, self.line)
             if _int_list(out_s):
                 action["out_splits"] = list(out_s)
             if _int_list(in_s):

@@ -175,7 +175,7 @@ class Fingerprints:
             return True
         if isinstance(label, tuple) and label[:1] == ("v",):
             return None
-        if isinstance(label, tuple) and label[:1] == ("random",):
+        if isinstance(label, tuple) and label[:1] in (("random",), ("exchanged",)):
             return False
         seen = False
         for k in kids:
@@ -186,6 +186,15 @@ class Fingerprints:
                 return False
             seen = seen or got is True
         return True if seen else None
+
+    def exchanged(self, fp: int, depth: int = 0) -> bool:
+        """Something below was received from the peers by an all-to-all."""
+        node = self.nodes.get(fp)
+        if node is None or depth > 40:
+            return False
+        if isinstance(node[1], tuple) and node[1][:1] == ("exchanged",):
+            return True
+        return any(k is not None and self.exchanged(k, depth + 1) for k in node[2])
 
     def reads_data(self, fp: int, depth: int = 0) -> bool:
         """The value was computed from data (a tensor, a batch, a loss) somewhere below."""
@@ -310,7 +319,14 @@ def call_origin(ev, result: object, func: object, args: list, kwargs: dict, e) -
     random = isinstance(func, Mod) and func.qname.rsplit(".", 1)[-1] in RANDOM
     if random and "generator" not in kwargs:
         parts.append(ev.rng)
-    label = ("random" if random else "call", e.col_offset)
+    label: tuple = ("random" if random else "call", e.col_offset)
+    if random:
+        # the k-th draw of a generator is not its (k+1)-th: rows drawn in a loop and then
+        # sliced by the rank (`rows[rank::world]`) are different data on each rank
+        key = fp_of(ev, kwargs.get("generator"), e.lineno) if "generator" in kwargs else -1
+        draws = ev.__dict__.setdefault("draws", {})
+        draws[key] = draws.get(key, 0) + 1
+        label = (*label, draws[key])
     return with_origin(ev, result, label, tuple(parts), e.lineno)
 
 
@@ -336,6 +352,37 @@ def element(ev, v: object, k: int) -> object:
 def under(ev, cond: object, line: int) -> object:
     """What a statement skipped under an unknown condition assigns: it depends on it."""
     return derived(ev, "under", (cond,), line)
+
+
+def after_exchange(ev, args: list, kwargs: dict, line: int) -> None:
+    """`all_to_all_single(out, inp, ...)`: `out` now holds what the peers sent, different on
+    each rank but no longer computed from this rank's own data."""
+    from commlint.lint.perrank_model import Tensor, guard
+
+    buf = args[0] if args else kwargs.get("output")
+    if isinstance(buf, Tensor):
+        guard(buf)
+        buf.fp = ev.ev.fps.node(_site(ev, line), ("exchanged", "all_to_all", ev.rank), ())
+
+
+def local_splits(fe, world: int, per_rank: list[list[tuple[int, int | None]]]) -> int | None:
+    """The line of an `all_to_all_single` whose output split sizes every rank computed from
+    its own data (different on each rank, through no exchange with the peers): what a rank
+    expects from rank j is then not what rank j sends it, but a guess. None when there is
+    none."""
+    if len(per_rank) != world or not per_rank[0]:
+        return None
+    for k, (line, fp0) in enumerate(per_rank[0]):
+        fps = [fp0]
+        for r in range(1, world):
+            if k >= len(per_rank[r]) or per_rank[r][k][0] != line:
+                return None
+            fps.append(per_rank[r][k][1])
+        if any(fp is None or not fe.fps.reads_data(fp) for fp in fps):
+            continue
+        if len(set(fps)) > 1 and not any(fe.fps.exchanged(fp) for fp in fps):
+            return line
+    return None
 
 
 def after_collective(
