@@ -364,6 +364,10 @@ class Expressions:
                 return DType(base.dtype) if base.dtype else UNK
             if attr == "T":
                 return Tensor(tuple(reversed(base.shape)) if base.shape else None, base.dtype)
+            if attr == "data":
+                return base
+            if attr == "grad":  # a parameter's gradient has its shape (or is None)
+                return Tensor(base.shape, base.dtype)
             return TensorMethod(base, attr)
         if isinstance(base, Group):
             return GroupMethod(base, attr)
