@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from commlint.lint.perrank_mesh import MeshView
 from commlint.lint.perrank_model import UNK, Abort, Group, Obj, Unknown, _argspec
 
 MARK = "__commlint_sharded__"  # the attribute of a wrapped `Obj` that holds its `Shard`
@@ -69,7 +70,7 @@ class Modules:
         """`fully_shard(module)`, `FSDP(module, process_group=g)`: mark the module; a
         wrapper the evaluator does not shard (DDP) stays opaque."""
         label = str(w.get("op", ""))
-        if "FSDP" not in label:
+        if "FSDP" not in label and "tensor parallel" not in label:
             return self.opaque(e)
         target = args[int(w.get("in_place", 0))] if args else kwargs.get("module", UNK)
         shard = Shard(self._shard_group(w, args, kwargs, e), label)
@@ -96,6 +97,11 @@ class Modules:
             return group
         spec = w.get("group")
         given = _argspec(args, kwargs, tuple(spec)) if spec else None
+        if isinstance(given, MeshView):  # `parallelize_module(m, mesh["tp"], plan)`
+            group = self.mesh_group_of(given, e.lineno)
+            if group is None:
+                raise Abort("a parallelizing mesh this rank cannot know", e.lineno)
+            return group
         return self.group_of(given, e.lineno)
 
     def sharded_forward(self, func: object, e: ast.Call) -> None:
@@ -103,7 +109,9 @@ class Modules:
         shard = _shard_of(func)
         if shard is None:
             return
-        action: dict = {"op": "all_gather", "label": shard.label}
+        # tensor parallelism all-reduces (rowwise) where FSDP all-gathers its parameters
+        op = "all_reduce" if "tensor parallel" in shard.label else "all_gather"
+        action: dict = {"op": op, "label": shard.label}
         if shard.group.name != "WORLD":
             action["group"] = shard.group.name
         self.record(action, e.lineno)
@@ -168,6 +176,8 @@ class Modules:
             return True
         for shard in reversed(pending):
             action: dict = {"op": "reduce_scatter", "label": "backward (FSDP reduce-scatter)"}
+            if "tensor parallel" in shard.label:
+                action = {"op": "all_reduce", "label": "backward (tensor parallel)"}
             if shard.group.name != "WORLD":
                 action["group"] = shard.group.name
             self.record(action, e.lineno)
