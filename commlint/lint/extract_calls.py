@@ -773,7 +773,12 @@ class Calls:
         if fact.local_sync is not None:
             a = _kwarg(node, fact.local_sync[1], fact.local_sync[0])
             local = isinstance(a, cst.Name) and a.value == "True"
-        if fact.op not in ("init_process_group", "destroy_process_group"):
+        whole = (  # `new_group(backend="gloo")`: every rank again, not a subgroup
+            fact.op == "new_group"
+            and fact.ranks is not None
+            and _kwarg(node, fact.ranks[1], fact.ranks[0]) is None
+        )
+        if fact.op not in ("init_process_group", "destroy_process_group") and not whole:
             self.facts.creates_subgroups = True
         gkey, _ = self._group_arg(node, fact.group)
         rank_set, excluded, rcond = self._restriction()

@@ -35,6 +35,7 @@ from commlint.lint.perrank_model import (
     MESH,
     NPROC,
     NPROCS,
+    OTHER_WORLD,
     UNK,
     Abort,
     Builtin,
@@ -103,6 +104,11 @@ class Rank(Statements, Expressions, Calls, TorchApi, Modules, Meshes):
         self.depth = 0
         self.stack: list[tuple[str, str, int]] = []  # (function, caller's file, call line)
         self.groups: list[Group] = []
+        self.flat_dims: dict = {}  # (root shape, root names) -> {flattened name: its view}
+        # tests the taint rules call uniform, taken as true: (file, line) -> (file, origin)
+        self.assumed: dict[tuple[int, int], tuple[object, int]] = {}
+        # (line, origin) of each all_to_all_single whose output splits are not known
+        self.split_origins: list[tuple[int, int | None]] = []
         self.handle_count = 0
         self.batch_count = 0
         self.decided: dict[int, set[bool]] = {}  # condition line -> values it took
@@ -162,6 +168,7 @@ class WorldRun:
     refute_only: bool = False  # called only from other files: it may refute, never report
     explored: bool = False  # one path of an exploration (`FileEval.explore`): it refutes only
     steering: values.Steering | None = None  # ranks stopped at a rank-local decision
+    local_splits: int | None = None  # an all_to_all whose output splits each rank guessed
 
 
 class FileEval(CommSites):
@@ -317,7 +324,11 @@ class FileEval(CommSites):
                 if self.work > MAX_WORK:
                     return out
                 run = runs[0]
-                if not run.complete and run.reason != "every rank stops":
+                if (
+                    not run.complete
+                    and run.reason != "every rank stops"
+                    and not run.reason.startswith(OTHER_WORLD)
+                ):
                     break  # what stops one world size (data, an opaque call) stops the others
         return out
 
@@ -422,7 +433,10 @@ class FileEval(CommSites):
         if stops:
             ab = next(iter(stops.values()))[0]
             run = WorldRun(name, world, False, ab.reason, ab.line)
-            run.steering = values.steering(self, world, stops)
+            known = {r: rk.decided.get(ab.cond, set()) for r, rk in ranks.items() if r not in stops}
+            run.steering = values.steering(self, world, stops) or values.partial_steering(
+                self, world, stops, known
+            )
             if len(stops) == world and len({fp for _ab, fp in stops.values()}) == 1:
                 run.reason = f"{ab.reason}{UNIFORM_NOTE}"
             return run
@@ -467,7 +481,7 @@ class FileEval(CommSites):
             source="static",
             meta={"program": self.path, "entry": name},
         )
-        return WorldRun(
+        run = WorldRun(
             name,
             world,
             True,
@@ -482,6 +496,11 @@ class FileEval(CommSites):
             executed=executed,
             exact=not self.approx,
         )
+        run.steering = values.assumed_steering(self, world, [rk.assumed for rk in ranks.values()])
+        run.local_splits = values.local_splits(
+            self, world, [rk.split_origins for rk in ranks.values()]
+        )
+        return run
 
 
 def _is_main_block(s: ast.stmt) -> bool:

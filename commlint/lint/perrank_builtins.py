@@ -264,7 +264,7 @@ def _tensor_method(m: TensorMethod, args: list, kwargs: dict) -> object:
         return list(t.values)
     if attr in ("item",):
         if t.lo is not None and t.hi is not None:
-            return Interval(t.lo, t.hi)
+            return Interval(t.lo, t.hi, t.fp)
         return UNK
     if attr in ("numel",):
         if t.shape is not None:
@@ -333,7 +333,7 @@ def _conv(kind):
             return v if kind is float else UNK
         if isinstance(v, Tensor):
             if v.lo is not None and v.hi is not None and kind is float:
-                return Interval(v.lo, v.hi)
+                return Interval(v.lo, v.hi, v.fp)
             return UNK
         if isinstance(v, RankFlag):
             return kind(v.value)

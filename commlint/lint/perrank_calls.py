@@ -13,6 +13,7 @@ from commlint.lint.perrank_mesh import MeshMethod
 from commlint.lint.perrank_model import (
     MAX_DEPTH,
     MAX_STEPS,
+    TORCH_MODULE,
     TRACE_OPS,
     UNK,
     Abort,
@@ -38,9 +39,10 @@ from commlint.lint.perrank_model import (
     _is_known,
     _Return,
 )
-from commlint.lint.perrank_modules import Wrapped
+from commlint.lint.perrank_modules import ShardMethod, Wrapped
 from commlint.lint.perrank_pipelining import ScheduleMethod
 
+TORCH_MODULES = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
 CONTAINERS = frozenset({"torch.nn.Sequential", "torch.nn.ModuleList"})
 
 
@@ -92,6 +94,9 @@ class Calls:
         site = (e.lineno, e.col_offset + 1)
         if site not in self.cur.comm_sites:
             return UNK
+        ends = self.cur.comm_ends.get(site)
+        if ends and (e.end_lineno, (e.end_col_offset or 0) + 1) not in ends:
+            return UNK  # `model(x).pow(2)`: a call on the result of the one that communicates
         comm = self.cur.comm_at.get(site)
         if comm is not None and comm.kind == "collective" and comm.via:
             # a wrapped module's forward (DDP, FSDP): one collective on its group, every call
@@ -167,8 +172,10 @@ class Calls:
                 return UNK
         if isinstance(func, TensorMethod):
             return _tensor_method(func, args, kwargs)
+        if isinstance(func, ShardMethod):
+            return self.shard_call(func, args, kwargs, e)
         if isinstance(func, ScheduleMethod):
-            return self.schedule_call(func, e)
+            return self.schedule_call(func, e, kwargs)
         if isinstance(func, MeshMethod):
             return self.mesh_call(func, args, kwargs, e)
         if isinstance(func, GroupMethod):
@@ -239,8 +246,13 @@ class Calls:
         return fn
 
     def make_cls(self, s: ast.ClassDef, env: dict) -> Cls:
-        bases = [b for b in (self.expr(x, env) for x in s.bases) if isinstance(b, Cls)]
+        given = [self.expr(x, env) for x in s.bases]
+        bases = [b for b in given if isinstance(b, Cls)]
         cls = Cls(s.name, {}, bases)
+        if any(
+            isinstance(b, Mod) and self.ev.table.canonical(b.qname) in TORCH_MODULES for b in given
+        ):
+            cls.attrs[TORCH_MODULE] = True
         body_env: dict = {}
         for item in s.body:
             if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):

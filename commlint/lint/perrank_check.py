@@ -196,6 +196,7 @@ def _judge(fe: FileEval, runs: list[WorldRun]) -> list[RawFinding]:
     out: list[RawFinding] = []
     seen: set[tuple[str, int]] = set()
     reported: set[tuple[str, str]] = set()
+    clean_at: dict[str, list[int]] = {}  # entry -> the world sizes it ran clean at
     for line in sorted(fe.set_loops):
         out.append(
             RawFinding(
@@ -218,6 +219,10 @@ def _judge(fe: FileEval, runs: list[WorldRun]) -> list[RawFinding]:
                 out.append(found)
         if not run.complete:
             continue
+        if run.local_splits and not run.refute_only and ("CL116", run.local_splits) not in seen:
+            seen.add(("CL116", run.local_splits))
+            reported.add(("CL116", run.entry))
+            out.append(_local_splits_finding(fe, run))
         if run.creation_mismatch is not None and run.refute_only:
             run.issues += 1  # a mismatch, not reported from here: it refutes nothing
             continue
@@ -282,6 +287,13 @@ def _judge(fe: FileEval, runs: list[WorldRun]) -> list[RawFinding]:
         run.issues = sum(1 for f in result.findings if f.code != "CL206")
         if run.refute_only:
             continue  # evaluated to refute taint findings inside it, never to report
+        if len(clean_at.get(run.entry, ())) >= 2:
+            # the file does not say its world size, and it runs clean at two smaller ones:
+            # a toy size that only a larger world divides unevenly (a sequence of 12 over 8
+            # ranks) says nothing of the worlds the program is written for
+            continue
+        if run.issues == 0 and run.exact and run.steering is None and not fe.declared:
+            clean_at.setdefault(run.entry, []).append(run.world)
         codes_here: set[str] = set()
         if any(f.code in MISMATCH for f in result.findings):
             codes_here.add("CL115")  # the hang follows from the mismatch: one root cause
@@ -320,6 +332,21 @@ def _judge(fe: FileEval, runs: list[WorldRun]) -> list[RawFinding]:
                 )
             )
     return out
+
+
+def _local_splits_finding(fe: FileEval, run: WorldRun) -> RawFinding:
+    line = run.local_splits or 0
+    return RawFinding(
+        "CL116",
+        f"with {run.world} ranks (evaluated rank by rank from `{run.entry}`): the "
+        f"all_to_all_single at line {line} takes its output_split_sizes from this rank's own "
+        "data (different on each rank, received from no peer): what a rank expects from "
+        "rank j is not what rank j sends it — gloo fails on the size, NCCL hangs or corrupts",
+        fe.path,
+        _pos(fe, line),
+        "Exchange the counts first (`all_to_all_single(recv_counts, send_counts)`) and take "
+        "output_split_sizes from what the peers sent.",
+    )
 
 
 def _local_sites(run: WorldRun, short: str, finding) -> list[tuple[int, str]]:

@@ -22,10 +22,12 @@ from commlint.lint.perrank_model import (
     RANK_ENV,
     RANK_TRUE_ZERO,
     SAFE_METHODS,
+    TORCH_MODULE,
     UNK,
     WORLD_ATTRS,
     WORLD_ENV,
     Abort,
+    Builtin,
     Cls,
     Derived,
     DType,
@@ -55,7 +57,8 @@ from commlint.lint.perrank_model import (
     _Unknowable,
     guard,
 )
-from commlint.lint.perrank_pipelining import Schedule, ScheduleMethod
+from commlint.lint.perrank_modules import Wrapped
+from commlint.lint.perrank_pipelining import Schedule, ScheduleMethod, Stage
 
 
 class Expressions:
@@ -213,10 +216,16 @@ class Expressions:
                 return same if isinstance(op, ast.Is) else not same
             return UNK
         if isinstance(a, Interval) and isinstance(b, int | float):
-            return _interval_cmp(op, a, b)
-        if isinstance(b, Interval) and isinstance(a, int | float):
+            got = _interval_cmp(op, a, b)
+        elif isinstance(b, Interval) and isinstance(a, int | float):
             flipped = {ast.Lt: ast.Gt(), ast.LtE: ast.GtE(), ast.Gt: ast.Lt(), ast.GtE: ast.LtE()}
-            return _interval_cmp(flipped.get(type(op), op), b, a)
+            got = _interval_cmp(flipped.get(type(op), op), b, a)
+        else:
+            got = None
+        if got is UNK:  # undecided by the bounds: computed from where the value came from
+            return values.derived(self, type(op).__name__, (a, b))
+        if got is not None:
+            return got
         if isinstance(a, Tensor) or isinstance(b, Tensor):
             return values.derived(self, type(op).__name__, (a, b))
         if isinstance(op, ast.In | ast.NotIn) and isinstance(b, list | tuple | range | set | dict):
@@ -312,9 +321,17 @@ class Expressions:
         if isinstance(base, MeshView):
             return self.mesh_attribute(base, attr)
         if isinstance(base, DTensorVal):
+            if attr == "device_mesh" and base.mesh is not None:
+                return base.mesh
             return MeshMethod(base, attr)
         if isinstance(base, Schedule):
             return ScheduleMethod(base, attr)
+        if isinstance(base, Stage):
+            got = base.attribute(attr)
+            if got is not None:
+                self.ev.rank_read = True
+                return got
+            return UNK
         if isinstance(base, ProjMod):
             g = self.globals_of(base.globals)
             if attr in g:
@@ -342,6 +359,13 @@ class Expressions:
                 return got
             if found is not None:
                 return found
+            sm = self.shard_method(base, attr)
+            if sm is not None:
+                return sm
+            if attr == "training" and _is_torch_module(base.cls):
+                return True  # a module trains until `.eval()` (which sets the attribute)
+            if attr in ("train", "eval") and _is_torch_module(base.cls):
+                return Builtin(_mode_setter(base, attr))
             return self.rank_attribute(attr)
         if isinstance(base, Cls):
             found = _class_attr(base, attr)
@@ -353,9 +377,16 @@ class Expressions:
                 return DType(base.dtype) if base.dtype else UNK
             if attr == "T":
                 return Tensor(tuple(reversed(base.shape)) if base.shape else None, base.dtype)
+            if attr == "data":
+                return base
+            if attr == "grad":  # a parameter's gradient has its shape (or is None)
+                return Tensor(base.shape, base.dtype)
             return TensorMethod(base, attr)
         if isinstance(base, Group):
             return GroupMethod(base, attr)
+        if isinstance(base, Wrapped):
+            sm = self.shard_method(base, attr)
+            return sm if sm is not None else UNK
         if isinstance(base, values.ArgParser):
             return values.ParserMethod(base, attr)
         if isinstance(base, Work):
@@ -400,3 +431,33 @@ class Expressions:
         if key == "MASTER_ADDR":
             return "127.0.0.1"
         return UNK
+
+
+def _mode_setter(obj: Obj, attr: str):
+    """`model.eval()` / `model.train(mode)`: the module's `training` flag (its submodules'
+    too, as torch sets them), returning the module."""
+
+    def f(ev, args: list, kwargs: dict, e: ast.Call) -> object:
+        mode = False if attr == "eval" else (args[0] if args else kwargs.get("mode", True))
+        if not isinstance(mode, bool):
+            mode = UNK
+        stack, seen = [obj], set()
+        while stack:
+            o = stack.pop()
+            if id(o) in seen or len(seen) > 1000:
+                continue
+            seen.add(id(o))
+            guard(o)
+            o.attrs["training"] = mode
+            for v in list(o.attrs.values()):
+                for x in v if isinstance(v, list | tuple) else (v,):
+                    if isinstance(x, Obj) and _is_torch_module(x.cls):
+                        stack.append(x)
+        return obj
+
+    return f
+
+
+def _is_torch_module(cls: Cls) -> bool:
+    """The class derives from `torch.nn.Module` (through the project's own classes)."""
+    return _class_attr(cls, TORCH_MODULE) is True

@@ -26,7 +26,7 @@ import ast
 import math
 from dataclasses import dataclass
 
-from commlint.lint.perrank_model import UNK, Abort, Group, Tensor, _arg
+from commlint.lint.perrank_model import OTHER_WORLD, UNK, Abort, Group, Tensor, _arg
 
 DTENSOR = "torch.distributed.tensor.DTensor"
 DTENSOR_METHODS = {"full_tensor": "full_tensor (DTensor)", "redistribute": "redistribute (DTensor)"}
@@ -39,6 +39,7 @@ class MeshView:
     shape: tuple[int, ...]
     names: tuple[str, ...] | None
     dims: tuple[int, ...]
+    group: Group | None = None  # `DeviceMesh.from_group(g)`: one dimension, this rank's g
 
     def dim_index(self, key: object) -> int | None:
         """The root dimension a `mesh_dim` argument names (a name, or an index in the view)."""
@@ -105,14 +106,31 @@ class Meshes:
         ):
             raise Abort("a device mesh whose dimension names this rank cannot know", e.lineno)
         if math.prod(shape) != self.world:
-            raise Abort(f"a device mesh for another world size than {self.world}", e.lineno)
+            raise Abort(f"{OTHER_WORLD} {self.world}", e.lineno)
         mesh = MeshView(tuple(shape), tuple(names) if names else None, tuple(range(len(shape))))
         for d in mesh.dims:  # every rank creates every group of every dimension, alike
             for r in range(self.world):
                 self._mesh_group(mesh, d, r)
         return mesh
 
+    def mesh_from_group(self, args: list, kwargs: dict, e: ast.Call) -> MeshView:
+        """`DeviceMesh.from_group(group, "cpu")`: a one-dimensional mesh over this rank's group
+        (each rank passes its own, so the mesh is seen from inside, as a group is)."""
+        g = _arg(args, kwargs, 0, "group")
+        names = kwargs.get("mesh_dim_names")
+        if isinstance(g, list | tuple) and len(g) == 1:
+            g = g[0]
+        if not isinstance(g, Group) or self.rank not in g.members:
+            raise Abort("a device mesh over a group this rank cannot know", e.lineno)
+        if names is not None and not (
+            isinstance(names, tuple | list) and len(names) == 1 and isinstance(names[0], str)
+        ):
+            raise Abort("a device mesh whose dimension names this rank cannot know", e.lineno)
+        return MeshView((len(g.members),), tuple(names) if names else None, (0,), g)
+
     def _mesh_group(self, mesh: MeshView, d: int, rank: int) -> Group:
+        if mesh.group is not None:
+            return mesh.group
         mine = coordinates(mesh.shape, rank)
         members = tuple(
             r
@@ -134,6 +152,9 @@ class Meshes:
 
     def submesh(self, mesh: MeshView, key: object, line: int) -> MeshView:
         keys = list(key) if isinstance(key, tuple | list) else [key]
+        flat = self.flat_dims.get((mesh.shape, mesh.names), {})
+        if len(keys) == 1 and keys[0] in flat and not (mesh.names and keys[0] in mesh.names):
+            return flat[keys[0]]
         dims = []
         for k in keys:
             if not isinstance(k, str) or not mesh.names or k not in mesh.names:
@@ -193,10 +214,19 @@ class Meshes:
             # a full tensor (a chained `.sum()` starts where the call does: not opaque)
             return DTensorVal(mesh, new) if m.attr == "redistribute" else Tensor(None, None)
         mesh = target
-        mine = coordinates(mesh.shape, self.rank)
+        if mesh.group is not None:
+            mine = (mesh.group.members.index(self.rank),)
+        else:
+            mine = coordinates(mesh.shape, self.rank)
         attr = m.attr
+        if attr == "_flatten":
+            return self.flatten(mesh, _arg(args, kwargs, 0, "mesh_dim_name"), e.lineno)
         if attr in ("get_local_rank", "get_group", "size"):
             key = _arg(args, kwargs, 0, "mesh_dim")
+            flat = self.flat_dims.get((mesh.shape, mesh.names), {})
+            if isinstance(key, str) and key in flat and not (mesh.names and key in mesh.names):
+                # `mesh.get_group("dp_cp")` on the root: the flattened dimension's own view
+                return self.mesh_call(MeshMethod(flat[key], attr), [], {}, e)
             if attr == "size" and key is None:
                 return math.prod(mesh.shape[d] for d in mesh.dims)
             d = mesh.dim_index(key)
@@ -217,6 +247,31 @@ class Meshes:
         if attr == "get_all_groups":
             return [self._mesh_group(mesh, d, self.rank) for d in mesh.dims]
         return UNK
+
+    def flatten(self, mesh: MeshView, name: object, line: int) -> MeshView:
+        """`mesh["dp", "cp"]._flatten("dp_cp")`: one dimension over the ranks those dimensions
+        span (their groups merged), registered on the root mesh under its name. Row-major
+        layout keeps adjacent dimensions' ranks in order when they merge, so the flattened view
+        is a mesh whose shape has them multiplied into one."""
+        dims = sorted(mesh.dims)
+        if mesh.group is not None:
+            raise Abort("a flattened mesh over a group", line)
+        if dims != list(range(dims[0], dims[-1] + 1)):
+            raise Abort("a mesh flattened over dimensions that are not adjacent", line)
+        if name is None and mesh.names:
+            name = "_".join(mesh.names[d] for d in dims)
+        if not isinstance(name, str):
+            raise Abort("a mesh dimension this rank cannot know", line)
+        lo, hi = dims[0], dims[-1] + 1
+        shape = (*mesh.shape[:lo], math.prod(mesh.shape[lo:hi]), *mesh.shape[hi:])
+        names = None
+        if mesh.names:
+            names = (*mesh.names[:lo], name, *mesh.names[hi:])
+        view = MeshView(shape, names, (lo,))
+        for r in range(self.world):  # every rank creates the flattened groups, alike
+            self._mesh_group(view, lo, r)
+        self.flat_dims.setdefault((mesh.shape, mesh.names), {})[name] = view
+        return view
 
 
 def _placements(given: object, mesh: MeshView | None) -> tuple[str, ...] | None:

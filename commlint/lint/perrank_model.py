@@ -51,6 +51,11 @@ class Derived(Unknown):
         return f"?{self.fp & 0xFFFF:04x}"
 
 
+# what stops a world size only because the program is written for another one (a mesh whose
+# shape multiplies to 4 at 2 ranks): the next world size is still evaluated
+OTHER_WORLD = "a device mesh for another world size than"
+
+
 class Abort(Exception):
     """This rank's path cannot be decided: the world size is not evaluated."""
 
@@ -61,6 +66,7 @@ class Abort(Exception):
         self.steer = steer  # the unknown value that decides, when its origin is known
         self.cond = cond or line  # the line of the condition that tests it
         self.unit: object | None = None  # the followed file it stopped in (None: the evaluated)
+        self.sharded = False  # the exit skips calls of sharded modules the source does not show
 
 
 class SharedWrite(BaseException):
@@ -201,6 +207,7 @@ class P2P:
 class Interval:
     lo: float
     hi: float
+    fp: int | None = None  # its origin (the tensor it was read from), when known
 
 
 def _words(text: str) -> frozenset[str]:
@@ -404,6 +411,9 @@ ENVIRON = _Environ()
 def _bind(fn: Fn, obj: object) -> Fn:
     """A method bound to its object (a copy: the class keeps the unbound one)."""
     return Fn(fn.node, fn.globals, fn.defaults, fn.qualname, obj, fn.only_rank, fn.unit, fn.closure)
+
+
+TORCH_MODULE = "__commlint_torch_module__"  # a class attribute: it derives from torch.nn.Module
 
 
 def _class_attr(cls: Cls, attr: str) -> object | None:

@@ -41,6 +41,18 @@ class Stage:
     shapes_given: bool  # input_args given: no shape inference on the first step
     inferred: bool = False
 
+    def attribute(self, attr: str) -> object:
+        """What a program reads of its stage (`stage.is_last` picks who feeds the targets)."""
+        if attr == "is_first":
+            return self.index == 0
+        if attr == "is_last":
+            return self.index == self.num_stages - 1
+        if attr == "stage_index":
+            return self.index
+        if attr == "num_stages":
+            return self.num_stages
+        return None
+
 
 @dataclass
 class Schedule:
@@ -59,9 +71,9 @@ class ScheduleMethod:
     attr: str
 
 
-def step_actions(schedule: Schedule, new_handle) -> list[dict]:
-    """The point-to-point actions of one `step()` of `schedule`, in this rank's order.
-    `new_handle()` names an async handle."""
+def step_actions(schedule: Schedule, new_handle, backward: bool = True) -> list[dict]:
+    """The point-to-point actions of one `step()` of `schedule`, in this rank's order
+    (`eval()`: the forward phase only). `new_handle()` names an async handle."""
     st = schedule.stage
     first, last = st.index == 0, st.index == st.num_stages - 1
     prev = st.members[st.index - 1] if not first else None
@@ -94,6 +106,7 @@ def step_actions(schedule: Schedule, new_handle) -> list[dict]:
             out.append({"op": "wait", "handles": sends})
 
     phase(prev, nxt, "forward")
-    phase(nxt, prev, "backward")
+    if backward:
+        phase(nxt, prev, "backward")
     schedule.steps += 1
     return out

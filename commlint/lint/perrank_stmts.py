@@ -37,6 +37,7 @@ from commlint.lint.perrank_model import (
     _Return,
     guard,
 )
+from commlint.lint.perrank_modules import calls_sharded
 
 
 class Statements:
@@ -57,6 +58,9 @@ class Statements:
                 # the same on every rank (neither rank nor data decides it): every rank takes
                 # the arm that communicates; what the other arm does is not proved absent
                 self.ev.approx = True
+                fp = values.fp_of(self, v, line)
+                if fp is not None:  # the ranks' origins are compared after the run
+                    self.assumed.setdefault((id(self.cur), line), (self.cur, fp))
                 return True
             forced = self.forced(v, line)
             if forced is not None:
@@ -335,11 +339,16 @@ class Statements:
                     guard(base)
                     base.attrs[n.attr] = value
             elif isinstance(n, ast.Return | ast.Break | ast.Continue | ast.Raise):
+                sharded = False
                 if self.fn_nodes and not self.cur.communicates(self.fn_nodes[-1]):
-                    raise _Return(UNK)  # whatever it returns, the function communicates nothing
-                raise Abort(
+                    sharded = calls_sharded(self.fn_nodes[-1], env)
+                    if not sharded:
+                        raise _Return(UNK)  # whatever it returns, it communicates nothing
+                ab = Abort(
                     "an exit whose condition this rank cannot know", n.lineno, cond, cond_line
                 )
+                ab.sharded = sharded
+                raise ab
 
     def try_stmt(self, s: ast.Try, env: dict) -> None:
         try:
@@ -425,7 +434,9 @@ class Statements:
         self.run_block(s.orelse, env)
 
     def iterate(self, it: object, node: ast.AST) -> list | None:
-        if isinstance(it, (list, tuple, range, str, dict, set, frozenset, *DICT_VIEWS)):
+        if isinstance(it, DICT_VIEWS):  # `for name, p in params.items()`
+            it = list(it)
+        if isinstance(it, list | tuple | range | str | dict | set | frozenset):
             if len(it) > MAX_STEPS:
                 raise Abort("a loop too long to unroll", node.lineno)
             if isinstance(it, set | frozenset):

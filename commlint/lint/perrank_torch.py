@@ -32,6 +32,7 @@ from commlint.lint.perrank_model import (
     _argspec,
     _int_list,
     _is_known,
+    guard,
 )
 from commlint.lint.perrank_pipelining import (
     MULTI,
@@ -61,6 +62,8 @@ class TorchApi:
             return Placement(last)
         if name == "init_device_mesh":
             return self.init_mesh(args, kwargs, e)
+        if name.endswith("DeviceMesh.from_group"):
+            return self.mesh_from_group(args, kwargs, e)
         if table.constructor(qname) == DTENSOR:
             return self.make_dtensor(args, kwargs, e.lineno)
         if name.startswith("torch.distributed.") or name.startswith("deepspeed.comm"):
@@ -120,6 +123,10 @@ class TorchApi:
             if isinstance(fn, Fn) and isinstance(extra, tuple | list):
                 return self.call_fn(fn, [self.rank, *extra], {}, e)
             return self.opaque(e)
+        if name.startswith("torch.distributed.checkpoint.state_dict."):
+            got = self.state_dict_call(last, args, kwargs, e)
+            if got is not None:
+                return got
         wrapper = table.wrapper(qname)
         if wrapper is not None:
             return self.wrap_module(wrapper, args, kwargs, e)
@@ -249,15 +256,27 @@ class TorchApi:
             raise Abort("a pipeline schedule of several stages per rank", e.lineno)
         return self.opaque(e)
 
-    def schedule_call(self, m: ScheduleMethod, e: ast.Call) -> object:
+    def schedule_call(self, m: ScheduleMethod, e: ast.Call, kwargs: dict | None = None) -> object:
         if m.attr not in ("step", "eval"):
             return UNK
+        losses = (kwargs or {}).get("losses")
+        st = m.schedule.stage
+        if isinstance(losses, list) and st.index == st.num_stages - 1:
+            # the last stage appends each microbatch's loss: computed from its own data (the
+            # targets and what the stages before it sent), known to this stage alone
+            guard(losses)
+            fps = self.ev.fps
+            target = values.fp_of(self, (kwargs or {}).get("target"), e.lineno)
+            for k in range(m.schedule.n_microbatches):
+                fp = fps.node(e.lineno, ("pipeline loss", st.index, k), (target,))
+                fps.data.add(fp)
+                losses.append(Tensor((), "float32", fp=fp))
 
         def new_handle() -> str:
             self.handle_count += 1
             return f"h{self.handle_count - 1}"
 
-        for action in step_actions(m.schedule, new_handle):
+        for action in step_actions(m.schedule, new_handle, backward=m.attr == "step"):
             self.record(action, e.lineno)
         return UNK
 
@@ -355,6 +374,16 @@ class TorchApi:
         if op == "all_to_all" and raw == "all_to_all_single":
             out_s = _arg(args, kwargs, 2, "output_split_sizes")
             in_s = _arg(args, kwargs, 3, "input_split_sizes")
+            if out_s is not None and not _int_list(out_s):
+                origin = values.fp_of(self, out_s, self.line)
+                # where it is called from in the evaluated file: the innermost frame there
+                here = self.line if self.cur is self.ev else 0
+                for _fn, short, ln in reversed(self.stack):
+                    if here or short != self.ev.short:
+                        continue
+                    here = ln
+                self.split_origins.append((here, origin))
+            values.after_exchange(self, args, kwargs, self.line)
             if _int_list(out_s):
                 action["out_splits"] = list(out_s)
             if _int_list(in_s):

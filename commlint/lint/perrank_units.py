@@ -37,6 +37,8 @@ class CommSites:
     def index_sites(self, facts: FileFacts, communicating=None) -> None:
         self.comm_sites: set[tuple[int, int]] = set()
         self.comm_at: dict[tuple[int, int], Comm] = {}
+        # where each communicating call ends: `model(x).pow(2)` starts where `model(x)` does
+        self.comm_ends: dict[tuple[int, int], set[tuple[int, int]]] = {}
         for fn in facts.functions.values():
             for n in iter_nodes(fn.body):
                 if isinstance(n, Comm) or (
@@ -45,6 +47,8 @@ class CommSites:
                     and communicating(n)
                 ):
                     self.comm_sites.add((n.pos.line, n.pos.col))
+                    ends = self.comm_ends.setdefault((n.pos.line, n.pos.col), set())
+                    ends.add((n.pos.end_line, n.pos.end_col))
                 if isinstance(n, Comm):
                     self.comm_at[(n.pos.line, n.pos.col)] = n
         self.comm_lines = {line for line, _col in self.comm_sites}

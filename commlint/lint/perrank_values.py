@@ -175,7 +175,7 @@ class Fingerprints:
             return True
         if isinstance(label, tuple) and label[:1] == ("v",):
             return None
-        if isinstance(label, tuple) and label[:1] == ("random",):
+        if isinstance(label, tuple) and label[:1] in (("random",), ("exchanged",)):
             return False
         seen = False
         for k in kids:
@@ -186,6 +186,24 @@ class Fingerprints:
                 return False
             seen = seen or got is True
         return True if seen else None
+
+    def exchanged(self, fp: int, depth: int = 0) -> bool:
+        """Something below was received from the peers by an all-to-all."""
+        node = self.nodes.get(fp)
+        if node is None or depth > 40:
+            return False
+        if isinstance(node[1], tuple) and node[1][:1] == ("exchanged",):
+            return True
+        return any(k is not None and self.exchanged(k, depth + 1) for k in node[2])
+
+    def reads_data(self, fp: int, depth: int = 0) -> bool:
+        """The value was computed from data (a tensor, a batch, a loss) somewhere below."""
+        if fp in self.data:
+            return True
+        node = self.nodes.get(fp)
+        if node is None or depth > 40:
+            return False
+        return any(k is not None and self.reads_data(k, depth + 1) for k in node[2])
 
     def first_difference(self, a: int, b: int) -> tuple[int, str, str] | None:
         """(line, a's value, b's value) of the deepest known value where a and b differ."""
@@ -232,6 +250,8 @@ def fp_of(ev, v: object, line: int = 0, depth: int = 0) -> int | None:
     if isinstance(v, Derived):
         return v.fp
     if isinstance(v, Tensor):
+        return v.fp
+    if type(v).__name__ == "Interval":
         return v.fp
     fps = ev.ev.fps
     if isinstance(v, list | tuple) and depth < 3:
@@ -299,7 +319,14 @@ def call_origin(ev, result: object, func: object, args: list, kwargs: dict, e) -
     random = isinstance(func, Mod) and func.qname.rsplit(".", 1)[-1] in RANDOM
     if random and "generator" not in kwargs:
         parts.append(ev.rng)
-    label = ("random" if random else "call", e.col_offset)
+    label: tuple = ("random" if random else "call", e.col_offset)
+    if random:
+        # the k-th draw of a generator is not its (k+1)-th: rows drawn in a loop and then
+        # sliced by the rank (`rows[rank::world]`) are different data on each rank
+        key = fp_of(ev, kwargs.get("generator"), e.lineno) if "generator" in kwargs else -1
+        draws = ev.__dict__.setdefault("draws", {})
+        draws[key] = draws.get(key, 0) + 1
+        label = (*label, draws[key])
     return with_origin(ev, result, label, tuple(parts), e.lineno)
 
 
@@ -325,6 +352,37 @@ def element(ev, v: object, k: int) -> object:
 def under(ev, cond: object, line: int) -> object:
     """What a statement skipped under an unknown condition assigns: it depends on it."""
     return derived(ev, "under", (cond,), line)
+
+
+def after_exchange(ev, args: list, kwargs: dict, line: int) -> None:
+    """`all_to_all_single(out, inp, ...)`: `out` now holds what the peers sent, different on
+    each rank but no longer computed from this rank's own data."""
+    from commlint.lint.perrank_model import Tensor, guard
+
+    buf = args[0] if args else kwargs.get("output")
+    if isinstance(buf, Tensor):
+        guard(buf)
+        buf.fp = ev.ev.fps.node(_site(ev, line), ("exchanged", "all_to_all", ev.rank), ())
+
+
+def local_splits(fe, world: int, per_rank: list[list[tuple[int, int | None]]]) -> int | None:
+    """The line of an `all_to_all_single` whose output split sizes every rank computed from
+    its own data (different on each rank, through no exchange with the peers): what a rank
+    expects from rank j is then not what rank j sends it, but a guess. None when there is
+    none."""
+    if len(per_rank) != world or not per_rank[0]:
+        return None
+    for k, (line, fp0) in enumerate(per_rank[0]):
+        fps = [fp0]
+        for r in range(1, world):
+            if k >= len(per_rank[r]) or per_rank[r][k][0] != line:
+                return None
+            fps.append(per_rank[r][k][1])
+        if any(fp is None or not fe.fps.reads_data(fp) for fp in fps):
+            continue
+        if len(set(fps)) > 1 and not any(fe.fps.exchanged(fp) for fp in fps):
+            return line
+    return None
 
 
 def after_collective(
@@ -395,7 +453,8 @@ def steering(fe, world: int, stops: dict) -> Steering | None:
     fps = {r: fp for r, (_ab, fp) in stops.items()}
     if len(set(fps.values())) < 2:
         return None  # the same on every rank: unknown, but every rank decides alike
-    kind, text = _decision(where if where is not None else fe, cond_line, exit_line)
+    sharded = all(ab.sharded for ab, _fp in stops.values())
+    kind, text = _decision(where if where is not None else fe, cond_line, exit_line, sharded)
     if kind is None:
         return None
     first = min(fps)
@@ -406,7 +465,85 @@ def steering(fe, world: int, stops: dict) -> Steering | None:
     return Steering(cond_line, exit_line, kind, text, fps, origin, (first, other), where)
 
 
-def _decision(fe, cond_line: int, exit_line: int) -> tuple[str | None, str]:
+def partial_steering(fe, world: int, stops: dict, decided: dict) -> Steering | None:
+    """Some ranks stopped at one test of a value computed from their own data; every other
+    rank ran through that same test with a value it knew (`decided`: rank -> the values it
+    took there). A value one rank knows without data and another computes from its data
+    (the loss only the last pipeline stage has) can fall on the other side of the test: the
+    ranks can decide differently."""
+    if not stops or len(stops) == world or len(stops) + len(decided) != world:
+        return None
+    sites = {(ab.cond, ab.line, id(ab.unit)) for ab, _fp in stops.values()}
+    if len(sites) != 1 or any(ab.unit is not None for ab, _fp in stops.values()):
+        return None  # (a followed file's lines are not told apart from the evaluated one's)
+    cond_line, exit_line, _unit = sites.pop()
+    fps = fe.fps
+    if any(not fps.reads_data(fp) or fps.uniform(fp) for _ab, fp in stops.values()):
+        return None
+    if not all(vals for vals in decided.values()):
+        return None  # a rank that never reached the test
+    kind, text = _decision(fe, cond_line, exit_line)
+    if kind is None:
+        return None
+    ranks = {r: fp for r, (_ab, fp) in stops.items()}
+    for r, vals in decided.items():
+        ranks[r] = fps.node(cond_line, ("v", repr(sorted(vals))), ())
+    known = min(decided)
+    local = min(stops)
+    shown = "/".join(str(v) for v in sorted(decided[known]))
+    origin = (cond_line, shown, "computed from its own data")
+    return Steering(cond_line, exit_line, kind, text, ranks, origin, (known, local), None)
+
+
+def assumed_steering(fe, world: int, assumed: list[dict]) -> Steering | None:
+    """A test the taint rules found uniform (taken as true on every rank, `truth`) whose value
+    the ranks computed from ingredients that differ through data (a generator seeded with the
+    rank: `torch.rand(1, generator=g).item() < p` in a forward): the ranks can decide it
+    differently. Reported as a test of a rank-local value when it decides an exit."""
+    if len(assumed) != world or not assumed[0]:
+        return None
+    for key, (unit, fp0) in sorted(assumed[0].items(), key=lambda kv: kv[0][1]):
+        fps = {0: fp0}
+        for r in range(1, world):
+            got = assumed[r].get(key)
+            if got is None:
+                break
+            fps[r] = got[1]
+        if len(fps) != world or len(set(fps.values())) < 2:
+            continue
+        first = 0
+        other = next(r for r in sorted(fps) if fps[r] != fps[first])
+        if not fe.fps.through_data(fps[first], fps[other]):
+            continue
+        line = key[1]
+        where = None if unit is fe else unit
+        exit_line = _exit_under(where if where is not None else fe, line)
+        kind, text = _decision(where if where is not None else fe, line, exit_line)
+        if kind is None:
+            continue
+        origin = fe.fps.first_difference(fps[first], fps[other])
+        return Steering(line, exit_line, kind, text, fps, origin, (first, other), where)
+    return None
+
+
+def _exit_under(fe, cond_line: int) -> int:
+    """The line of the `break`/`continue`/`return` directly in the body of the `if` at
+    `cond_line` (the `if` itself when there is none)."""
+    import ast
+
+    for n in fe.nodes:
+        if isinstance(n, ast.If) and n.test.lineno == cond_line:
+            for s in n.body:
+                if isinstance(s, ast.Break | ast.Continue | ast.Return):
+                    return s.lineno
+    return cond_line
+
+
+def _decision(fe, cond_line: int, exit_line: int, sharded: bool = False) -> tuple[str | None, str]:
+    """(kind, source) of the test at `cond_line`: what it decides ("break", "continue",
+    "return", "if", "while"), None when it decides no communication. `sharded`: the exit
+    skips calls of modules the rank sharded (their forward all-gathers), which the source
+    alone does not show."""
     import ast
 
     test = None
@@ -420,9 +557,8 @@ def _decision(fe, cond_line: int, exit_line: int) -> tuple[str | None, str]:
     if exit_line != cond_line:
         for n in ast.walk(test):
             if isinstance(n, ast.Break | ast.Continue | ast.Return) and n.lineno == exit_line:
-                return (
-                    type(n).__name__.lower() if _skips_communication(fe, test, n) else None
-                ), text
+                skips = sharded or _skips_communication(fe, test, n)
+                return (type(n).__name__.lower() if skips else None), text
         return None, text
     if isinstance(test, ast.While):
         return "while", text

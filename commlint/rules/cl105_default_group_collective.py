@@ -59,7 +59,8 @@ In code that builds tensor-, data- or pipeline-parallel groups, a collective wit
 silently runs on the default group (WORLD). That is almost always a forgotten argument: the
 reduction mixes ranks that hold different shards, and because every rank now has one more
 collective on WORLD than its subgroup peers expect, later collectives pair up with the wrong
-calls. `barrier()` is exempt, and so is a collective that the per-rank evaluation sees called
+calls. A group created over every rank (`new_group(backend="gloo")`, no `ranks`) is not a
+subgroup. `barrier()` is exempt, and so is a collective that the per-rank evaluation sees called
 by a rank that belongs to none of the subgroups (only some ranks evaluate on their own group,
 every rank all-reduces gradients): it is meant for every rank. Set
 `explicit-group-required = true` in `[tool.commlint]` to require an explicit group everywhere.
@@ -90,6 +91,16 @@ tp_group = dist.new_group([0, 1])
 def reduce_activations(x):
     dist.all_reduce(x, group=tp_group)
     return x
+""",
+        """
+import torch.distributed as dist
+
+# a second group over every rank (checkpoint traffic on gloo) is not a subgroup
+ckpt_group = dist.new_group(backend="gloo")
+
+def average_gradients(params):
+    for p in params:
+        dist.all_reduce(p.grad)
 """,
     ),
 )
