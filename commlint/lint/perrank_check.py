@@ -292,7 +292,9 @@ def _judge(fe: FileEval, runs: list[WorldRun]) -> list[RawFinding]:
             # a toy size that only a larger world divides unevenly (a sequence of 12 over 8
             # ranks) says nothing of the worlds the program is written for
             continue
-        if run.issues == 0 and run.exact and run.steering is None and not fe.declared:
+        if run.issues == 0 and run.complete and run.steering is None and not fe.declared:
+            # (a loop of unknown length taken as one iteration compared across ranks is still
+            # a judgement: the runs agreed with it)
             clean_at.setdefault(run.entry, []).append(run.world)
         codes_here: set[str] = set()
         if any(f.code in MISMATCH for f in result.findings):

@@ -1,5 +1,7 @@
 """Keep the best checkpoint (by validation loss) with asynchronous DCP saves.
-Real run (torchrun, 2 processes, gloo, CPU): failed (a rank left while its peer waited on it)."""
+Real run (torchrun, 2 processes, gloo, CPU): failed (a rank left while its peer waited on it).
+At 8 ranks the 6 validation rows leave ranks 6 and 7 none: they divide by zero in validate()
+while the others enter the checkpoint group's collective (the CL115 at the save)."""
 import logging
 import math
 import os
@@ -46,7 +48,7 @@ class Trainer:
             self.best = val_loss
             if self.pending is not None:
                 self.pending.result()
-            self.pending = dcp.async_save({"model": self.model.state_dict()},
+            self.pending = dcp.async_save({"model": self.model.state_dict()},  # expect: CL115
                                           checkpoint_id=os.path.join(self.out_dir, f"best_{epoch}"),
                                           process_group=self.ckpt_group)
 
