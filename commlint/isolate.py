@@ -1,7 +1,8 @@
 """Run one function in a child interpreter, so a native crash of a parser costs one input.
 
-The linter's engine does this for source files too deep for LibCST's native parser; readers
-above it (the nnScaler importer) use this small helper instead of reaching into the linter.
+The linter's engine does this for very deep source files (a crash there costs one file);
+readers above it (the nnScaler importer, whose LibCST parser is native) use this small helper
+instead of reaching into the linter.
 The function is named by module and attribute (never pickled code); its argument and result
 cross the pipe as pickles between this interpreter and a child of the same code.
 """

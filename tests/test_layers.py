@@ -108,8 +108,9 @@ def test_reorder_command_line_lives_in_the_command_layer(tmp_path):
 
 
 def test_cached_check_never_loads_the_parser_or_the_dry_run(tmp_path):
-    """pre-commit's usual run: every file's facts are in the cache, so LibCST and the
-    extractor stay unloaded; the dry-run's modules never load for `check`."""
+    """pre-commit's usual run: every file's facts are in the cache, so the extractor stays
+    unloaded; the dry-run's modules never load for `check`, and LibCST (kept for nnScaler's
+    gencode) never loads for it, cold or warm: the linter analyses CPython's `ast` trees."""
     (tmp_path / "train.py").write_text(
         "import torch.distributed as dist\n\n\ndef step(x):\n    if dist.get_rank() == 0:\n"
         "        dist.all_reduce(x)\n"
@@ -133,7 +134,8 @@ def test_cached_check_never_loads_the_parser_or_the_dry_run(tmp_path):
         return exit_code, set(mods)
 
     first, cold = run()
-    assert first == 1 and "libcst" in cold and "commlint.lint.extract" in cold
+    assert first == 1 and "commlint.lint.extract" in cold
+    assert under(cold, "libcst") == []
     second, warm = run()
     assert second == 1
     assert under(warm, "libcst", "commlint.lint.extract", "commlint.plans") == []

@@ -1,4 +1,4 @@
-"""`commlint check PATH...`: the static linter (LibCST; never imports or runs the code)."""
+"""`commlint check PATH...`: the static linter (CPython's `ast`; never imports or runs the code)."""
 
 from __future__ import annotations
 

@@ -98,12 +98,13 @@ def _table(extra_key: str) -> ApiTable:
 
 
 # ------------------------------------------------------------------ limits
-# Measured by bench/lint_limits.py (LibCST 1.x, CPython 3.11, 8 MB main-thread stack):
-# LibCST's native parser and our visitors handle a syntax tree MAX_DEPTH deep; CPython itself
-# refuses more than 200 nested brackets and ~3,000 levels of any expression.
+# Measured by bench/lint_limits.py (CPython 3.11, 8 MB main-thread stack; first for LibCST,
+# which the extractor read until 2026-11-27): the extractor, which recurses once per level,
+# handles a syntax tree MAX_DEPTH deep; CPython itself refuses more than 200 nested brackets
+# and ~3,000 levels of any expression. The limits are kept as they were measured.
 MAX_DEPTH = 1000
 RISKY_DEPTH = 200  # deeper files are parsed in a child process on the serial path
-MAX_BYTES = 2_000_000  # LibCST needs ~0.9 GB of memory per MB of source
+MAX_BYTES = 2_000_000  # (LibCST needed ~0.9 GB of memory per MB of source; kept)
 TIME_LIMIT = 60.0  # CPU s per file (pydoc_data/topics.py, the slowest stdlib file: ~7 s)
 
 
@@ -127,9 +128,9 @@ PARSE_RECURSION = 20_000
 
 
 def run_deep(fn: Callable[[], T], seconds: float) -> T:
-    """`fn()` in a thread with a large stack and recursion limit (LibCST's native parser and
-    its visitors recurse once per nesting level; `pydoc_data/topics.py`'s concatenated strings
-    alone go past Python's default limit). After `seconds` of CPU time `_TimeUp` is raised in
+    """`fn()` in a thread with a large stack and recursion limit (the extractor recurses once
+    per nesting level; `pydoc_data/topics.py`'s concatenated strings alone went past Python's
+    default limit). After `seconds` of CPU time `_TimeUp` is raised in
     that thread."""
     box: dict[str, Any] = {}
 
@@ -187,12 +188,13 @@ def _too_large(path: str, module: str, size: int, limits: Limits) -> FileFacts:
 
 @dataclass
 class _Checked:
-    """A file CPython accepts, ready for LibCST."""
+    """A file CPython accepts, with CPython's tree, ready for the extractor."""
 
     source: str
     depth: int
     deepest_line: int
     names: Names | None = None  # the bindings of CPython's tree, for the extractor
+    tree: ast.Module | None = None  # CPython's tree itself: the extractor walks it
 
 
 def precheck(
@@ -233,7 +235,6 @@ def precheck(
         )
     names = Names(tree)  # the same walk measures the depth
     depth, line = names.depth, names.deepest_line
-    del tree
     if depth > limits.max_depth:
         return facts(
             not_analysed=(
@@ -243,35 +244,28 @@ def precheck(
                 f"the limit is {limits.max_depth})",
             )
         )
-    return _Checked(source, depth, line, names)
+    return _Checked(source, depth, line, names, tree)
 
 
 def analyse(path: str, module: str, checked: _Checked, extra_key: str, limits: Limits) -> FileFacts:
-    """LibCST's parse and the extractor, under the CPU time limit."""
+    """The extractor on CPython's tree, under the CPU time limit."""
 
     def not_analysed(line: int, col: int, msg: str) -> FileFacts:
         return FileFacts(path=path, module=module, functions={}, not_analysed=(line, col, msg))
 
-    # libcst and the extractor load here, on a cache miss: a run whose files are all cached
-    # never pays their import (about 0.1 s)
-    import libcst as cst
-
+    # the extractor loads here, on a cache miss: a run whose files are all cached never
+    # pays its import
     from commlint.lint.extract import Extractor
 
     try:
-        extractor = Extractor(path, module, checked.source, _table(extra_key), checked.names)
-        checked.names = None
+        extractor = Extractor(
+            path, module, checked.source, _table(extra_key), checked.names, checked.tree
+        )
+        checked.names = checked.tree = None
         return run_deep(extractor.run, limits.time_limit)
     except _TimeUp:
         return not_analysed(
             1, 1, f"too slow to analyse (stopped after {limits.time_limit:g} s of CPU time)"
-        )
-    except cst.ParserSyntaxError as exc:
-        msg = str(exc.message if hasattr(exc, "message") else exc).splitlines()[0]
-        at = re.search(r"error at (\d+):(\d+)", msg)  # where it failed, not the next token
-        line, col = (int(at[1]), int(at[2]) + 1) if at else (exc.raw_line, exc.raw_column + 1)
-        return not_analysed(
-            line, col, f"LibCST cannot parse this file, which CPython accepts: {msg}"
         )
     except RecursionError:
         return not_analysed(
@@ -394,7 +388,7 @@ def _extractor_fingerprint() -> str:
     h = hashlib.sha256()
     here = Path(__file__).parent
     extractor = sorted(p.name for p in here.glob("extract*.py"))  # extract.py and its parts
-    for name in (*extractor, "names.py", "positions.py", "ir.py", "table.py", "api_table.yaml"):
+    for name in (*extractor, "names.py", "source_map.py", "ir.py", "table.py", "api_table.yaml"):
         h.update((here / name).read_bytes())
     return h.hexdigest()[:16]
 
@@ -708,11 +702,6 @@ def _through(given: set[str]) -> re.Pattern[str] | None:
 
 def _not_analysed_fix(problem: tuple[int, int, str] | None, default: str) -> str:
     why = problem[2] if problem else ""
-    if why.startswith("LibCST cannot parse"):
-        return (
-            "Write this statement in a more common form that LibCST also parses (it is valid "
-            "Python: only the linter cannot read it), or exclude the file."
-        )
     if why.startswith("not analysed: the parser"):
         return (
             "Please report the crash with this file; meanwhile exclude it, or split its "

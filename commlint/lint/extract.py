@@ -1,4 +1,4 @@
-"""LibCST source -> `FileFacts`: per function, the tree of communication it performs.
+"""A file's `ast` tree -> `FileFacts`: per function, the tree of communication it performs.
 
 One pass over each function body, in source order, with a small abstract environment that
 tracks which values depend on the rank (and along which group dimension), on data, which
@@ -7,7 +7,8 @@ objects whose methods communicate. Nothing is imported or run.
 
 `Extractor` is assembled from one mixin per concern: statements (`extract_stmts`), expressions
 and conditions (`extract_exprs`), calls (`extract_calls`); the value vocabulary (`Val`,
-`join`) is in `extract_values`, questions about bare syntax in `extract_syntax`.
+`join`) is in `extract_values`, questions about bare syntax in `extract_syntax`, positions and
+texts as findings report them in `source_map`.
 """
 
 from __future__ import annotations
@@ -16,19 +17,17 @@ import ast
 import io
 import re
 import tokenize
-
-import libcst as cst
-from libcst.helpers import get_full_name_for_node
+from typing import Any, ClassVar
 
 from commlint.lint.extract_agreement import returned
 from commlint.lint.extract_calls import Calls
 from commlint.lint.extract_exprs import Expressions
 from commlint.lint.extract_stmts import Statements
-from commlint.lint.extract_syntax import _name_counts
+from commlint.lint.extract_syntax import _name_counts, _name_of
 from commlint.lint.extract_values import CLEAN, GLOBAL, Val, _ClassEnv
 from commlint.lint.ir import AsyncFact, Cond, FileFacts, Function, Pos
 from commlint.lint.names import Names, Scope
-from commlint.lint.positions import Positions
+from commlint.lint.source_map import SourceMap
 from commlint.lint.table import ApiTable
 
 # What other modules read from here (the engine, the tests); the value vocabulary is
@@ -36,8 +35,26 @@ from commlint.lint.table import ApiTable
 __all__ = ["CLEAN", "GLOBAL", "NOQA_RE", "Extractor", "Val", "parse_noqa"]
 
 
+def _full_name(node: ast.AST) -> str | None:
+    """The dotted name a callee or base is written as (`dist.all_reduce`, `a.b` of
+    `a.b[0]` and of `a.b(x)`); "None" stands for what has no name (`"".join` → `None.join`)."""
+    name = _name_of(node)
+    if name is not None:
+        return name
+    if isinstance(node, ast.Attribute):
+        return f"{_full_name(node.value)}.{node.attr}"
+    if isinstance(node, ast.Call):
+        return _full_name(node.func)
+    if isinstance(node, ast.Subscript):
+        return _full_name(node.value)
+    return None
+
+
 class Extractor(Statements, Expressions, Calls):
-    """One file's LibCST tree -> its `FileFacts` (`run`)."""
+    """One file's `ast` tree -> its `FileFacts` (`run`)."""
+
+    _dispatch: ClassVar[dict[type, Any]] = {}  # node type -> its `ex_` method
+    _stmt_dispatch: ClassVar[dict[type, Any]] = {}  # statement type -> its `stmt_` method
 
     def __init__(
         self,
@@ -46,9 +63,11 @@ class Extractor(Statements, Expressions, Calls):
         source: str,
         table: ApiTable,
         names: Names | None = None,
+        tree: ast.Module | None = None,
     ) -> None:
         self.path = path
         self.names = names
+        self.tree = tree
         self.module_name = module_name
         self.source = source
         self.table = table
@@ -56,19 +75,20 @@ class Extractor(Statements, Expressions, Calls):
         self.module_env: dict[str, Val] = {}
         self.class_envs: dict[str, dict[str, Val]] = {}
         self.lightning_classes: set[str] = set()
-        self._last: dict[int, tuple[cst.CSTNode, Val]] = {}  # id(node) -> (node, last value)
+        self._last: dict[int, tuple[ast.AST, Val]] = {}  # id(node) -> (node, last value)
+        self._args: dict[int, tuple[ast.Call, list]] = {}  # id(call) -> (call, its arguments)
 
     # ---------------------------------------------------------------- entry
     def run(self) -> FileFacts:
-        module = cst.parse_module(self.source)
+        # one tree for the pre-check, the names and this walk: CPython's
+        module = self.tree if self.tree is not None else ast.parse(self.source)
+        self.tree = None
         self.module = module
-        # qualified names come from the bindings of CPython's tree (LibCST's scope analysis
-        # would visit every node of this one), positions from one counting code generation
         if self.names is None:
-            self.names = Names(ast.parse(self.source))
+            self.names = Names(module)
         self.scope: Scope = self.names.module
         self._qn_cache: dict[int, list[str]] = {}
-        self._pos = Positions(module)
+        self._src = SourceMap(self.source)
         self.pending: list[tuple] = []
         self.stmt_line = 1
         self._function_body(
@@ -90,40 +110,40 @@ class Extractor(Statements, Expressions, Calls):
         return self.facts
 
     # ------------------------------------------------------------- helpers
-    def qnames(self, node: cst.CSTNode) -> list[str]:
+    def qnames(self, node: ast.AST) -> list[str]:
         key = id(node)
         hit = self._qn_cache.get(key)
         if hit is not None:
             return hit
-        full = get_full_name_for_node(node)
+        full = _full_name(node)
         names: list[str] = []
         if full is not None:
-            at = self._at(node) if isinstance(node, cst.Name) else None
+            at = self._at(node) if _name_of(node) is not None else None
             names = sorted(q.lstrip(".") for q, _ in self.scope.qualified_names(full, at))
         self._qn_cache[key] = names
         return names
 
-    def _at(self, node: cst.CSTNode) -> tuple[int, int]:
-        line, col, _, _ = self._pos[node]
-        return (line, col)
+    def _at(self, node: ast.AST) -> tuple[int, int]:
+        return (node.lineno, node.col_offset)  # type: ignore[attr-defined]
 
-    def pos(self, node: cst.CSTNode) -> Pos:
-        line, col, end_line, end_col = self._pos[node]
+    def pos(self, node: ast.AST) -> Pos:
+        line, col, end_line, end_col = self._src.pos(node)
         return Pos(line, col + 1, end_line, end_col + 1, self.stmt_line)
 
-    def text(self, node: cst.CSTNode) -> str:
-        try:
-            t = self._pos.code_of(node)
-        except KeyError:  # a node made here, not parsed
-            t = self.module.code_for_node(node)
-        return " ".join(t.split())
+    def text(self, node: ast.AST) -> str:
+        return self._src.text(node)
+
+    def statement_text(self, node: ast.stmt) -> str:
+        """A simple statement's code, with the `;` that ends it if one does."""
+        t = self._src.text(node)
+        return t + ";" if self._src.semicolon_after(node) else t
 
     # ----------------------------------------------------------- functions
-    def _queue_function(self, node: cst.FunctionDef, prefix: str, env_parent, class_key) -> None:
+    def _queue_function(self, node: ast.FunctionDef, prefix: str, env_parent, class_key) -> None:
         self.pending.append((node, prefix, env_parent, class_key))
 
-    def _do_function(self, node: cst.FunctionDef, prefix: str, parent_env, class_key) -> None:
-        name = node.name.value
+    def _do_function(self, node: ast.FunctionDef, prefix: str, parent_env, class_key) -> None:
+        name = node.name
         qualname = f"{prefix}{name}"
         env: dict[str, Val]
         if isinstance(parent_env, _ClassEnv):
@@ -132,26 +152,32 @@ class Extractor(Statements, Expressions, Calls):
             env = dict(parent_env)
         params: list[str] = []
         defaults: dict[str, str] = {}
-        p = node.params
-        for param in [*p.posonly_params, *p.params, *p.kwonly_params]:
-            pname = param.name.value
+        p = node.args
+        positional = [*p.posonlyargs, *p.args]
+        given = dict(zip(positional[len(positional) - len(p.defaults) :], p.defaults, strict=True))
+        given.update(
+            (a, d) for a, d in zip(p.kwonlyargs, p.kw_defaults, strict=True) if d is not None
+        )
+        for param in [*positional, *p.kwonlyargs]:
+            pname = param.arg
             params.append(pname)
-            if param.default is not None:
-                defaults[pname] = self.text(param.default)
+            default = given.get(param)
+            if default is not None:
+                defaults[pname] = self.text(default)
             env[pname] = self._name_val(pname, pname) or Val(
                 module_ref=(("param", f"{self.module_name}.{qualname}", pname),)
             )
-        for star in (p.star_arg, p.star_kwarg):
-            if isinstance(star, cst.Param):
-                env[star.name.value] = CLEAN
+        for star in (p.vararg, p.kwarg):
+            if star is not None:
+                env[star.arg] = CLEAN
         rank_guard = None
-        for dec in node.decorators:
-            dname = self.text(dec.decorator).split("(")[0]
+        for dec in node.decorator_list:
+            dname = self.text(dec).split("(")[0]
             if dname.rsplit(".", 1)[-1] in self.table.rank_zero_decorators:
-                self.stmt_line = self._pos.start_line(dec)
+                self.stmt_line = dec.lineno
                 rank_guard = Cond(
                     text=f"@{dname}",
-                    pos=self.pos(dec.decorator),
+                    pos=self.pos(dec),
                     dims=frozenset({GLOBAL}),
                     origin=f"`@{dname}` runs the function on one rank only",
                     true_ranks=frozenset({0}),
@@ -161,7 +187,7 @@ class Extractor(Statements, Expressions, Calls):
             key=f"{self.module_name}.{qualname}",
             name=name,
             qualname=qualname,
-            stmts=list(node.body.body) if isinstance(node.body, cst.IndentedBlock) else [],
+            stmts=self.suite(node.body),
             env=env,
             class_key=class_key,
             fnode=node,
@@ -188,8 +214,8 @@ class Extractor(Statements, Expressions, Calls):
             getattr(self, "loop_roots", {}),
             getattr(self, "last_forward", None),
         )
-        if isinstance(fnode, cst.FunctionDef):
-            found = self.names.scope_of(self._pos.start_line(fnode.name), fnode.name.value)
+        if isinstance(fnode, ast.FunctionDef | ast.AsyncFunctionDef):
+            found = self.names.scope_of(fnode.lineno, fnode.name)
             self.scope = found if found is not None else self.names.module.child("function", name)
         self.env = env
         self.cls = class_key
@@ -209,7 +235,7 @@ class Extractor(Statements, Expressions, Calls):
             name=name,
             qualname=qualname,
             path=self.path,
-            pos=self.pos(fnode) if not isinstance(fnode, cst.Module) else Pos(1, 1, 1, 1, 1),
+            pos=self.pos(fnode) if not isinstance(fnode, ast.Module) else Pos(1, 1, 1, 1, 1),
             params=params,
             param_defaults=defaults,
             body=body,
@@ -243,6 +269,21 @@ class Extractor(Statements, Expressions, Calls):
             self.last_forward,
         ) = saved
         return func
+
+
+def _dispatch_table(prefix: str) -> dict[type, object]:
+    """`ex_Call` → {ast.Call: Extractor.ex_Call}: the method for each node type."""
+    out: dict[type, object] = {}
+    for attr in dir(Extractor):
+        if attr.startswith(prefix):
+            node_type = getattr(ast, attr[len(prefix) :], None)
+            if isinstance(node_type, type):
+                out[node_type] = getattr(Extractor, attr)
+    return out
+
+
+Extractor._dispatch = _dispatch_table("ex_")
+Extractor._stmt_dispatch = _dispatch_table("stmt_")
 
 
 def _module_refs(vals: list[Val]) -> tuple[tuple, ...]:

@@ -6,13 +6,19 @@ their values from the API table.
 
 from __future__ import annotations
 
+import ast
 from dataclasses import replace
-
-import libcst as cst
 
 from commlint.lint.extract_agreement import call as agreement_of_call
 from commlint.lint.extract_agreement import combine
-from commlint.lint.extract_syntax import _kwarg, _spec
+from commlint.lint.extract_syntax import (
+    _is_const,
+    _is_int_literal,
+    _is_none,
+    _kwarg,
+    _name_of,
+    _spec,
+)
 from commlint.lint.extract_values import (
     CLEAN,
     CONSTANT_TENSOR,
@@ -31,6 +37,7 @@ from commlint.lint.extract_values import (
     read_tensor,
 )
 from commlint.lint.ir import CallSite, Comm, Exit, Loop, ModuleCall, RootFact, Spawn
+from commlint.lint.source_map import Arg, call_args
 from commlint.lint.table import CallFact
 
 DTENSOR = "torch.distributed.tensor.DTensor"
@@ -67,30 +74,48 @@ NEVER_RAISE = PURE_BUILTINS | {
 }
 
 
-def _generator_object(node: cst.BaseExpression) -> bool:
+def _generator_object(node: ast.expr) -> bool:
     """`g` or `self.rng`: a variable or an attribute of this object (not `torch.cuda`)."""
-    if isinstance(node, cst.Name):
+    if _name_of(node) is not None:
         return True
+    return _is_self_attribute(node)
+
+
+def _is_self_attribute(node: ast.expr) -> bool:
     return (
-        isinstance(node, cst.Attribute)
-        and isinstance(node.value, cst.Name)
-        and node.value.value == "self"
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
     )
+
+
+def _is_str(node: ast.expr | None) -> bool:
+    """A string literal written as one (`"tp"`, `b"x"`)."""
+    return isinstance(node, ast.Constant) and isinstance(node.value, str | bytes)
 
 
 class Calls:
     """`Extractor`'s calls: communication, project functions, spawns, library methods."""
 
     # ----------------------------------------------------------------- calls
-    def ex_Call(self, node: cst.Call) -> Val:
+    def args_of(self, node: ast.Call) -> list[Arg]:
+        """A call's arguments in source order (kept: every call asks several times)."""
+        hit = self._args.get(id(node))
+        if hit is not None and hit[0] is node:
+            return hit[1]
+        out = call_args(node)
+        self._args[id(node)] = (node, out)
+        return out
+
+    def ex_Call(self, node: ast.Call) -> Val:
         func = node.func
         names = self.qnames(func)
         recv_val: Val | None = None
-        if isinstance(func, cst.Attribute):
+        if isinstance(func, ast.Attribute):
             recv_val = self.expr(func.value)
-        elif not isinstance(func, cst.Name):
+        elif _name_of(func) is None:
             recv_val = self.expr(func)
-        args = [self.expr(a.value) for a in node.args]
+        args = [self.expr(a.value) for a in self.args_of(node)]
         callee_text = self.text(func)
         last = callee_text.rsplit(".", 1)[-1]
         self._forget_constants(node)
@@ -98,10 +123,10 @@ class Calls:
         if getattr(self, "try_frames", None):
             self._note_rank_raise(node, names, last, args)
         # os.environ.get("RANK") / os.getenv("RANK")
-        if any(q in ENV_GETTERS for q in names) and node.args:
-            a0 = node.args[0].value
-            if isinstance(a0, cst.SimpleString):
-                return self._env_val(str(a0.evaluated_value), self.text(node))
+        if any(q in ENV_GETTERS for q in names) and self.args_of(node):
+            a0 = self.args_of(node)[0].value
+            if _is_str(a0):
+                return self._env_val(str(a0.value), self.text(node))  # type: ignore[attr-defined]
         for q in names:
             if q in self.table.exit_calls or q in ("builtins.exit", "builtins.quit"):
                 self.emit(Exit("exit", self.pos(node), self.text(node)[:60]))
@@ -124,8 +149,8 @@ class Calls:
             if w:
                 grp = self._group_arg(node, _spec(w.get("group")))
                 typ = f"wrapped:{w['op']}:{grp[0]}"
-                if "in_place" in w and node.args:
-                    target = node.args[int(w["in_place"])].value
+                if "in_place" in w and self.args_of(node):
+                    target = self.args_of(node)[int(w["in_place"])].value
                     self.bind(target, Val(typ=typ))
                     self._wrap_owner(target, typ)
                 return Val(typ=typ)
@@ -187,20 +212,21 @@ class Calls:
                         return replace(v, stride=stride)
                 if last in ("int", "bool", "str") and args:
                     return replace(v, exact=args[0].exact, zero=args[0].zero)
-                if last == "next" and len(node.args) == 1:
+                if last == "next" and len(self.args_of(node)) == 1:
                     return Val(data=True, origin="`next()` without default")
                 return v
             return CLEAN
 
         # methods, by receiver
-        if isinstance(func, cst.Attribute) and recv_val is not None:
+        if isinstance(func, ast.Attribute) and recv_val is not None:
             res = self.method_call(node, func, recv_val, args, callee_text)
             if res is not None:
                 return res
-        if isinstance(func, cst.Name):
-            func_val = self.lookup(func.value)
+        func_name = _name_of(func)
+        if func_name is not None:
+            func_val = self.lookup(func_name)
         else:
-            func_val = self._peek(func) if isinstance(func, cst.Attribute) else recv_val
+            func_val = self._peek(func) if isinstance(func, ast.Attribute) else recv_val
         if func_val is not None and func_val.typ and func_val.typ.startswith("wrapped:"):
             _, op, grp = func_val.typ.split(":", 2)
             if op == "forward (DDP)" and self.text(func) in self.__dict__.get("no_sync", ()):
@@ -228,7 +254,7 @@ class Calls:
         # what the call computes from: its arguments and the object of a method
         # (`logits.argmax(-1)`); a library's function computes from nothing else
         inputs = args
-        if recv_val is not None and isinstance(func, cst.Attribute) and not self.on_module(func):
+        if recv_val is not None and isinstance(func, ast.Attribute) and not self.on_module(func):
             inputs = [recv_val, *args]
         if site is None:
             agreed = combine(inputs) if any(a.agreeing for a in inputs) else None
@@ -245,46 +271,39 @@ class Calls:
             module_ref=(("returns", site.names),),
         )
 
-    def _handed_modules(self, node: cst.Call, site: CallSite) -> None:
+    def _handed_modules(self, node: ast.Call, site: CallSite) -> None:
         """A variable handed to a project function may come back wrapped in place
         (`parallelize(model, mesh)` calling `fully_shard`): its later calls ask the analysis."""
-        for k, a in enumerate(node.args):
+        for k, a in enumerate(self.args_of(node)):
             target = a.value
-            if not (
-                isinstance(target, cst.Name)
-                or (
-                    isinstance(target, cst.Attribute)
-                    and isinstance(target.value, cst.Name)
-                    and target.value.value == "self"
-                )
-            ):
+            if not (_name_of(target) is not None or _is_self_attribute(target)):
                 continue
             v = self._peek(target)
             if v.typ or v.tainted() or v.group is not None or v.mesh is not None:
                 continue
-            slot = a.keyword.value if a.keyword is not None else f"#{k}"
+            slot = a.keyword if a.keyword is not None else f"#{k}"
             ref = ("inplace", site.names, slot)
             if ref not in v.module_ref and len(v.module_ref) < 6:
                 self.bind(target, replace(v, module_ref=(*v.module_ref, ref)))
 
-    def _wrap_owner(self, target: cst.BaseExpression, typ: str) -> None:
+    def _wrap_owner(self, target: ast.expr, typ: str) -> None:
         """`fully_shard(block)` for a block of `model` (`for block in model.layers`,
         `model.layers[0]`): `model`'s forward runs the wrapped block's communication."""
         root = None
-        if isinstance(target, cst.Name):
-            root = self.loop_roots.get(target.value)
-        elif isinstance(target, cst.Attribute | cst.Subscript):
+        if _name_of(target) is not None:
+            root = self.loop_roots.get(_name_of(target))
+        elif isinstance(target, ast.Attribute | ast.Subscript):
             inner = target.value
-            while isinstance(inner, cst.Attribute | cst.Subscript):
+            while isinstance(inner, ast.Attribute | ast.Subscript):
                 inner = inner.value
-            root = inner if isinstance(inner, cst.Name) else None
-        if root is None or root.value == "self":
+            root = inner if _name_of(inner) is not None else None
+        if root is None or _name_of(root) == "self":
             return
-        v = self.lookup(root.value)
+        v = self.lookup(_name_of(root))
         if v is None or not (v.typ and v.typ.startswith("wrapped:")):
             self.bind(root, replace(v or CLEAN, typ=typ, module_ref=()))
 
-    def _note_rank_raise(self, node: cst.Call, names: list[str], last: str, args) -> None:
+    def _note_rank_raise(self, node: ast.Call, names: list[str], last: str, args) -> None:
         """Inside a `try` body: a call that may raise on some ranks only — one whose argument
         depends on the rank or on this rank's data (`load_shard(rank)`, `open(f"{rank}.pt")`,
         `torch.load(paths[rank])`) and that is neither a communication call nor one that
@@ -302,31 +321,32 @@ class Calls:
                     frame.append(entry)
                 return
 
-    def _forget_constants(self, node: cst.Call) -> None:
+    def _forget_constants(self, node: ast.Call) -> None:
         """A constant tensor (`stop = torch.tensor([0])`) changed in place (`stop.fill_(1)`)
         or handed to a call (which may change it) no longer holds the same values on every
         rank; a collective that takes it makes it uniform again afterwards."""
         func = node.func
-        names = [a.value for a in node.args]
-        if isinstance(func, cst.Attribute) and func.attr.value.endswith("_"):
+        names = [a.value for a in self.args_of(node)]
+        if isinstance(func, ast.Attribute) and func.attr.endswith("_"):
             names.append(func.value)
         for n in names:
-            if isinstance(n, cst.Name):
-                v = self.env.get(n.value)
+            name = _name_of(n)
+            if name is not None:
+                v = self.env.get(name)
                 if v is not None and v.origin == CONSTANT_TENSOR:
-                    self.env[n.value] = CLEAN
+                    self.env[name] = CLEAN
 
-    def _callbacks(self, node: cst.Call, callee_text: str) -> None:
+    def _callbacks(self, node: ast.Call, callee_text: str) -> None:
         """A function defined inside this one and handed to a call (`study.optimize(
         _objective, n_trials=n)`, a closure as a callback) runs when the callee decides: a
         loop over it, whose count the file does not give (the linter does not look into the
         callee, even in the project)."""
-        for a in node.args:
-            if not isinstance(a.value, cst.Name):
+        for a in self.args_of(node):
+            if _name_of(a.value) is None:
                 continue
             if self.scope.kind == "module":
                 continue
-            _, defs = self.scope.lookup(a.value.value)
+            _, defs = self.scope.lookup(_name_of(a.value))
             if not defs or not all(d.kind == "def" for d in defs):
                 continue
             site = self.callsite_from(a.value, self.qnames(a.value))
@@ -336,16 +356,16 @@ class Calls:
             # callee's to show: `checkpoint(custom_forward)` runs it once everywhere)
             self.emit(Loop(None, [site], self.pos(node), "for"))
 
-    def _range_stride(self, node: cst.Call, args: list[Val]) -> tuple[int, int | None] | None:
+    def _range_stride(self, node: ast.Call, args: list[Val]) -> tuple[int, int | None] | None:
         """`range(a, n, k)` with a literal step k: every element is ≡ a (mod k); `a` may be
         unknown (`range(first, world_size, k)` in a loop over `first`), the bound always is."""
         if self.text(node.func).rsplit(".", 1)[-1] != "range":
             return None
-        if len(args) == 1 and WORLD_SIZE_TEXT.search(self.text(node.args[0].value)):
+        if len(args) == 1 and WORLD_SIZE_TEXT.search(self.text(self.args_of(node)[0].value)):
             return (1, 0)  # range(world_size): every rank
         if len(args) != 3:
             return None
-        if any(a.keyword is not None for a in node.args):
+        if any(a.keyword is not None for a in self.args_of(node)):
             return None
         step = args[2].ints
         if not step or len(step) != 1 or step[0] <= 1:
@@ -354,7 +374,7 @@ class Calls:
         k = step[0]
         return (k, start[0] % k) if start and len(start) == 1 else (k, None)
 
-    def _range_ints(self, node: cst.Call, args: list[Val]) -> tuple[int, ...] | None:
+    def _range_ints(self, node: ast.Call, args: list[Val]) -> tuple[int, ...] | None:
         last = self.text(node.func).rsplit(".", 1)[-1]
         if last != "range":
             return None
@@ -364,16 +384,16 @@ class Calls:
         r = range(*nums)
         return tuple(r) if len(r) <= 65536 else None
 
-    def callsite(self, node: cst.Call, names: list[str], text: str) -> CallSite | None:
+    def callsite(self, node: ast.Call, names: list[str], text: str) -> CallSite | None:
         cands: list[str] = []
         func = node.func
         if (
-            isinstance(func, cst.Attribute)
-            and isinstance(func.value, cst.Name)
-            and func.value.value in ("self", "cls")
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id in ("self", "cls")
             and self.cls
         ):
-            cands.append(f"{self.cls}.{func.attr.value}")
+            cands.append(f"{self.cls}.{func.attr}")
         for q in names:
             if q.startswith("builtins."):
                 return None
@@ -386,26 +406,27 @@ class Calls:
                 cands.append(f"{self.module_name}.{self.qualprefix}{q}")
                 cands.append(f"{self.module_name}.{q}")
         if not cands:
-            if isinstance(func, cst.Name):
-                cands.append(f"{self.module_name}.{func.value}")
-            elif isinstance(func, cst.Attribute):
+            if _name_of(func) is not None:
+                cands.append(f"{self.module_name}.{_name_of(func)}")
+            elif isinstance(func, ast.Attribute):
                 return None
         group_args: dict[str, str] = {}
         module_args: dict[str, tuple[tuple, ...]] = {}
-        for k, a in enumerate(node.args):
-            if not isinstance(a.value, cst.Name | cst.Attribute | cst.Call | cst.Subscript):
+        for k, a in enumerate(self.args_of(node)):
+            name = _name_of(a.value)
+            if name is None and not isinstance(a.value, ast.Attribute | ast.Call | ast.Subscript):
                 continue
             v = self._peek(a.value)
             gkey = v.group
             if gkey is None:
                 # keyed as the caller's own collectives would key this expression
-                if isinstance(a.value, cst.Name) and a.value.value in self._params():
-                    gkey = f"param:{a.value.value}"
-                elif isinstance(a.value, cst.Name) and a.value.value == "None":
+                if name is not None and name in self._params():
+                    gkey = f"param:{name}"
+                elif name == "None":
                     gkey = "WORLD"
                 else:
                     gkey = self.text(a.value)
-            slot = a.keyword.value if a.keyword is not None else f"#{k}"
+            slot = a.keyword if a.keyword is not None else f"#{k}"
             group_args[slot] = gkey
             refs = v.module_ref
             if v.typ and v.typ.startswith("wrapped:"):
@@ -421,7 +442,7 @@ class Calls:
             module_args=module_args,
         )
 
-    def spawn(self, node: cst.Call, how: str, target: cst.BaseExpression | None) -> Val:
+    def spawn(self, node: ast.Call, how: str, target: ast.expr | None) -> Val:
         if target is None:
             return CLEAN
         names = self.qnames(target)
@@ -444,13 +465,8 @@ class Calls:
 
     def callsite_from(self, target, names) -> CallSite | None:
         cands: list[str] = []
-        if (
-            isinstance(target, cst.Attribute)
-            and isinstance(target.value, cst.Name)
-            and target.value.value == "self"
-            and self.cls
-        ):
-            cands.append(f"{self.cls}.{target.attr.value}")
+        if _is_self_attribute(target) and self.cls:
+            cands.append(f"{self.cls}.{target.attr}")
         for q in names:
             if "<locals>" in q:
                 q = q.split(".<locals>.")[-1]
@@ -469,34 +485,35 @@ class Calls:
             on_module=self.on_module(target),
         )
 
-    def on_module(self, func: cst.BaseExpression) -> bool:
+    def on_module(self, func: ast.expr) -> bool:
         """`mod.f` where `mod` is bound by an import (`torch.scatter`): a module's function."""
-        if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)):
+        if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
             return False
-        return self.scope.is_import(func.value.value, self._at(func.value))
+        return self.scope.is_import(func.value.id, self._at(func.value))
 
-    def method_call(self, node, func: cst.Attribute, recv: Val, args, text) -> Val | None:
-        meth = func.attr.value
+    def method_call(self, node, func: ast.Attribute, recv: Val, args, text) -> Val | None:
+        meth = func.attr
+        cargs = self.args_of(node)
         recv_text = self.text(func.value)
         forward = getattr(self, "last_forward", None)
-        if meth == "backward" and forward and not node.args and recv.typ is None:
+        if meth == "backward" and forward and not cargs and recv.typ is None:
             # `loss.backward()` after a wrapped module's forward in this function: FSDP
             # reduce-scatters (DDP all-reduces) the gradients of what that forward used
             self.emit(ModuleCall(forward, text, self.pos(node), backward=True))
             return CLEAN
         # process groups, meshes (a DeviceMesh's methods are recognised by name)
         mesh_like = meth in ("get_group", "get_local_rank") and (
-            not node.args or isinstance(node.args[0].value, cst.SimpleString)
+            not cargs or _is_str(cargs[0].value)
         )
         if recv.mesh is None and mesh_like:
             recv = replace(recv, mesh=((), ()))
         if recv.mesh is not None:
             dim = None
-            if node.args:
-                a0 = node.args[0].value
-                if isinstance(a0, cst.SimpleString):
-                    dim = str(a0.evaluated_value)
-                elif isinstance(a0, cst.Integer) and recv.mesh[0]:
+            if cargs:
+                a0 = cargs[0].value
+                if _is_str(a0):
+                    dim = str(a0.value)  # type: ignore[attr-defined]
+                elif _is_int_literal(a0) and recv.mesh[0]:
                     i = _int(a0)
                     if i is not None and 0 <= i < len(recv.mesh[0]):
                         dim = recv.mesh[0][i]
@@ -543,18 +560,18 @@ class Calls:
             if fact is not None:
                 if fact.when_kw:
                     kw = _kwarg(node, fact.when_kw, None)
-                    if kw is None or (isinstance(kw, cst.Name) and kw.value == "False"):
+                    if kw is None or _is_const(kw, False):
                         return CLEAN
                 gkey = f"<{fact.implicit_group}>" if fact.implicit_group else "WORLD"
                 if fact.implicit_group and typ == DTENSOR and recv.submesh:
                     gkey = f"mesh:{recv.submesh}"  # the one mesh dimension it lives on
                 v = self._emit_comm(node, fact, gkey, text, via=f"{recv_text}.{meth}")
                 return v
-        if meth in self.table.executor_methods and node.args:
+        if meth in self.table.executor_methods and cargs:
             low = recv_text.lower()
             if "executor" in low or "pool" in low or typ == "executor":
-                return self.spawn(node, "an executor", node.args[0].value)
-        if meth in self.table.data_methods and not node.args:
+                return self.spawn(node, "an executor", cargs[0].value)
+        if meth in self.table.data_methods and not cargs:
             if recv.uniform:
                 return recv
             v = as_data(recv, f"`{self.text(node)[:40]}` is this rank's data")
@@ -565,7 +582,7 @@ class Calls:
             return CLEAN
         if meth in ("start", "join", "result") and recv.typ is None:
             return None
-        if recv.rank_tensor and meth == "tolist" and not node.args:
+        if recv.rank_tensor and meth == "tolist" and not cargs:
             return read_tensor(recv, self.text(node))
         if recv.rank_tensor and meth not in NON_TENSOR_METHODS:
             return replace(join(recv, *args), tensor=True)  # `probe.sum()`, `t.to(...)`
@@ -579,7 +596,7 @@ class Calls:
             return seeded
         return None
 
-    def _dtensor_mesh_dim(self, node: cst.Call, typ: str) -> str | None:
+    def _dtensor_mesh_dim(self, node: ast.Call, typ: str) -> str | None:
         """The mesh dimension a DTensor is made on, when its mesh is one dimension of a named
         mesh (`distribute_tensor(t, mesh["tp"], ...)`) or a mesh of one named dimension: its
         `full_tensor()`/`redistribute()` then communicate on that dimension's groups only."""
@@ -599,12 +616,12 @@ class Calls:
         # a mesh of several named dimensions: the ones its literal placements shard
         # (`[Replicate(), Shard(0)]` on ("dp", "tp") gathers over tp only), as "dp+tp"
         given = _kwarg(node, "placements", 2)
-        if not isinstance(given, cst.List | cst.Tuple) or len(given.elements) != len(names):
+        if not isinstance(given, ast.List | ast.Tuple) or len(given.elts) != len(names):
             return None
         kinds = []
-        for el in given.elements:
-            call = el.value
-            if not isinstance(call, cst.Call):
+        for el in given.elts:
+            call = el.value if isinstance(el, ast.Starred) else el
+            if not isinstance(call, ast.Call):
                 return None
             kinds.append(self.text(call.func).rsplit(".", 1)[-1])
         if not all(k in ("Shard", "Replicate", "Partial") for k in kinds):
@@ -636,12 +653,12 @@ class Calls:
             group_rank_of=grp_of if not exact else None,
         )
 
-    def _group_arg(self, node: cst.Call, spec) -> tuple[str, bool]:
+    def _group_arg(self, node: ast.Call, spec) -> tuple[str, bool]:
         """The group key of a call's group argument, and whether one was given."""
         if spec is None:
             return "WORLD", False
         arg = _kwarg(node, spec[1], spec[0])
-        if arg is None or (isinstance(arg, cst.Name) and arg.value == "None"):
+        if arg is None or _is_none(arg):
             return "WORLD", False
         v = self._peek(arg)
         if v.group:
@@ -652,14 +669,14 @@ class Calls:
             if dim is not None:
                 return f"mesh:{dim}", True
         t = self.text(arg)
-        if isinstance(arg, cst.Name) and arg.value in self._params():
-            return f"param:{arg.value}", True
+        if isinstance(arg, ast.Name) and arg.id in self._params():
+            return f"param:{arg.id}", True
         return t, True
 
     def _params(self) -> set[str]:
         return getattr(self, "_param_names", set())
 
-    def comm_call(self, node: cst.Call, fact: CallFact, text: str) -> Val:
+    def comm_call(self, node: ast.Call, fact: CallFact, text: str) -> Val:
         if fact.kind == "create":
             return self.create_call(node, fact, text)
         gkey, given = self._group_arg(node, fact.group)
@@ -683,13 +700,15 @@ class Calls:
             blocking = False
         elif fact.async_ is not None:
             a = _kwarg(node, fact.async_[1], fact.async_[0])
-            if isinstance(a, cst.Name) and a.value == "True":
+            if _is_const(a, True):
                 blocking = False
         gval = self._peek(_kwarg(node, fact.group[1], fact.group[0])) if fact.group else CLEAN
+        cargs = self.args_of(node)
         payload = tuple(
             self._peek(a.value).payload or (self.text(a.value), "")
-            for a in node.args
-            if a.keyword is None and isinstance(a.value, cst.Name | cst.Attribute)
+            for a in cargs
+            if a.keyword is None
+            and (_name_of(a.value) is not None or isinstance(a.value, ast.Attribute))
         )
         members = gval.members
         size = gval.size or (len(members) if members else None)
@@ -722,8 +741,8 @@ class Calls:
         self.emit(comm)
         outs = fact.outputs or ((0,) if fact.op in ("all_reduce", "broadcast") else ())
         for k in outs:
-            if k < len(node.args) and node.args[k].keyword is None:
-                self.bind_uniform(node.args[k].value)
+            if k < len(cargs) and cargs[k].keyword is None:
+                self.bind_uniform(cargs[k].value)
         if not blocking:
             return Val(typ="handle")
         if fact.functional:
@@ -731,7 +750,7 @@ class Calls:
         return CLEAN
 
     def bind_uniform(self, target) -> None:
-        if isinstance(target, cst.Name | cst.Attribute):
+        if _name_of(target) is not None or isinstance(target, ast.Attribute):
             self.bind(target, Val(uniform=True))
 
     def _restriction(self):
@@ -747,7 +766,7 @@ class Calls:
                 rcond = rcond or c
         return rank_set, excluded, rcond
 
-    def _root_fact(self, node: cst.Call, fact: CallFact) -> RootFact | None:
+    def _root_fact(self, node: ast.Call, fact: CallFact) -> RootFact | None:
         for spec, is_group in ((fact.group_root, True), (fact.root, False)):
             if spec is None:
                 continue
@@ -768,11 +787,11 @@ class Calls:
             )
         return None
 
-    def create_call(self, node: cst.Call, fact: CallFact, text: str) -> Val:
+    def create_call(self, node: ast.Call, fact: CallFact, text: str) -> Val:
         local = False
         if fact.local_sync is not None:
             a = _kwarg(node, fact.local_sync[1], fact.local_sync[0])
-            local = isinstance(a, cst.Name) and a.value == "True"
+            local = _is_const(a, True)
         whole = (  # `new_group(backend="gloo")`: every rank again, not a subgroup
             fact.op == "new_group"
             and fact.ranks is not None
@@ -824,11 +843,11 @@ class Calls:
             names: tuple[str, ...] = ()
             shape: tuple[int, ...] = ()
             dn = _kwarg(node, "mesh_dim_names", None)
-            if dn is not None and isinstance(dn, cst.Tuple | cst.List):
+            if dn is not None and isinstance(dn, ast.Tuple | ast.List):
                 names = tuple(
-                    str(e.value.evaluated_value)
-                    for e in dn.elements
-                    if isinstance(e.value, cst.SimpleString)
+                    str(e.value)  # type: ignore[attr-defined]
+                    for e in dn.elts
+                    if _is_str(e)
                 )
             sh = _kwarg(node, "mesh_shape", 1)
             if sh is not None:
@@ -840,7 +859,7 @@ class Calls:
             return Val(typ="subgroups")
         return CLEAN
 
-    def _assign_key(self, node: cst.Call) -> str:
+    def _assign_key(self, node: ast.Call) -> str:
         """The group key of a `new_group` result: the text of the name it is assigned to."""
         # found by looking at the statement being processed
         return getattr(self, "_current_target", None) or f"new_group@{self.pos(node).line}"

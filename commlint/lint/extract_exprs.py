@@ -4,9 +4,8 @@ but a call, and conditions (`Cond`): which ranks a test is true on, its residue 
 
 from __future__ import annotations
 
+import ast
 from dataclasses import replace
-
-import libcst as cst
 
 from commlint.lint.extract_agreement import as_condition
 from commlint.lint.extract_syntax import (
@@ -14,6 +13,7 @@ from commlint.lint.extract_syntax import (
     _flip,
     _is_sentinel,
     _is_single_stage_test,
+    _name_of,
     _target_names,
 )
 from commlint.lint.extract_values import (
@@ -34,32 +34,31 @@ class Expressions:
     """`Extractor`'s conditions and expressions (calls apart)."""
 
     # ----------------------------------------------------------- conditions
-    def cond(self, test: cst.BaseExpression) -> Cond:
+    def cond(self, test: ast.expr) -> Cond:
         v = read_tensor(self.expr(test), self.text(test))
         c = self._cond_from_val(test, v)
-        if c.dims and self.cls and isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
-            target = test.comparisons[0]
-            attr = target.comparator
-            op = {cst.Equal: "==", cst.NotEqual: "!="}.get(type(target.operator))
+        if c.dims and self.cls and isinstance(test, ast.Compare) and len(test.ops) == 1:
+            attr = test.comparators[0]
+            op = {ast.Eq: "==", ast.NotEq: "!="}.get(type(test.ops[0]))
             if (
                 op is not None
-                and isinstance(attr, cst.Attribute)
-                and isinstance(attr.value, cst.Name)
-                and attr.value.value == "self"
-                and self.lookup(f"self.{attr.attr.value}") is None
+                and isinstance(attr, ast.Attribute)
+                and isinstance(attr.value, ast.Name)
+                and attr.value.id == "self"
+                and self.lookup(f"self.{attr.attr}") is None
             ):
-                c = replace(c, vs_attr=(op, attr.attr.value, self.cls))
+                c = replace(c, vs_attr=(op, attr.attr, self.cls))
         return c
 
-    def _cond_from_val(self, node: cst.BaseExpression, v: Val) -> Cond:
+    def _cond_from_val(self, node: ast.expr, v: Val) -> Cond:
         true_ranks, false_ranks = self.rank_sets(node)
         mod_test = _mod_test_of(v)
         bare = node
-        while isinstance(bare, cst.UnaryOperation) and isinstance(bare.operator, cst.Not):
-            bare = bare.expression
+        while isinstance(bare, ast.UnaryOp) and isinstance(bare.op, ast.Not):
+            bare = bare.operand
         return Cond(
             mod_test=mod_test,
-            approx=isinstance(bare, cst.BooleanOperation),
+            approx=isinstance(bare, ast.BoolOp),
             text=self.text(node)[:80],
             pos=self.pos(node),
             dims=v.dims,
@@ -74,22 +73,33 @@ class Expressions:
 
     def rank_sets(self, node) -> tuple[frozenset[int] | None, frozenset[int] | None]:
         """Global ranks for which `node` is true / false, when a finite set is evident."""
-        if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not):
-            t, f = self.rank_sets(node.expression)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            t, f = self.rank_sets(node.operand)
             return f, t
-        if isinstance(node, cst.BooleanOperation):
-            lt, lf = self.rank_sets(node.left)
-            rt, rf = self.rank_sets(node.right)
-            if isinstance(node.operator, cst.And):
-                t = lt & rt if lt is not None and rt is not None else (lt if lt is not None else rt)
-                f = lf | rf if lf is not None and rf is not None else None
-            else:
-                t = lt | rt if lt is not None and rt is not None else None
-                f = lf & rf if lf is not None and rf is not None else (lf if lf is not None else rf)
-            return t, f
-        if isinstance(node, cst.Comparison) and len(node.comparisons) == 1:
-            left, comp = node.left, node.comparisons[0]
-            right, op = comp.comparator, comp.operator
+        if isinstance(node, ast.BoolOp):
+            # `a and b and c` is `(a and b) and c`
+            lt, lf = self.rank_sets(node.values[0])
+            conj = isinstance(node.op, ast.And)
+            for value in node.values[1:]:
+                rt, rf = self.rank_sets(value)
+                if conj:
+                    t = (
+                        lt & rt
+                        if lt is not None and rt is not None
+                        else (lt if lt is not None else rt)
+                    )
+                    f = lf | rf if lf is not None and rf is not None else None
+                else:
+                    t = lt | rt if lt is not None and rt is not None else None
+                    f = (
+                        lf & rf
+                        if lf is not None and rf is not None
+                        else (lf if lf is not None else rf)
+                    )
+                lt, lf = t, f
+            return lt, lf
+        if isinstance(node, ast.Compare) and len(node.ops) == 1:
+            left, right, op = node.left, node.comparators[0], node.ops[0]
             lv = self._peek(left)
             rv = self._peek(right)
             if not (lv.exact and GLOBAL in lv.dims) and rv.exact and GLOBAL in rv.dims:
@@ -99,21 +109,21 @@ class Expressions:
                 return None, None
             k = _int(right)
             lits = self._literal_ints(right)
-            if isinstance(op, cst.Equal) and k is not None:
+            if isinstance(op, ast.Eq) and k is not None:
                 return frozenset({k}), None
-            if isinstance(op, cst.NotEqual) and k is not None:
+            if isinstance(op, ast.NotEq) and k is not None:
                 return None, frozenset({k})
-            if isinstance(op, cst.In) and lits is not None:
+            if isinstance(op, ast.In) and lits is not None:
                 return frozenset(lits), None
-            if isinstance(op, cst.NotIn) and lits is not None:
+            if isinstance(op, ast.NotIn) and lits is not None:
                 return None, frozenset(lits)
-            if isinstance(op, cst.LessThan) and k is not None and 0 < k <= 4096:
+            if isinstance(op, ast.Lt) and k is not None and 0 < k <= 4096:
                 return frozenset(range(k)), None
-            if isinstance(op, cst.LessThanEqual) and k is not None and 0 <= k < 4096:
+            if isinstance(op, ast.LtE) and k is not None and 0 <= k < 4096:
                 return frozenset(range(k + 1)), None
-            if isinstance(op, cst.GreaterThanEqual) and k is not None and 0 < k <= 4096:
+            if isinstance(op, ast.GtE) and k is not None and 0 < k <= 4096:
                 return None, frozenset(range(k))
-            if isinstance(op, cst.GreaterThan) and k is not None and 0 <= k < 4096:
+            if isinstance(op, ast.Gt) and k is not None and 0 <= k < 4096:
                 return None, frozenset(range(k + 1))
             return None, None
         v = self._peek(node)
@@ -140,47 +150,52 @@ class Expressions:
         return v.ints
 
     # ----------------------------------------------------------- expressions
-    def expr(self, node: cst.BaseExpression | None) -> Val:
+    def expr(self, node: ast.expr | None) -> Val:
         if node is None:
             return CLEAN
-        meth = getattr(self, f"ex_{type(node).__name__}", None)
+        meth = self._dispatch.get(type(node))
         if meth is not None:
-            v = meth(node)
+            v = meth(self, node)
         else:
-            vals = [self.expr(c) for c in node.children if isinstance(c, cst.BaseExpression)]
+            vals = [self.expr(c) for c in ast.iter_child_nodes(node) if isinstance(c, ast.expr)]
             v = join(*vals) if vals else CLEAN
         self._last[id(node)] = (node, v)
         return v
 
-    def ex_Integer(self, node: cst.Integer) -> Val:
-        k = _int(node)
-        return Val(ints=(k,)) if k is not None else CLEAN
-
-    def ex_UnaryOperation(self, node: cst.UnaryOperation) -> Val:
+    def ex_Constant(self, node: ast.Constant) -> Val:
         k = _int(node)
         if k is not None:
             return Val(ints=(k,))
-        v = self.expr(node.expression)
-        if isinstance(node.operator, cst.Not):
-            v = read_tensor(v, self.text(node.expression))
+        name = _name_of(node)  # `None`, `True`, `False`: names, as LibCST read them
+        if name is not None:
+            return self.lookup(name) or CLEAN
+        return CLEAN
+
+    def ex_UnaryOp(self, node: ast.UnaryOp) -> Val:
+        k = _int(node)
+        if k is not None:
+            return Val(ints=(k,))
+        v = self.expr(node.operand)
+        if isinstance(node.op, ast.Not):
+            v = read_tensor(v, self.text(node.operand))
             mt = _mod_test_of(v)
             flipped = (mt[0], mt[1], not mt[2]) if mt else None
             return replace(join(v), zero=False, guard=v.guard, mod_test=flipped)
         return replace(join(v), tensor=v.rank_tensor)
 
-    def ex_Name(self, node: cst.Name) -> Val:
-        v = self.lookup(node.value) or self._getter_group(self.qnames(node))
+    def ex_Name(self, node: ast.Name) -> Val:
+        v = self.lookup(node.id) or self._getter_group(self.qnames(node))
         if v is not None:
             return v
-        return self._name_val(node.value, node.value) or CLEAN
+        return self._name_val(node.id, node.id) or CLEAN
 
-    def ex_Attribute(self, node: cst.Attribute) -> Val:
+    def ex_Attribute(self, node: ast.Attribute) -> Val:
         key = self.text(node)
         v = self.lookup(key) or self._getter_group(self.qnames(node))
         if v is not None:
             return v
         base = self.expr(node.value)
-        attr = node.attr.value
+        attr = node.attr
         if base.mesh is not None and attr in ("shape", "ndim", "mesh_dim_names"):
             return CLEAN
         nv = self._name_val(attr, key)
@@ -200,28 +215,35 @@ class Expressions:
                 return Val(group=g["group"])
         return None
 
-    def ex_Subscript(self, node: cst.Subscript) -> Val:
+    def _subscript_elements(self, node: ast.Subscript) -> list[ast.expr]:
+        """The elements of `x[a, b:c]` (one for `x[(a, b)]`)."""
+        sl = node.slice
+        if isinstance(sl, ast.Tuple) and self._src.syntactic(sl) == self._src.span(sl):
+            return list(sl.elts)  # not parenthesised
+        return [sl]
+
+    def ex_Subscript(self, node: ast.Subscript) -> Val:
         key = self.text(node)
         env_name = _env_key(key)
         if env_name is not None:
             return self._env_val(env_name, key)
         base = self.expr(node.value)
         idx: list[Val] = []
-        for el in node.slice:
-            if isinstance(el.slice, cst.Index):
+        elements = self._subscript_elements(node)
+        for el in elements:
+            if isinstance(el, ast.Slice):
+                idx.extend(self.expr(x) for x in (el.lower, el.upper, el.step))
+            elif not isinstance(el, ast.Starred):
                 # `parts[rank]`: this rank's element of a list built the same way everywhere;
                 # its properties are usually uniform (a slice `data[rank::world]` is not)
-                v = self.expr(el.slice.value)
+                v = self.expr(el)
                 idx.append(Val(data=v.data, origin=v.origin) if v.data else CLEAN)
-            elif isinstance(el.slice, cst.Slice):
-                idx.extend(self.expr(x) for x in (el.slice.lower, el.slice.upper, el.slice.step))
         if (base.mesh is not None or "mesh" in self.text(node.value).lower()) and len(
-            node.slice
+            elements
         ) == 1:
-            sl = node.slice[0].slice
-            if isinstance(sl, cst.Index) and isinstance(sl.value, cst.SimpleString):
-                dim = sl.value.evaluated_value
-                return Val(mesh=base.mesh or ((), ()), submesh=str(dim))
+            sl = elements[0]
+            if isinstance(sl, ast.Constant) and isinstance(sl.value, str | bytes):
+                return Val(mesh=base.mesh or ((), ()), submesh=str(sl.value))
         if base.ints is not None and idx and idx[0].ints and len(idx[0].ints) == 1:
             i = idx[0].ints[0]
             if -len(base.ints) <= i < len(base.ints):
@@ -240,7 +262,7 @@ class Expressions:
         return CLEAN
 
     def ex_List(self, node) -> Val:
-        vals = [self.expr(e.value) for e in node.elements if isinstance(e, cst.Element)]
+        vals = [self.expr(e) for e in node.elts if not isinstance(e, ast.Starred)]
         if vals and all(v.ints is not None and len(v.ints) == 1 for v in vals):
             return Val(ints=tuple(v.ints[0] for v in vals))
         if vals and all(v.group for v in vals):
@@ -250,18 +272,28 @@ class Expressions:
     ex_Tuple = ex_List
     ex_Set = ex_List
 
-    def ex_Comparison(self, node: cst.Comparison) -> Val:
-        if len(node.comparisons) == 1 and _is_sentinel(node.comparisons[0]):
+    def ex_Dict(self, node) -> Val:
+        return CLEAN  # (its keys and values are not looked into)
+
+    def ex_YieldFrom(self, node) -> Val:
+        return CLEAN
+
+    def ex_NamedExpr(self, node: ast.NamedExpr) -> Val:
+        vals = [self.expr(node.target), self.expr(node.value)]
+        return join(*vals)
+
+    def ex_Compare(self, node: ast.Compare) -> Val:
+        if len(node.ops) == 1 and _is_sentinel(node.ops[0], node.comparators[0]):
             # `LOCAL_RANK != -1`, `rank is None`: "was a rank given?" is the same on all ranks
             self.expr(node.left)
             return CLEAN
         left = self.expr(node.left)
         vals = [left]
         guard = None
-        for comp in node.comparisons:
-            right = self.expr(comp.comparator)
+        for op, comparator in zip(node.ops, node.comparators, strict=True):
+            right = self.expr(comparator)
             vals.append(right)
-            if isinstance(comp.operator, cst.In) and left.dims:
+            if isinstance(op, ast.In) and left.dims:
                 guard = "*"
         v = join(*vals)
         return replace(
@@ -271,12 +303,12 @@ class Expressions:
             mod_test=self._mod_test(node, vals),
         )
 
-    def _mod_test(self, node: cst.Comparison, vals: list[Val]) -> tuple[int, int, bool] | None:
+    def _mod_test(self, node: ast.Compare, vals: list[Val]) -> tuple[int, int, bool] | None:
         """`rank % k == a` / `a != rank % k` / `stage == a` with `stage = rank % k`."""
-        if len(node.comparisons) != 1 or len(vals) != 2:
+        if len(node.ops) != 1 or len(vals) != 2:
             return None
-        op = node.comparisons[0].operator
-        if not isinstance(op, cst.Equal | cst.NotEqual):
+        op = node.ops[0]
+        if not isinstance(op, ast.Eq | ast.NotEq):
             return None
         a, b = vals
         if a.rank_mod is None:
@@ -285,14 +317,14 @@ class Expressions:
             return None
         k, r = a.rank_mod, b.ints[0]
         if not 0 <= r < k:
-            return (k, 0, False) if isinstance(op, cst.NotEqual) else None
-        return (k, r, isinstance(op, cst.Equal))
+            return (k, 0, False) if isinstance(op, ast.NotEq) else None
+        return (k, r, isinstance(op, ast.Eq))
 
-    def ex_BinaryOperation(self, node: cst.BinaryOperation) -> Val:
+    def ex_BinOp(self, node: ast.BinOp) -> Val:
         left, right = self.expr(node.left), self.expr(node.right)
         v = join(left, right)
         if (
-            isinstance(node.operator, cst.Modulo)
+            isinstance(node.op, ast.Mod)
             and left.exact
             and GLOBAL in left.dims
             and right.ints
@@ -302,15 +334,26 @@ class Expressions:
             return replace(v, rank_mod=right.ints[0])
         return replace(v, tensor=left.rank_tensor or right.rank_tensor)
 
-    def ex_BooleanOperation(self, node) -> Val:
-        if isinstance(node.operator, cst.And) and _is_single_stage_test(node):
-            return CLEAN  # first and last pipeline stage at once: pipeline size 1, everywhere
-        a = read_tensor(self.expr(node.left), self.text(node.left))
-        b = read_tensor(self.expr(node.right), self.text(node.right))
-        v = join(a, b)
-        return replace(v, guard=a.guard or b.guard)
+    def ex_BoolOp(self, node: ast.BoolOp) -> Val:
+        # `a and b and c` is `(a and b) and c`: the pairs from the left
+        values = node.values
+        conj = isinstance(node.op, ast.And)
+        acc: Val | None = None
+        for k in range(1, len(values)):
+            right = values[k]
+            if k == 1:
+                if conj and _is_single_stage_test(values[0], right):
+                    # first and last pipeline stage at once: pipeline size 1, everywhere
+                    acc = CLEAN
+                    continue
+                a = read_tensor(self.expr(values[0]), self.text(values[0]))
+            else:
+                a = read_tensor(acc, "")  # a pair's value: never a rank's tensor
+            b = read_tensor(self.expr(right), self.text(right))
+            acc = replace(join(a, b), guard=a.guard or b.guard)
+        return acc if acc is not None else CLEAN
 
-    def ex_IfExp(self, node: cst.IfExp) -> Val:
+    def ex_IfExp(self, node: ast.IfExp) -> Val:
         cond = self.cond(node.test)
         body_out: list[Node] = []
         else_out: list[Node] = []
@@ -334,36 +377,26 @@ class Expressions:
     def ex_Lambda(self, node) -> Val:
         return CLEAN
 
-    def ex_SimpleString(self, node) -> Val:
-        return CLEAN
-
-    def ex_FormattedString(self, node) -> Val:
-        vals = [
-            self.expr(p.expression)
-            for p in node.parts
-            if isinstance(p, cst.FormattedStringExpression)
-        ]
+    def ex_JoinedStr(self, node: ast.JoinedStr) -> Val:
+        vals = [self.expr(p.value) for p in node.values if isinstance(p, ast.FormattedValue)]
         return join(*vals) if vals else CLEAN
 
     def _comprehension(self, node) -> Val:
-        fors = []
-        f = node.for_in
+        fors = node.generators
         vals = []
         outer = self.scope
-        while f is not None:
+        for f in fors:
             it = self.expr(f.iter)
-            if f is node.for_in:  # the first iterable is the enclosing scope's
-                self.scope = comprehension_scope(outer, _target_names(node.for_in))
+            if f is fors[0]:  # the first iterable is the enclosing scope's
+                self.scope = comprehension_scope(outer, _target_names(fors))
             self.bind(f.target, replace(it, stride=None))
             vals.append(it)
-            fors.append(f)
             for cond in f.ifs:
-                vals.append(self.expr(cond.test))
-            f = f.inner_for_in
+                vals.append(self.expr(cond))
         saved = self.out
         body: list[Node] = []
         self.out = body
-        if isinstance(node, cst.DictComp):
+        if isinstance(node, ast.DictComp):
             self.expr(node.key)
             vals.append(self.expr(node.value))
         else:
@@ -375,11 +408,11 @@ class Expressions:
             cond = self._cond_from_val(fors[0].iter, it) if it.tainted() else None
             self.emit(Loop(cond, body, self.pos(fors[0].iter), "comprehension"))
         v = join(*vals)
-        if isinstance(node, cst.ListComp | cst.GeneratorExp) and not v.tainted():
-            elt = self._peek(node.elt) if not isinstance(node, cst.DictComp) else CLEAN
+        if isinstance(node, ast.ListComp | ast.GeneratorExp) and not v.tainted():
+            elt = self._peek(node.elt)
             if elt.group:
                 return Val(typ="group-list")
-        if not isinstance(node, cst.DictComp) and not v.tainted():
+        if not isinstance(node, ast.DictComp) and not v.tainted():
             stride = self._comprehension_stride(node)
             if stride is not None:
                 return replace(v, stride=stride)
@@ -387,33 +420,34 @@ class Expressions:
 
     def _comprehension_stride(self, node) -> tuple[int, int | None] | None:
         """`[r for r in range(world_size) if r % k == a]`: the ranks ≡ a (mod k)."""
-        f = node.for_in
-        if f.inner_for_in is not None or not isinstance(f.target, cst.Name):
+        if len(node.generators) != 1:
             return None
-        var = f.target.value
-        if not (isinstance(node.elt, cst.Name) and node.elt.value == var):
+        f = node.generators[0]
+        if not isinstance(f.target, ast.Name):
+            return None
+        var = f.target.id
+        if not (isinstance(node.elt, ast.Name) and node.elt.id == var):
             return None
         it = f.iter
-        if not (isinstance(it, cst.Call) and self.text(it.func) == "range"):
+        if not (isinstance(it, ast.Call) and self.text(it.func) == "range"):
             return None
         base = self._peek(it).stride
-        if base is None and len(it.args) == 3:
+        if base is None and len(it.args) + len(it.keywords) == 3:
             return None  # a step that is not a literal
         stride = base
-        for c in f.ifs:
-            test = c.test
+        for test in f.ifs:
             if not (
-                isinstance(test, cst.Comparison)
-                and len(test.comparisons) == 1
-                and isinstance(test.comparisons[0].operator, cst.Equal)
-                and isinstance(test.left, cst.BinaryOperation)
-                and isinstance(test.left.operator, cst.Modulo)
-                and isinstance(test.left.left, cst.Name)
-                and test.left.left.value == var
+                isinstance(test, ast.Compare)
+                and len(test.ops) == 1
+                and isinstance(test.ops[0], ast.Eq)
+                and isinstance(test.left, ast.BinOp)
+                and isinstance(test.left.op, ast.Mod)
+                and isinstance(test.left.left, ast.Name)
+                and test.left.left.id == var
             ):
                 return None
             k = self._peek(test.left.right).ints
-            a = self._peek(test.comparisons[0].comparator).ints
+            a = self._peek(test.comparators[0]).ints
             if not k or not a or len(k) != 1 or len(a) != 1 or k[0] <= 1:
                 return None
             if not 0 <= a[0] < k[0]:

@@ -5,9 +5,8 @@ classes (queued for later), and the async handles a statement leaves unused.
 
 from __future__ import annotations
 
+import ast
 from dataclasses import replace
-
-import libcst as cst
 
 from commlint.lint.extract_syntax import (
     _assigned_names,
@@ -16,7 +15,9 @@ from commlint.lint.extract_syntax import (
     _iterates_a_set,
     _kwarg,
     _lone_call,
+    _name_of,
     _swallows_oom,
+    looked_into,
 )
 from commlint.lint.extract_values import (
     CLEAN,
@@ -34,6 +35,7 @@ from commlint.lint.extract_values import (
     join,
 )
 from commlint.lint.ir import AsyncFact, Branch, Comm, Cond, Exit, Loop, Node, Pos, Try
+from commlint.lint.source_map import call_args
 
 
 class Statements:
@@ -49,99 +51,108 @@ class Statements:
         self.out = saved
         return out
 
+    def suite(self, body: list[ast.stmt]) -> list[ast.stmt]:
+        """A compound statement's block, as the extractor looks into it."""
+        return body if looked_into(self._src, body) else []
+
     def emit(self, node: Node) -> None:
         self.out.append(node)
 
-    def statement(self, stmt: cst.CSTNode) -> None:
-        self.stmt_line = self._pos.start_line(stmt)
-        if isinstance(stmt, cst.SimpleStatementLine):
-            for small in stmt.body:
-                self.small_statement(small)
+    def statement(self, stmt: ast.stmt) -> None:
+        self.stmt_line = stmt.lineno
+        meth = self._stmt_dispatch.get(type(stmt))
+        if meth is not None:
+            meth(self, stmt)
+
+    def stmt_Expr(self, s: ast.Expr) -> None:
+        before = len(self.out)
+        self.expr(s.value)
+        if isinstance(s.value, ast.Call):
+            whole = self.pos(s.value)
+            for n in self.out[before:]:
+                if (
+                    isinstance(n, Comm)
+                    and not n.blocking
+                    and n.kind != "create"
+                    and (n.pos.line, n.pos.col) == (whole.line, whole.col)
+                ):
+                    self._async_fact(n, "discarded")
+
+    def stmt_Assign(self, s: ast.Assign) -> None:
+        if self._assign_pairwise(s):
             return
-        meth = getattr(self, f"stmt_{type(stmt).__name__}", None)
-        if meth:
-            meth(stmt)
+        before = len(self.out)
+        self._current_target = self.text(s.targets[0]) if len(s.targets) == 1 else None
+        v = self.expr(s.value)
+        self._current_target = None
+        made = self._payload_of(s.value)
+        if made is not None:
+            v = replace(v, payload=made)
+        if (
+            v.loop_group
+            and isinstance(s.value, ast.Name)
+            and len(s.targets) == 1
+            and isinstance(s.targets[0], ast.Name | ast.Attribute)
+        ):
+            # `for ranks in ...: group = new_group(ranks); if rank in ranks: tp = group`:
+            # `group` names a new group on every iteration; `tp` names the one kept
+            v = replace(v, group=self.text(s.targets[0]), loop_group=False)
+        for t in s.targets:
+            self.bind(t, v)
+        self._track_async(s.value, list(s.targets), before)
 
-    def small_statement(self, s: cst.CSTNode) -> None:
-        if isinstance(s, cst.Expr):
-            before = len(self.out)
-            self.expr(s.value)
-            if isinstance(s.value, cst.Call):
-                whole = self.pos(s.value)
-                for n in self.out[before:]:
-                    if (
-                        isinstance(n, Comm)
-                        and not n.blocking
-                        and n.kind != "create"
-                        and (n.pos.line, n.pos.col) == (whole.line, whole.col)
-                    ):
-                        self._async_fact(n, "discarded")
-        elif isinstance(s, cst.Assign) and self._assign_pairwise(s):
-            pass
-        elif isinstance(s, cst.Assign):
-            before = len(self.out)
-            self._current_target = self.text(s.targets[0].target) if len(s.targets) == 1 else None
-            v = self.expr(s.value)
-            self._current_target = None
-            made = self._payload_of(s.value)
-            if made is not None:
-                v = replace(v, payload=made)
-            if (
-                v.loop_group
-                and isinstance(s.value, cst.Name)
-                and len(s.targets) == 1
-                and isinstance(s.targets[0].target, cst.Name | cst.Attribute)
-            ):
-                # `for ranks in ...: group = new_group(ranks); if rank in ranks: tp = group`:
-                # `group` names a new group on every iteration; `tp` names the one kept
-                v = replace(v, group=self.text(s.targets[0].target), loop_group=False)
-            for t in s.targets:
-                self.bind(t.target, v)
-            self._track_async(s.value, [t.target for t in s.targets], before)
-        elif isinstance(s, cst.AnnAssign) and s.value is not None:
-            before = len(self.out)
-            v = self.expr(s.value)
-            self.bind(s.target, v)
-            self._track_async(s.value, [s.target], before)
-        elif isinstance(s, cst.AugAssign):
-            v = join(self.expr(s.value), self.expr(s.target))
-            self.bind(s.target, v)
-        elif isinstance(s, cst.Return):
-            if s.value is not None:
-                self.returns.append(self.expr(s.value))
-            self.emit(Exit("return", self.pos(s), "return"))
-        elif isinstance(s, cst.Raise):
-            if s.exc is not None:
-                self.expr(s.exc)
-            self.emit(Exit("raise", self.pos(s), self.text(s)))
-        elif isinstance(s, cst.Break):
-            self.emit(Exit("break", self.pos(s), "break"))
-        elif isinstance(s, cst.Continue):
-            self.emit(Exit("continue", self.pos(s), "continue"))
+    def stmt_AnnAssign(self, s: ast.AnnAssign) -> None:
+        if s.value is None:
+            return
+        before = len(self.out)
+        v = self.expr(s.value)
+        self.bind(s.target, v)
+        self._track_async(s.value, [s.target], before)
 
-    def _payload_root(self, expr: cst.BaseExpression) -> str | None:
+    def stmt_AugAssign(self, s: ast.AugAssign) -> None:
+        v = join(self.expr(s.value), self.expr(s.target))
+        self.bind(s.target, v)
+
+    def stmt_Return(self, s: ast.Return) -> None:
+        if s.value is not None:
+            self.returns.append(self.expr(s.value))
+        self.emit(Exit("return", self.pos(s), "return"))
+
+    def stmt_Raise(self, s: ast.Raise) -> None:
+        if s.exc is not None:
+            self.expr(s.exc)
+        self.emit(Exit("raise", self.pos(s), self.statement_text(s)))
+
+    def stmt_Break(self, s: ast.Break) -> None:
+        self.emit(Exit("break", self.pos(s), "break"))
+
+    def stmt_Continue(self, s: ast.Continue) -> None:
+        self.emit(Exit("continue", self.pos(s), "continue"))
+
+    def _payload_root(self, expr: ast.expr) -> str | None:
         """The variable a tensor expression views or copies (`g.flatten()` -> `g`)."""
         while (
-            isinstance(expr, cst.Call)
-            and isinstance(expr.func, cst.Attribute)
-            and expr.func.attr.value in SAME_PAYLOAD_METHODS
+            isinstance(expr, ast.Call)
+            and isinstance(expr.func, ast.Attribute)
+            and expr.func.attr in SAME_PAYLOAD_METHODS
         ):
             expr = expr.func.value
-        if isinstance(expr, cst.Name | cst.Attribute):
+        if isinstance(expr, ast.Name | ast.Attribute):
             return self.text(expr)
         return None
 
-    def _payload_of(self, value: cst.BaseExpression) -> tuple[str, str] | None:
+    def _payload_of(self, value: ast.expr) -> tuple[str, str] | None:
         """`buf = t.to(torch.float64)` / `t.double()`: t with another dtype; `torch.cat([t,
         pad])` / `F.pad(t, ...)`: t with more elements. What a collective's buffer is made
         from, to compare the buffers that the arms of a rank branch pass."""
-        if not isinstance(value, cst.Call):
+        if not isinstance(value, ast.Call):
             return None
         func = value.func
-        if isinstance(func, cst.Attribute):
+        args = call_args(value)
+        if isinstance(func, ast.Attribute):
             root = self._payload_root(func.value)
-            meth = func.attr.value
-            if root is not None and meth in DTYPE_METHODS and not value.args:
+            meth = func.attr
+            if root is not None and meth in DTYPE_METHODS and not args:
                 return (root, f"dtype {DTYPE_METHODS[meth]}")
             if root is not None and meth == "to":
                 arg = _kwarg(value, "dtype", None)
@@ -149,7 +160,7 @@ class Statements:
                     arg = next(
                         (
                             a.value
-                            for a in value.args
+                            for a in args
                             if a.keyword is None and _is_dtype(self.text(a.value))
                         ),
                         None,
@@ -157,81 +168,86 @@ class Statements:
                 if arg is not None:
                     return (root, f"dtype {self.text(arg)}")
         names = set(self.qnames(func))
-        if names & PAD_CALLS and value.args:
-            root = self._payload_root(value.args[0].value)
+        if names & PAD_CALLS and args:
+            root = self._payload_root(args[0].value)
             return (root, "size") if root else None
-        if names & CONCAT_CALLS and value.args:
-            parts = value.args[0].value
-            if isinstance(parts, cst.List | cst.Tuple) and len(parts.elements) >= 2:
-                root = self._payload_root(parts.elements[0].value)
+        if names & CONCAT_CALLS and args:
+            parts = args[0].value
+            if isinstance(parts, ast.List | ast.Tuple) and len(parts.elts) >= 2:
+                first = parts.elts[0]
+                first = first.value if isinstance(first, ast.Starred) else first
+                root = self._payload_root(first)
                 return (root, "size") if root else None
         return None
 
     def _track_async(self, value, targets, before: int) -> None:
-        if not isinstance(value, cst.Call):
+        if not isinstance(value, ast.Call):
             return
         comms = [n for n in self.out[before:] if isinstance(n, Comm)]
         if not comms or comms[-1].blocking or comms[-1].kind == "create":
             return
-        if len(targets) == 1 and isinstance(targets[0], cst.Name):
+        if len(targets) == 1 and isinstance(targets[0], ast.Name):
             fact = AsyncFact(comms[-1].op, comms[-1].text, comms[-1].pos, "unused")
-            self.async_pending.append((targets[0].value, fact))
+            self.async_pending.append((targets[0].id, fact))
 
     def _async_fact(self, n: Comm, status: str) -> None:
         self.facts.async_facts.append(AsyncFact(n.op, n.text, n.pos, status))
 
-    def stmt_FunctionDef(self, node: cst.FunctionDef) -> None:
+    def stmt_FunctionDef(self, node: ast.FunctionDef) -> None:
         prefix = self.qualprefix
         if self.cls and not prefix:
             prefix = self.cls.split(".", 1)[1] + "." if "." in self.cls else ""
         env = self.env if self.env is not self.module_env else self.module_env
         self._queue_function(node, prefix, env, self.cls)
 
-    def stmt_ClassDef(self, node: cst.ClassDef) -> None:
-        qual = f"{self.qualprefix}{node.name.value}"
+    stmt_AsyncFunctionDef = stmt_FunctionDef
+
+    def stmt_ClassDef(self, node: ast.ClassDef) -> None:
+        qual = f"{self.qualprefix}{node.name}"
         class_key = f"{self.module_name}.{qual}"
         cenv = self.class_envs.setdefault(class_key, {})
-        for base in node.bases:
-            for q in self.qnames(base.value):
+        bases = [b.value if isinstance(b, ast.Starred) else b for b in node.bases]
+        for base in bases:
+            for q in self.qnames(base):
                 typ = self.table.module_base(q)
                 if typ:
                     self.lightning_classes.add(class_key)
-            if self.text(base.value).rsplit(".", 1)[-1] == "LightningModule":
+            if self.text(base).rsplit(".", 1)[-1] == "LightningModule":
                 self.lightning_classes.add(class_key)
-        bases = tuple(q for base in node.bases for q in self.qnames(base.value))
-        consts = _int_class_attributes(node)
-        if bases or consts:
-            self.facts.classes[class_key] = (bases, consts)
-        methods = (
-            [s for s in node.body.body if isinstance(s, cst.FunctionDef)]
-            if isinstance(node.body, cst.IndentedBlock)
-            else []
-        )
-        methods.sort(key=lambda f: f.name.value not in ("__init__", "setup"))
+        base_names = tuple(q for base in bases for q in self.qnames(base))
+        consts = _int_class_attributes(node, self._src)
+        if base_names or consts:
+            self.facts.classes[class_key] = (base_names, consts)
+        methods = [
+            s
+            for s in self.suite(node.body)
+            if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef)
+        ]
+        methods.sort(key=lambda f: f.name not in ("__init__", "setup"))
         env = dict(self.module_env)
         env["__class_env__"] = CLEAN
         for m in methods:
             self.pending.append((m, qual + ".", _ClassEnv(env, cenv), class_key))
 
-    def stmt_If(self, node: cst.If) -> None:
+    def stmt_If(self, node: ast.If) -> None:
         cond = self.cond(node.test)
         fixed = self._fixed_value(cond)
         if fixed is None:
             fixed = _decided_by_world_size(node.test, self.text)
         arms: list[list[Node]] = []
         payloads = {k: v.payload for k, v in self.env.items()}
-        arms.append(self.arm(node.body.body, cond, True))
+        arms.append(self.arm(self.suite(node.body), cond, True))
         # one environment runs through both arms; what the first arm made of a buffer
         # (`v = torch.cat([v, pad])`) does not hold in the second
         for k, v in list(self.env.items()):
             if v.payload != payloads.get(k):
                 self.env[k] = replace(v, payload=payloads.get(k))
-        if node.orelse is None:
+        if not node.orelse:
             arms.append([])
-        elif isinstance(node.orelse, cst.If):
-            arms.append(self.arm([node.orelse], cond, False))
+        elif self._src.is_elif(node):
+            arms.append(self.arm(node.orelse, cond, False))
         else:
-            arms.append(self.arm(node.orelse.body.body, cond, False))
+            arms.append(self.arm(self.suite(node.orelse), cond, False))
         if fixed is not None:
             for n in arms[0 if fixed else 1]:  # the other arm is dead on every rank here
                 self.emit(n)
@@ -240,11 +256,11 @@ class Statements:
             self._implicit_flow(node, cond)
         self.emit(Branch(cond, arms, self.pos(node.test), "if"))
 
-    def _implicit_flow(self, node: cst.If, cond: Cond) -> None:
+    def _implicit_flow(self, node: ast.If, cond: Cond) -> None:
         """A name set in an arm of a branch on this rank's data (`if val < best: bad = 0
         else: bad += 1`) holds what that data decided, whatever value it is set to: a patience
         counter of an un-reduced validation loss differs between ranks."""
-        names = _assigned_names([node])
+        names = _assigned_names([node], self._src)
         why = cond.origin or "depends on data"
         origin = f"set under `{cond.text[:40]}` (line {cond.pos.line}): {why}"
         for name in names:
@@ -310,38 +326,42 @@ class Statements:
         if cond.divergent:
             self.divergent_depth -= 1
 
-    def stmt_Match(self, node: cst.Match) -> None:
+    def stmt_Match(self, node: ast.Match) -> None:
         v = self.expr(node.subject)
         cond = self._cond_from_val(node.subject, v)
-        arms = [self.arm(case.body.body, cond, None) for case in node.cases]
+        arms = [self.arm(self.suite(case.body), cond, None) for case in node.cases]
         if not any(
-            isinstance(c.pattern, cst.MatchAs) and c.pattern.pattern is None for c in node.cases
+            isinstance(c.pattern, ast.MatchAs) and c.pattern.pattern is None for c in node.cases
         ):
             arms.append([])
         self.emit(Branch(cond, arms, self.pos(node.subject), "match"))
 
-    def stmt_For(self, node: cst.For) -> None:
+    def stmt_For(self, node: ast.For) -> None:
         it = self.expr(node.iter)
         self.bind(node.target, replace(it, stride=None, module_ref=()))
         root = _root_name(node.iter)
         target = node.target
-        if isinstance(target, cst.Tuple) and len(target.elements) == 2:
-            target = target.elements[1].value  # `for i, block in enumerate(model.layers)`
-        if isinstance(target, cst.Name) and root is not None:
+        if isinstance(target, ast.Tuple) and len(target.elts) == 2:
+            target = target.elts[1]  # `for i, block in enumerate(model.layers)`
+            if isinstance(target, ast.Starred):
+                target = target.value
+        if isinstance(target, ast.Name) and root is not None:
             # `for block in model.layers: fully_shard(block)` wraps blocks of `model`
-            self.loop_roots[target.value] = root
+            self.loop_roots[target.id] = root
         cond = self._cond_from_val(node.iter, it) if it.tainted() else None
-        body = self._loop_body(cond, node.body.body)
+        body = self._loop_body(cond, self.suite(node.body))
         unordered = self.text(node.iter)[:60] if _iterates_a_set(node.iter) else None
         self.emit(Loop(cond, body, self.pos(node.iter), "for", unordered))
-        if node.orelse is not None:
-            for n in self.block(node.orelse.body.body):
+        if node.orelse:
+            for n in self.block(self.suite(node.orelse)):
                 self.emit(n)
 
-    def stmt_While(self, node: cst.While) -> None:
+    stmt_AsyncFor = stmt_For
+
+    def stmt_While(self, node: ast.While) -> None:
         c = self.cond(node.test)
         cond = c if c.divergent else None
-        body = self._loop_body(cond, node.body.body)
+        body = self._loop_body(cond, self.suite(node.body))
         self.emit(Loop(cond, body, self.pos(node.test), "while"))
 
     def _loop_body(self, cond: Cond | None, stmts) -> list[Node]:
@@ -355,18 +375,19 @@ class Statements:
             self._leave(cond)
         return body
 
-    def stmt_With(self, node: cst.With) -> None:
+    def stmt_With(self, node: ast.With) -> None:
         quiet: list[str] = []
         for item in node.items:
-            v = self.expr(item.item)
-            if item.asname is not None:
-                self.bind(item.asname.name, v)
-            call = item.item
+            v = self.expr(item.context_expr)
+            if item.optional_vars is not None:
+                self.bind(item.optional_vars, v)
+            call = item.context_expr
             if (
-                isinstance(call, cst.Call)
-                and isinstance(call.func, cst.Attribute)
-                and call.func.attr.value == "no_sync"
+                isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Attribute)
+                and call.func.attr == "no_sync"
                 and not call.args
+                and not call.keywords
             ):
                 # `with model.no_sync():` — DDP skips the gradient all-reduce of the
                 # forward/backward made inside (gradient accumulation)
@@ -374,25 +395,27 @@ class Statements:
         stack = self.__dict__.setdefault("no_sync", [])
         stack.extend(quiet)
         try:
-            for n in self.block(node.body.body):
+            for n in self.block(self.suite(node.body)):
                 self.emit(n)
         finally:
             del stack[len(stack) - len(quiet) :]
 
-    def stmt_Try(self, node: cst.Try) -> None:
+    stmt_AsyncWith = stmt_With
+
+    def stmt_Try(self, node: ast.Try) -> None:
         risks: list[tuple[str, Pos, str]] = []
         frames = self.__dict__.setdefault("try_frames", [])
         frames.append(risks)
         try:
-            body = self.block(node.body.body)
+            body = self.block(self.suite(node.body))
         finally:
             frames.pop()
         handlers: list[list[Node]] = []
         types: list[str] = []
         for h in node.handlers:
             if h.name is not None:
-                self.bind(h.name.name, CLEAN)
-            hbody = self.block(h.body.body)
+                self.env[h.name] = CLEAN
+            hbody = self.block(self.suite(h.body))
             exc = self.text(h.type) if h.type is not None else ""
             if "StopIteration" in exc:
                 cond = Cond(
@@ -403,7 +426,7 @@ class Statements:
                     "differ between ranks",
                 )
                 body.append(Branch(cond, [hbody, []], self.pos(h), "exhaustion"))
-            elif _swallows_oom(exc, self.text(h.body)) and any(
+            elif _swallows_oom(exc, self._src.segment(h.body[0], h.body[-1])) and any(
                 isinstance(n, Exit) and n.kind in ("continue", "break", "return") for n in hbody
             ):
                 # `except torch.cuda.OutOfMemoryError: continue` — memory runs out on one rank
@@ -418,60 +441,58 @@ class Statements:
             else:
                 handlers.append(hbody)
                 types.append(exc)
-        orelse = self.block(node.orelse.body.body) if node.orelse else []
-        final = self.block(node.finalbody.body.body) if node.finalbody else []
-        lone = _lone_call(node.body.body)
+        orelse = self.block(self.suite(node.orelse)) if node.orelse else []
+        final = self.block(self.suite(node.finalbody)) if node.finalbody else []
+        lone = _lone_call(node.body, self._src)
         risky = tuple(risks[:8])
         self.emit(Try(body, handlers, orelse, final, self.pos(node), lone, risky, tuple(types)))
 
     # ----------------------------------------------------------- binding
-    def _assign_pairwise(self, s: cst.Assign) -> bool:
+    def _assign_pairwise(self, s: ast.Assign) -> bool:
         """`rank, world = dist.get_rank(), dist.get_world_size()`: each name gets its own
         value (binding the joined tuple to both would make `world` depend on the rank)."""
         value = s.value
-        if len(s.targets) != 1 or not isinstance(value, cst.Tuple | cst.List):
+        if len(s.targets) != 1 or not isinstance(value, ast.Tuple | ast.List):
             return False
-        target = s.targets[0].target
-        if not isinstance(target, cst.Tuple | cst.List):
+        target = s.targets[0]
+        if not isinstance(target, ast.Tuple | ast.List):
             return False
-        pairs = list(zip(target.elements, value.elements, strict=False))
-        if len(target.elements) != len(value.elements) or any(
-            not isinstance(t, cst.Element)
-            or not isinstance(e, cst.Element)
-            or not isinstance(t.value, cst.Name)
-            for t, e in pairs
+        pairs = list(zip(target.elts, value.elts, strict=False))
+        if len(target.elts) != len(value.elts) or any(
+            not isinstance(t, ast.Name) or isinstance(e, ast.Starred) for t, e in pairs
         ):
             return False
-        vals = [self.expr(e.value) for _, e in pairs]
+        vals = [self.expr(e) for _, e in pairs]
         for (t, _), v in zip(pairs, vals, strict=True):
-            self.bind(t.value, v)
+            self.bind(t, v)
         return True
 
-    def bind(self, target: cst.BaseExpression, v: Val) -> None:
-        if isinstance(target, cst.Name):
-            self.env[target.value] = v
-        elif isinstance(target, cst.Attribute):
+    def bind(self, target: ast.expr, v: Val) -> None:
+        name = _name_of(target)
+        if name is not None:
+            self.env[name] = v
+        elif isinstance(target, ast.Attribute):
             key = self.text(target)
             if key.startswith("self.") and isinstance(self.env, _ClassEnv):
                 self.env.cls[key] = v
             self.env[key] = v
-        elif isinstance(target, cst.Tuple | cst.List):
-            for k, el in enumerate(target.elements):
-                if isinstance(el, cst.Element):
+        elif isinstance(target, ast.Tuple | ast.List):
+            for k, el in enumerate(target.elts):
+                if not isinstance(el, ast.Starred):
                     sub = v
                     if v.typ and k > 0:
                         sub = replace(v, typ=None)
-                    self.bind(el.value, sub)
-        elif isinstance(target, cst.Subscript):
+                    self.bind(el, sub)
+        elif isinstance(target, ast.Subscript):
             self.expr(target.value)
             base = target.value
-            if isinstance(base, cst.Name):
-                old = self.env.get(base.value)
+            if isinstance(base, ast.Name):
+                old = self.env.get(base.id)
                 if old is not None and old.origin == CONSTANT_TENSOR:
-                    self.env[base.value] = CLEAN  # `stop[0] = flag`: values of this rank now
+                    self.env[base.id] = CLEAN  # `stop[0] = flag`: values of this rank now
                 elif v.agreeing and not v.tainted() and (old is None or not old.tainted()):
                     # `tokens[:, pos] = sampled` of a broadcast: agreed if the rest was
-                    self.env[base.value] = join(old or CLEAN, v)
+                    self.env[base.id] = join(old or CLEAN, v)
 
     def lookup(self, key: str) -> Val | None:
         return self.env.get(key)
@@ -488,19 +509,22 @@ class Statements:
         return None
 
 
-def _root_name(expr: cst.BaseExpression) -> cst.Name | None:
+def _root_name(expr: ast.expr) -> ast.Name | None:
     """The variable an iterable of modules hangs off: `model` of `model`, `model.layers`,
     `model.layers[:4]`, `model.children()`, `enumerate(model.blocks)` (its first argument)."""
     while True:
-        if isinstance(expr, cst.Name):
+        if isinstance(expr, ast.Name):
             return expr
-        if isinstance(expr, cst.Attribute | cst.Subscript):
+        if isinstance(expr, ast.Attribute | ast.Subscript):
             expr = expr.value
-        elif isinstance(expr, cst.Call):
-            if isinstance(expr.func, cst.Attribute):
+        elif isinstance(expr, ast.Call):
+            if isinstance(expr.func, ast.Attribute):
                 expr = expr.func.value
-            elif isinstance(expr.func, cst.Name) and expr.func.value == "enumerate" and expr.args:
-                expr = expr.args[0].value
+            elif isinstance(expr.func, ast.Name) and expr.func.id == "enumerate":
+                args = call_args(expr)
+                if not args:
+                    return None
+                expr = args[0].value
             else:
                 return None
         else:

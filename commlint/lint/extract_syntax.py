@@ -1,34 +1,58 @@
-"""Questions about LibCST syntax that the extractor (`extract.Extractor`) asks without its
+"""Questions about `ast` syntax that the extractor (`extract.Extractor`) asks without its
 environment: a call's argument by keyword or position, the names a block assigns, whether a
 test is decided by the world size, whether a loop iterates a set, a class's integer constants.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from collections import Counter
 from collections.abc import Sequence
 
-import libcst as cst
-
 from commlint.lint.extract_values import WORLD_SIZE_TEXT, _int
+from commlint.lint.source_map import SourceMap, call_args
 
 
-def _is_single_stage_test(node: cst.BooleanOperation) -> bool:
+def _is_single_stage_test(left: ast.expr, right: ast.expr) -> bool:
     names = set()
-    for side in (node.left, node.right):
-        if not isinstance(side, cst.Call):
+    for side in (left, right):
+        if not isinstance(side, ast.Call):
             return False
         f = side.func
-        names.add(f.attr.value if isinstance(f, cst.Attribute) else getattr(f, "value", ""))
+        names.add(f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", ""))
     return names == {"is_pipeline_first_stage", "is_pipeline_last_stage"}
 
 
-def _is_sentinel(comp: cst.ComparisonTarget) -> bool:
-    if not isinstance(comp.operator, cst.Equal | cst.NotEqual | cst.Is | cst.IsNot):
+def _is_none(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+def _name_of(node: ast.AST | None) -> str | None:
+    """The name a plain name is written as; `True`, `False` and `None` too (LibCST's trees,
+    which the extractor read first, made them names: they stay usable as such)."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Constant):
+        v = node.value
+        if v is None:
+            return "None"
+        if v is True:
+            return "True"
+        if v is False:
+            return "False"
+    return None
+
+
+def _is_const(node: ast.AST | None, value: bool) -> bool:
+    """`True` / `False` written out."""
+    return isinstance(node, ast.Constant) and node.value is value
+
+
+def _is_sentinel(op: ast.cmpop, comparator: ast.expr) -> bool:
+    if not isinstance(op, ast.Eq | ast.NotEq | ast.Is | ast.IsNot):
         return False
-    c = comp.comparator
-    return (isinstance(c, cst.Name) and c.value == "None") or _int(c) == -1
+    return _is_none(comparator) or _int(comparator) == -1
 
 
 def _spec(raw):
@@ -40,28 +64,29 @@ def _spec(raw):
     return (pos, kw)
 
 
-def _kwarg(node: cst.Call, kw: str | None, pos: int | None) -> cst.BaseExpression | None:
-    for a in node.args:
-        if a.keyword is not None and kw is not None and a.keyword.value == kw:
-            return a.value
+def _kwarg(node: ast.Call, kw: str | None, pos: int | None) -> ast.expr | None:
+    if kw is not None:
+        for k in node.keywords:
+            if k.arg == kw:
+                return k.value
     if pos is not None:
-        positional = [a for a in node.args if a.keyword is None and not a.star]
+        positional = [a for a in node.args if not isinstance(a, ast.Starred)]
         if pos < len(positional):
-            return positional[pos].value
+            return positional[pos]
     return None
 
 
-def _flip(op):
-    flips = {
-        cst.LessThan: cst.GreaterThan,
-        cst.GreaterThan: cst.LessThan,
-        cst.LessThanEqual: cst.GreaterThanEqual,
-        cst.GreaterThanEqual: cst.LessThanEqual,
-    }
-    for a, b in flips.items():
-        if isinstance(op, a):
-            return b()
-    return op
+_FLIPS: dict[type, type] = {
+    ast.Lt: ast.Gt,
+    ast.Gt: ast.Lt,
+    ast.LtE: ast.GtE,
+    ast.GtE: ast.LtE,
+}
+
+
+def _flip(op: ast.cmpop) -> ast.cmpop:
+    flipped = _FLIPS.get(type(op))
+    return flipped() if flipped is not None else op
 
 
 def _env_key(text: str) -> str | None:
@@ -69,18 +94,45 @@ def _env_key(text: str) -> str | None:
     return m.group(1) if m else None
 
 
-class _NameCounter(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.counts: Counter[str] = Counter()
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self.counts[node.value] += 1
-
-
-def _name_counts(node: cst.CSTNode) -> Counter[str]:
-    v = _NameCounter()
-    node.visit(v)
-    return v.counts
+def _name_counts(node: ast.AST) -> Counter[str]:
+    """How often each identifier is written in `node` (names, attributes, keywords,
+    parameters, definitions, imports, `global`s, `as` targets)."""
+    counts: Counter[str] = Counter()
+    for n in ast.walk(node):
+        t = type(n)
+        if t is ast.Name:
+            counts[n.id] += 1  # type: ignore[attr-defined]
+        elif t is ast.Attribute:
+            counts[n.attr] += 1  # type: ignore[attr-defined]
+        elif t is ast.keyword:
+            if n.arg is not None:  # type: ignore[attr-defined]
+                counts[n.arg] += 1  # type: ignore[attr-defined]
+        elif t is ast.arg:
+            counts[n.arg] += 1  # type: ignore[attr-defined]
+        elif t in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+            counts[n.name] += 1  # type: ignore[attr-defined]
+        elif t is ast.alias:
+            for part in n.name.split("."):  # type: ignore[attr-defined]
+                counts[part] += 1
+            if n.asname:  # type: ignore[attr-defined]
+                counts[n.asname] += 1  # type: ignore[attr-defined]
+        elif t is ast.ImportFrom:
+            for part in (n.module or "").split("."):  # type: ignore[attr-defined]
+                if part:
+                    counts[part] += 1
+        elif t is ast.Global or t is ast.Nonlocal:
+            for name in n.names:  # type: ignore[attr-defined]
+                counts[name] += 1
+        elif t is ast.ExceptHandler or t is ast.MatchAs or t is ast.MatchStar:
+            if n.name:  # type: ignore[attr-defined]
+                counts[n.name] += 1  # type: ignore[attr-defined]
+        elif t is ast.MatchMapping:
+            if n.rest:  # type: ignore[attr-defined]
+                counts[n.rest] += 1  # type: ignore[attr-defined]
+        elif t is ast.MatchClass:
+            for name in n.kwd_attrs:  # type: ignore[attr-defined]
+                counts[name] += 1
+    return counts
 
 
 def _swallows_oom(exc: str, handler: str) -> bool:
@@ -89,52 +141,58 @@ def _swallows_oom(exc: str, handler: str) -> bool:
     return "MemoryError" in exc or ("RuntimeError" in exc and "out of memory" in handler.lower())
 
 
-def _lone_call(stmts: Sequence[cst.BaseStatement]) -> bool:
-    """One simple statement that is a call, or assigns a call's result, and nothing else."""
-    if len(stmts) != 1 or not isinstance(stmts[0], cst.SimpleStatementLine):
+def _lone_call(stmts: Sequence[ast.stmt], sm: SourceMap) -> bool:
+    """One simple statement that is a call, or assigns a call's result, and nothing else, on
+    a line of its own (the block is not written after its colon)."""
+    if len(stmts) != 1 or not looked_into(sm, stmts):
         return False
-    if len(stmts[0].body) != 1:
-        return False
-    small = stmts[0].body[0]
-    if not isinstance(small, (cst.Expr, cst.Assign, cst.AnnAssign)):
+    small = stmts[0]
+    if not isinstance(small, (ast.Expr, ast.Assign, ast.AnnAssign)):
         return False
     value = small.value
-    if not isinstance(value, cst.Call):
+    if not isinstance(value, ast.Call):
         return False
     # arguments that are names, attributes or literals cannot fail on their own
-    simple = (cst.Name, cst.Attribute, cst.Integer, cst.Float, cst.SimpleString)
-    return all(isinstance(a.value, simple) for a in value.args)
+    return all(_simple_arg(a.value) for a in call_args(value))
+
+
+def _simple_arg(node: ast.expr) -> bool:
+    if isinstance(node, ast.Name | ast.Attribute):
+        return True
+    if isinstance(node, ast.Constant):
+        v = node.value
+        return isinstance(v, int | float | str | bytes) or v is True or v is False or v is None
+    return False
 
 
 _COMPARE = {
-    cst.GreaterThan: lambda a, b: a > b,
-    cst.GreaterThanEqual: lambda a, b: a >= b,
-    cst.LessThan: lambda a, b: a < b,
-    cst.LessThanEqual: lambda a, b: a <= b,
-    cst.Equal: lambda a, b: a == b,
-    cst.NotEqual: lambda a, b: a != b,
+    ast.Gt: lambda a, b: a > b,
+    ast.GtE: lambda a, b: a >= b,
+    ast.Lt: lambda a, b: a < b,
+    ast.LtE: lambda a, b: a <= b,
+    ast.Eq: lambda a, b: a == b,
+    ast.NotEq: lambda a, b: a != b,
 }
 
 
-def _decided_by_world_size(test: cst.BaseExpression, text) -> bool | None:
+def _decided_by_world_size(test: ast.expr, text) -> bool | None:
     """`world_size > 1` (`args.world_size`, `dist.get_world_size()`) compared with a literal:
     its value whenever communication can go wrong, i.e. on every world size of 2 or more (a
     single rank has nobody to mismatch with); None when that value depends on the size."""
     negate = False
-    while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        test, negate = test.expression, not negate
-    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+    while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test, negate = test.operand, not negate
+    if not isinstance(test, ast.Compare) or len(test.ops) != 1:
         return None
-    left, comp = test.left, test.comparisons[0]
-    fn = _COMPARE.get(type(comp.operator))
-    right = comp.comparator
+    left, right = test.left, test.comparators[0]
+    fn = _COMPARE.get(type(test.ops[0]))
     if fn is None:
         return None
-    if isinstance(right, cst.Integer) and WORLD_SIZE_TEXT.search(text(left)):
-        k = int(right.evaluated_value)
+    if _is_int_literal(right) and WORLD_SIZE_TEXT.search(text(left)):
+        k = right.value  # type: ignore[attr-defined]
         values = {fn(w, k) for w in (2, 3, max(k, 2) + 1, 1 << 20)}
-    elif isinstance(left, cst.Integer) and WORLD_SIZE_TEXT.search(text(right)):
-        k = int(left.evaluated_value)
+    elif _is_int_literal(left) and WORLD_SIZE_TEXT.search(text(right)):
+        k = left.value  # type: ignore[attr-defined]
         values = {fn(k, w) for w in (2, 3, max(k, 2) + 1, 1 << 20)}
     else:
         return None
@@ -143,95 +201,111 @@ def _decided_by_world_size(test: cst.BaseExpression, text) -> bool | None:
     return values.pop() != negate
 
 
-def _assigned_names(stmts: Sequence[cst.CSTNode]) -> set[str]:
-    """Plain names bound by assignments in these statements and the blocks inside them (not
-    in nested functions or classes)."""
+def _is_int_literal(node: ast.expr) -> bool:
+    return (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, int)
+        and not isinstance(node.value, bool)
+    )
+
+
+def _assigned_names(stmts: Sequence[ast.stmt], sm: SourceMap) -> set[str]:
+    """Plain names bound by assignments in these statements and the indented blocks inside
+    them (not in nested functions or classes; `sm.indented(body)`: a block not written after its
+    colon — `if x: y = 1` on one line is not looked into, see `LEGACY_SUITES`)."""
     out: set[str] = set()
 
-    def targets(t: cst.BaseExpression) -> None:
-        if isinstance(t, cst.Name):
-            out.add(t.value)
-        elif isinstance(t, (cst.Tuple, cst.List)):
-            for el in t.elements:
-                if isinstance(el, cst.Element):
-                    targets(el.value)
+    def targets(t: ast.expr) -> None:
+        if isinstance(t, ast.Name):
+            out.add(t.id)
+        elif isinstance(t, (ast.Tuple, ast.List)):
+            for el in t.elts:
+                if not isinstance(el, ast.Starred):
+                    targets(el)
 
     for s in stmts:
-        if isinstance(s, cst.SimpleStatementLine):
-            for small in s.body:
-                if isinstance(small, cst.Assign):
-                    for t in small.targets:
-                        targets(t.target)
-                elif isinstance(small, (cst.AugAssign, cst.AnnAssign)):
-                    targets(small.target)
-        elif isinstance(s, (cst.FunctionDef, cst.ClassDef)):
+        if isinstance(s, ast.Assign):
+            for t in s.targets:
+                targets(t)
+        elif isinstance(s, (ast.AugAssign, ast.AnnAssign)):
+            targets(s.target)
+        elif isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
-        elif isinstance(s, cst.If):
-            out |= _assigned_names(s.body.body)
-            if s.orelse is not None:
-                out |= _assigned_names(
-                    [s.orelse] if isinstance(s.orelse, cst.If) else s.orelse.body.body
-                )
-        elif isinstance(s, cst.BaseCompoundStatement):
-            body = getattr(s, "body", None)
-            if isinstance(body, cst.IndentedBlock):
-                out |= _assigned_names(body.body)
+        elif isinstance(s, ast.If):
+            if looked_into(sm, s.body):
+                out |= _assigned_names(s.body, sm)
+            if sm.is_elif(s) or (s.orelse and looked_into(sm, s.orelse)):
+                out |= _assigned_names(s.orelse, sm)
+        elif isinstance(s, _BLOCK_STATEMENTS) and looked_into(sm, s.body):
+            out |= _assigned_names(s.body, sm)
     return out
 
 
-def _iterates_a_set(it: cst.BaseExpression) -> bool:
+_BLOCK_STATEMENTS = (
+    ast.For,
+    ast.AsyncFor,
+    ast.While,
+    ast.With,
+    ast.AsyncWith,
+    ast.Try,
+    ast.TryStar,
+)
+# A block written after its colon (`if rank == 0: dist.barrier()`) was not looked into while
+# the extractor read LibCST trees (its statements were not of the kind it walked).
+LEGACY_SUITES = True
+
+
+def looked_into(sm: SourceMap, body: Sequence[ast.stmt]) -> bool:
+    """Whether the extractor walks this block."""
+    return bool(body) and (not LEGACY_SUITES or sm.indented(body))
+
+
+def _iterates_a_set(it: ast.expr) -> bool:
     """`set(x)`, `frozenset(x)`, `{a, b}`, `{k for k in x}` — a set whose elements are not
     evidently integers (whose order, unlike that of strings, is the same in every process)."""
-    if isinstance(it, cst.Set):
-        return not all(
-            isinstance(e.value, cst.Integer) for e in it.elements if isinstance(e, cst.Element)
-        )
-    if isinstance(it, cst.SetComp):
+    if isinstance(it, ast.Set):
+        return not all(_is_int_literal(e) for e in it.elts if not isinstance(e, ast.Starred))
+    if isinstance(it, ast.SetComp):
         return True
     if (
-        isinstance(it, cst.Call)
-        and isinstance(it.func, cst.Name)
-        and it.func.value in ("set", "frozenset")
+        isinstance(it, ast.Call)
+        and isinstance(it.func, ast.Name)
+        and it.func.id in ("set", "frozenset")
     ):
-        if not it.args:
+        args = call_args(it)
+        if not args:
             return False
-        arg = it.args[0].value
+        arg = args[0].value
         return not (
-            isinstance(arg, cst.Call)
-            and isinstance(arg.func, cst.Name)
-            and arg.func.value == "range"
+            isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name) and arg.func.id == "range"
         )
     return False
 
 
-def _target_names(f: cst.CompFor) -> list[str]:
+def _target_names(generators: list[ast.comprehension]) -> list[str]:
     """The names a comprehension's `for` clauses bind."""
     out: list[str] = []
-    while f is not None:
+    for f in generators:
         stack = [f.target]
         while stack:
             t = stack.pop()
-            if isinstance(t, cst.Name):
-                out.append(t.value)
-            elif isinstance(t, cst.Tuple | cst.List):
-                stack.extend(e.value for e in t.elements)
-            elif isinstance(t, cst.StarredElement):
+            if isinstance(t, ast.Name):
+                out.append(t.id)
+            elif isinstance(t, ast.Tuple | ast.List):
+                stack.extend(t.elts)
+            elif isinstance(t, ast.Starred):
                 stack.append(t.value)
-        f = f.inner_for_in
     return out
 
 
-def _int_class_attributes(node: cst.ClassDef) -> dict[str, int]:
+def _int_class_attributes(node: ast.ClassDef, sm: SourceMap) -> dict[str, int]:
     """`NAME = <integer literal>` statements of a class body (`MAIN_PROCESS_RANK = -1`)."""
     out: dict[str, int] = {}
-    if not isinstance(node.body, cst.IndentedBlock):
+    if not looked_into(sm, node.body):
         return out
-    for st in node.body.body:
-        if not isinstance(st, cst.SimpleStatementLine):
-            continue
-        for small in st.body:
-            if isinstance(small, cst.Assign) and len(small.targets) == 1:
-                target, value = small.targets[0].target, _int(small.value)
-                if isinstance(target, cst.Name) and value is not None:
-                    out[target.value] = value
+    for st in node.body:
+        if isinstance(st, ast.Assign) and len(st.targets) == 1:
+            target, value = st.targets[0], _int(st.value)
+            if isinstance(target, ast.Name) and value is not None:
+                out[target.id] = value
     return out

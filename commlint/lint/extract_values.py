@@ -1,16 +1,16 @@
 """What the extractor (`extract.Extractor`) knows about a value: `Val`, how values combine
 (`join`), the facts about tensors and builtins it consults, and a method's environment
-(`_ClassEnv`). Plain data and small functions over LibCST literals; no walking.
+(`_ClassEnv`). Plain data and small functions over `ast` literals; no walking.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 
-import libcst as cst
-
 from commlint.lint.extract_agreement import Agreement, combine
+from commlint.lint.source_map import call_args
 
 GLOBAL = "global"
 EXACT_RANK_NAMES = frozenset({"rank", "global_rank", "world_rank", "my_rank", "rank_id"})
@@ -208,22 +208,23 @@ CONSTANT_TENSOR = "a tensor of literal values"
 _VALUE_FREE_KWARGS = frozenset({"device", "dtype", "requires_grad", "pin_memory", "layout"})
 
 
-def _literal(node: cst.BaseExpression) -> bool:
-    if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString)):
-        return True
-    if isinstance(node, cst.Name):
-        return node.value in ("True", "False", "None")
-    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
-        return _literal(node.expression)
-    if isinstance(node, (cst.List, cst.Tuple)):
-        return all(isinstance(e, cst.Element) and _literal(e.value) for e in node.elements)
+_LITERAL_TYPES = (int, float, str, bytes, bool, type(None))
+
+
+def _literal(node: ast.expr) -> bool:
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, _LITERAL_TYPES) and not isinstance(node.value, complex)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return _literal(node.operand)
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return all(not isinstance(e, ast.Starred) and _literal(e) for e in node.elts)
     return False
 
 
-def _literal_call(node: cst.Call) -> bool:
+def _literal_call(node: ast.Call) -> bool:
     """Every value-giving argument is a literal (`torch.tensor([0], device=d)`)."""
-    for a in node.args:
-        if a.keyword is not None and a.keyword.value in _VALUE_FREE_KWARGS:
+    for a in call_args(node):
+        if a.keyword is not None and a.keyword in _VALUE_FREE_KWARGS:
             continue
         if a.star or not _literal(a.value):
             return False
@@ -244,14 +245,12 @@ def _mod_test_of(v: Val) -> tuple[int, int, bool] | None:
     return v.mod_test
 
 
-def _int(node: cst.BaseExpression) -> int | None:
-    if isinstance(node, cst.Integer):
-        try:
-            return int(node.value, 0)
-        except ValueError:
-            return None
-    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
-        v = _int(node.expression)
+def _int(node: ast.expr) -> int | None:
+    if isinstance(node, ast.Constant):
+        v = node.value
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        v = _int(node.operand)
         return -v if v is not None else None
     return None
 

@@ -1,7 +1,7 @@
 """What the linter keeps of a file: per function, a tree of the communication it performs.
 
-The extractor (`extract.py`) turns LibCST trees into these plain, picklable objects (which the
-cache stores); the analysis (`analyze.py`) and the rules only ever see these.
+The extractor (`extract.py`) turns CPython's `ast` trees into these plain, picklable objects
+(which the cache stores); the analysis (`analyze.py`) and the rules only ever see these.
 """
 
 from __future__ import annotations

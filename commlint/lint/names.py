@@ -1,10 +1,12 @@
 """Qualified names of the names a file uses, from CPython's syntax tree.
 
-LibCST's `ScopeProvider` visits every node of the concrete tree to build its scopes: almost
+LibCST's `ScopeProvider` visited every node of the concrete tree to build its scopes: almost
 half of the linter's time on real code, for the few dozen names per file the linter asks
 about (a call's callee, a class's bases). The bindings here come from one walk of the `ast`
-tree CPython builds anyway (the pre-check compiles every file), and a name is resolved when
-asked. The answers are those of LibCST's `Scope.get_qualified_names_for`:
+tree CPython builds anyway (the pre-check compiles every file, and the extractor walks the
+same tree), and a name is resolved when asked. The answers are those of LibCST's
+`Scope.get_qualified_names_for`, which the linter gave before it read `ast` trees (a test
+compares them):
 
 - a name bound by an import → the imported module path (`dist.all_reduce` after `import
   torch.distributed as dist` → `torch.distributed.all_reduce`; relative imports keep their
@@ -167,7 +169,7 @@ class Names:
     """Every scope of a module's `ast` tree with its bindings; a function's or class's scope
     found by the line of its `def`/`class` keyword and its name. The same walk measures the
     tree's depth (`depth`, and `deepest_line`, the line of its deepest node), which decides
-    whether the file is safe to hand to LibCST's native parser."""
+    whether the file is safe to analyse in this process."""
 
     def __init__(self, tree: ast.Module) -> None:
         self.module = Scope("module", "")

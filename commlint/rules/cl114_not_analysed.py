@@ -11,17 +11,15 @@ CPython accepts the file, but `commlint check` could not analyse it, so none of 
 communication was checked and calls into it from other files are treated as communicating
 nothing. The finding says why, at the line that caused it:
 
-- **too deeply nested**: an expression or statement nests deeper than LibCST's native parser
-  handles safely (it crashes the process beyond that), e.g. a generated `a + a + ... + a` line
-  with thousands of terms or a tower of conditional expressions. Measured limits are in
-  `bench/lint_limits.py`; the depth is counted on CPython's own syntax tree before LibCST sees
-  the file.
-- **too large**: the file is over the size limit (LibCST needs about 0.9 GB of memory per MB of
-  source).
+- **too deeply nested**: an expression or statement nests deeper than the analysis walks
+  safely (it recurses once per level), e.g. a generated `a + a + ... + a` line with thousands
+  of terms or a tower of conditional expressions. Measured limits are in
+  `bench/lint_limits.py`; the depth is counted on CPython's own syntax tree, which is the tree
+  the analysis reads.
+- **too large**: the file is over the size limit (2 MB).
 - **too slow**: the analysis of the file ran past the per-file CPU time limit.
-- **LibCST cannot parse it**: CPython accepts syntax that LibCST does not know.
-- **the parser crashed**: the process that parsed the file died from a signal; the other files
-  were re-run and are reported as usual.
+- **the parser crashed**: the process that analysed the file died from a signal; the other
+  files were re-run and are reported as usual.
 
 Generated code is the usual cause; it rarely communicates. A file CPython itself rejects is
 CL100, not CL114.
