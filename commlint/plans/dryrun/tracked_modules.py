@@ -172,6 +172,29 @@ def _install_fsdp() -> None:
         return out
 
     fp.FSDPParam._init_sharded_param = init_sharded_param
+    _install_fsdp_copy_in()
+
+
+def _install_fsdp_copy_in() -> None:
+    """`torch.ops.fsdp.all_gather_copy_in(..., rank)` puts the rank's input at its place in
+    the all-gather's output: the place of data only, so on tensors nobody reads the index
+    need not pin (`_fsdp_collectives.py:354`)."""
+    import torch
+    from torch.distributed.fsdp._fully_shard import _fsdp_collectives  # registers the op
+
+    ns = torch.ops.fsdp
+    try:
+        orig = ns.all_gather_copy_in
+    except AttributeError:
+        return
+
+    def all_gather_copy_in(inputs: Any, output: Any, sizes: Any, numel: Any, rank: Any) -> Any:
+        if _active() is not None and type(rank) is RankValue and _unobservable(output):
+            rank = rank._v
+        return orig(inputs, output, sizes, numel, rank)
+
+    ns.all_gather_copy_in = all_gather_copy_in
+    del _fsdp_collectives
 
 
 def _uniform_index(seq: Any, index: Any) -> Any:
@@ -275,6 +298,15 @@ def _install_pipelining() -> None:
         self.stage_index_to_group_rank = StageMap(self.stage_index_to_group_rank)
 
     base.__init__ = init
+    # the names of a stage's receive buffers (`recv_for_3_from_2`) go only to error texts
+    for cls in (stage.PipelineStage, getattr(stage, "_PipelineStage", None)):
+        for name in ("_setup_forward_recv_info", "_create_grad_recv_info", "_create_act_recv_info"):
+            method = cls.__dict__.get(name) if cls is not None else None
+            if method is not None:
+                setattr(cls, name, _logging_strings(method))
+    orig_sorted = getattr(schedules, "_sorted_batch_p2p", None)
+    if orig_sorted is not None:
+        schedules._sorted_batch_p2p = _sorted_batch(orig_sorted, schedules._batch_p2p)
     orig_map = getattr(schedules, "generate_stage_to_rank_mapping", None)
     if orig_map is not None:
 
@@ -284,6 +316,45 @@ def _install_pipelining() -> None:
             return StageMap(out) if type(out) is dict else out
 
         schedules.generate_stage_to_rank_mapping = mapping
+
+
+def _logging_strings(method: Any) -> Any:
+    @functools.wraps(method)
+    def run(*a: Any, **k: Any) -> Any:
+        if _active() is None:
+            return method(*a, **k)
+        with harmless_strings():
+            return method(*a, **k)
+
+    return run
+
+
+def _sorted_batch(orig: Any, batch: Any) -> Any:
+    """`_sorted_batch_p2p` groups a step's P2P ops by peer in a dict (a hash of the peer, which
+    pins it) and runs each peer's ops in the peers' order. Grouped by comparing the peers and
+    sorted by comparing them instead (each comparison joins the condition); the result is
+    keyed by the group's place, which its callers never read (they take `.values()`)."""
+
+    @functools.wraps(orig)
+    def sorted_batch_p2p(p2p_ops: Any, desc: Any = None) -> Any:
+        if _active() is None or not any(type(op.peer) is RankValue for op in p2p_ops):
+            return orig(p2p_ops, desc=desc)
+        groups: list[tuple[Any, list[Any]]] = []
+        for op in p2p_ops:
+            for peer, ops in groups:
+                if peer == op.peer:
+                    ops.append(op)
+                    break
+            else:
+                groups.append((op.peer, [op]))
+
+        def order(a: tuple, b: tuple) -> int:
+            return -1 if a[0] < b[0] else 1 if b[0] < a[0] else 0
+
+        groups.sort(key=functools.cmp_to_key(order))
+        return {i: batch(ops, desc=desc) for i, (_, ops) in enumerate(groups)}
+
+    return sorted_batch_p2p
 
 
 @contextlib.contextmanager
