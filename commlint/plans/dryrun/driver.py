@@ -283,7 +283,8 @@ def _pass(
         launcher.reply(rank, got)
 
     def want(rank: int, key: Any, senders: list[int]) -> None:
-        if pull is not None:
+        if pull is not None and key[0] == "p":  # a message: its sender (a collective's
+            # members come from what covered ranks sent, checked at the end)
             for s in pull([s for s in senders if s not in this_pass]):
                 this_pass.add(s)
                 pending.append(s)

@@ -219,6 +219,8 @@ def _relabel_values(
     The reads are checked afterwards against what every rank, recorded or derived, sent
     (`classes.record_by_class`): a derived rank whose reads differ is recorded itself."""
 
+    names = {"WORLD": "WORLD", **names}  # the default group, named or not in the run
+
     def place(group: str) -> dict[int, int] | None:
         if group not in names:
             return None

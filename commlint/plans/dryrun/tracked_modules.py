@@ -172,6 +172,26 @@ def _install_fsdp() -> None:
         return out
 
     fp.FSDPParam._init_sharded_param = init_sharded_param
+    post = fp.FSDPParam._init_sharded_post_forward_param_metadata
+
+    @functools.wraps(post)
+    def post_forward_metadata(self: Any, param: Any) -> Any:
+        # `chunks[shard_mesh_rank]` only for its size (`_fsdp_param.py:571`): the same for
+        # every rank when the rows divide evenly
+        info = self.post_forward_mesh_info
+        rank = getattr(info, "shard_mesh_rank", None)
+        local = getattr(param, "_local_tensor", param)
+        if _active() is None or type(rank) is not RankValue:
+            return post(self, param)
+        if local.dim() == 0 or local.size(0) % info.shard_mesh_size != 0:
+            return post(self, param)  # shards of different sizes: the index pins
+        info.shard_mesh_rank = rank._v
+        try:
+            return post(self, param)
+        finally:
+            info.shard_mesh_rank = rank
+
+    fp.FSDPParam._init_sharded_post_forward_param_metadata = post_forward_metadata
     _install_fsdp_copy_in()
 
 
