@@ -79,12 +79,14 @@ def record_by_class(
         queued.update(got)
         return got
 
+    rounds = 0
     while uncovered:
+        rounds += 1
+        if rounds > options.max_passes:
+            return f"the values ranks exchange did not settle in {options.max_passes} rounds"
         while uncovered:
             batch = uncovered[:1] if not runs else uncovered[: max(1, options.jobs)]
             passes += 1
-            if passes > options.max_passes:
-                return f"the values ranks exchange did not settle in {options.max_passes} passes"
             if on_start_pass:
                 on_start_pass(passes, len(batch))
             queued = set(batch)

@@ -182,7 +182,7 @@ def relabel(run: Any, record: ClassRecord, rank: int, other: int) -> Any | None:
                 if peers.setdefault(a[key], b[key]) != b[key]:
                     return None  # one peer of the recorded rank, two of the derived one
         actions.append(b)
-    values = _relabel_values(run, names, groups, peers)
+    values = _relabel_values(run, rank, other, names, groups, peers)
     if values is None:
         return None
     creations = []
@@ -209,7 +209,12 @@ def relabel(run: Any, record: ClassRecord, rank: int, other: int) -> Any | None:
 
 
 def _relabel_values(
-    run: Any, names: dict[str, str], groups: dict[str, list[int]], peers: dict[int, int]
+    run: Any,
+    rank: int,
+    other: int,
+    names: dict[str, str],
+    groups: dict[str, list[int]],
+    peers: dict[int, int],
 ) -> tuple[dict, dict] | None:
     """What the derived rank sends and what it must read, as the recorded run's values under
     the relabelled keys (`values.py`): a collective's contributions by their place in the
@@ -244,12 +249,34 @@ def _relabel_values(
         moved = place(key[1]) if key[0] in ("c", "m") else peers
         if moved is None:
             return None
+        items = {(x[0] if isinstance(x, tuple) else x): x for x in sig}
+        if moved is not peers and moved:
+            # The derived rank's place in its group may be another than the recorded rank's
+            # (a middle pipeline stage for another): what the recorded rank saw at the derived
+            # rank's place must be its own contribution, which the derived rank's place-mate
+            # of the recorded rank then sends it.
+            old, new = run.groups[key[1]], groups[names[key[1]]]
+            i, j = old.index(rank), new.index(other)
+            if i != j:
+                own = own_item(key, old[j])
+                if items.pop(old[j], None) != own:
+                    return None
+                if own is not None:
+                    items[rank] = own
         out = []
-        for item in sig:
-            who = item[0] if isinstance(item, tuple) else item
-            new = moved.get(who, who)
-            out.append((new, *item[1:]) if isinstance(item, tuple) else new)
+        for who, item in items.items():
+            to = moved.get(who, who)
+            out.append((to, *item[1:]) if isinstance(item, tuple) else to)
         return tuple(sorted(out))
+
+    def own_item(key: tuple, who: int) -> Any:
+        """The recorded rank's own contribution to `key` as a signature item of `who`."""
+        if key not in run.sent:
+            return None
+        if key[0] == "m":
+            return who
+        v = run.sent[key]
+        return (who, v.digest if hasattr(v, "digest") else repr(v))
 
     sent, reads = {}, {}
     for key, value in run.sent.items():
