@@ -14,7 +14,7 @@ machine is shared.
 
 `--modules` runs `bench/titan_real.py` instead: the same mesh from `init_device_mesh`, with
 torch's `fully_shard` over dp_shard x cp, `parallelize_module` over tp and a `PipelineStage`
-with a `ScheduleGPipe` over pp (`--cp-attention` adds context parallelism's ring attention).
+with a `ScheduleGPipe` over pp.
 """
 
 from __future__ import annotations
@@ -45,7 +45,6 @@ def main() -> None:
     p.add_argument("-j", "--jobs", type=int, default=2)
     p.add_argument("--device-mesh", action="store_true", help="groups from init_device_mesh")
     p.add_argument("--modules", action="store_true", help="torch's FSDP2, TP and pipelining")
-    p.add_argument("--cp-attention", action="store_true", help="with --modules: ring attention")
     p.add_argument("--timeout", type=float, default=120, help="per rank and pass (CPU s)")
     a = p.parse_args()
 
@@ -61,7 +60,6 @@ def main() -> None:
             *("--pp", str(a.pp), "--dp-shard", str(a.dp_shard), "--cp", str(a.cp)),
             *("--tp", str(a.tp), "--bug-stage", str(a.bug_stage)),
             *(("--device-mesh",) if a.device_mesh and not a.modules else ()),
-            *(("--cp-attention",) if a.cp_attention else ()),
         ],
         timeout=a.timeout,
         world_size=world,

@@ -4,8 +4,9 @@ for `bench/dryrun_titan_real.py` (issue 33): a 4-D mesh `pp, dp_shard, cp, tp` f
 (attention and feed-forward colwise in, rowwise out), FSDP2 `fully_shard` over the flattened
 `dp_shard_cp` dimension (one per block and one per stage, torchtitan's `apply_fsdp`),
 pipeline parallelism with `torch.distributed.pipelining` (one `PipelineStage` per rank, the
-layers split between stages as `pipeline_llama` splits them, a `ScheduleGPipe`), and context
-parallelism over cp with `context_parallel` (ring attention) when `--cp-attention` is given.
+layers split between stages as `pipeline_llama` splits them, a `ScheduleGPipe`). cp is a mesh
+dimension FSDP2 shards over and each rank holds its `seq / cp` share of the sequence;
+`context_parallel`'s ring attention is not run (not tried under rank classes yet).
 
 `--bug-stage S`: the first rank of pipeline stage S (its dp_shard, cp and tp coordinates 0)
 alone issues one more all-reduce on its tp group after the step — a hang a real job meets there.
@@ -38,7 +39,6 @@ p.add_argument("--seq", type=int, default=128)
 p.add_argument("--vocab", type=int, default=1024)
 p.add_argument("--layers", type=int, default=2, help="blocks per pipeline stage")
 p.add_argument("--microbatches", type=int, default=2)
-p.add_argument("--cp-attention", action="store_true", help="ring attention over cp")
 p.add_argument("--bug-stage", type=int, default=None)
 args = p.parse_args()
 DIM, HEADS, SEQ, VOCAB = args.dim, args.heads, args.seq, args.vocab
