@@ -10,6 +10,11 @@ machine is shared.
     python bench/dryrun_classes.py                 # 4,096 ranks: pp 8, dp_shard 32, cp 2, tp 8
     python bench/dryrun_classes.py --pp 4 --dp-shard 2 --cp 2 --tp 4   # 64 ranks
     python bench/dryrun_classes.py --device-mesh   # the groups of init_device_mesh
+    python bench/dryrun_classes.py --modules       # torch's own FSDP2, TP and pipelining
+
+`--modules` runs `bench/titan_real.py` instead: the same mesh from `init_device_mesh`, with
+torch's `fully_shard` over dp_shard x cp, `parallelize_module` over tp and a `PipelineStage`
+with a `ScheduleGPipe` over pp.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import time
 from pathlib import Path
 
 PROGRAM = Path(__file__).with_name("titan_layout.py")
+MODULES = Path(__file__).with_name("titan_real.py")
 
 
 def cpu(who: int) -> float:
@@ -38,6 +44,8 @@ def main() -> None:
     p.add_argument("--bug-stage", type=int, default=3)
     p.add_argument("-j", "--jobs", type=int, default=2)
     p.add_argument("--device-mesh", action="store_true", help="groups from init_device_mesh")
+    p.add_argument("--modules", action="store_true", help="torch's FSDP2, TP and pipelining")
+    p.add_argument("--timeout", type=float, default=120, help="per rank and pass (CPU s)")
     a = p.parse_args()
 
     from commlint.graph.check import check_trace
@@ -47,12 +55,13 @@ def main() -> None:
     world = a.pp * a.dp_shard * a.cp * a.tp
     bug_rank = a.bug_stage * a.dp_shard * a.cp * a.tp  # coordinates (S, 0, 0, 0)
     options = DryRunOptions(
-        program=str(PROGRAM),
+        program=str(MODULES if a.modules else PROGRAM),
         args=[
             *("--pp", str(a.pp), "--dp-shard", str(a.dp_shard), "--cp", str(a.cp)),
             *("--tp", str(a.tp), "--bug-stage", str(a.bug_stage)),
-            *(("--device-mesh",) if a.device_mesh else ()),
+            *(("--device-mesh",) if a.device_mesh and not a.modules else ()),
         ],
+        timeout=a.timeout,
         world_size=world,
         nproc_per_node=a.nproc_per_node,
         ranks=list(range(world)),

@@ -8,11 +8,12 @@ group member re-evaluated at its rank. A rank whose run proves nothing (it drew 
 randomness, a peer with no rank expression, the whole rank used as an index) covers only
 itself, and the next uncovered rank is recorded.
 
-What the classes cannot carry falls back to recording every rank the ordinary way
-(`driver._dry_run`), said in a note: a value sent from one rank to another (a small tensor,
-an object collective, files before a barrier) — a derived rank sends nothing, so a reader
-would not see what a full run delivers —, and a rank that fake tensors stopped (the real
-re-run and the exploration of decisions work on every rank).
+Values ranks send each other (a small tensor, an object collective, a pipeline's vote) travel
+as in a full run, a derived rank sending its recorded rank's values under relabelled keys; every
+read is checked at the end against what every rank sent (`record_by_class`). What the classes
+cannot carry falls back to recording every rank the ordinary way (`driver._dry_run`), said in
+a note: a receive from any source, and a rank that fake tensors stopped (the real re-run and
+the exploration of decisions work on every rank).
 """
 
 from __future__ import annotations
@@ -22,29 +23,16 @@ from typing import Any
 
 from commlint.plans.dryrun.merge import rank_spec
 from commlint.plans.dryrun.rankexpr import ClassRecord, cover
+from commlint.plans.dryrun.values import ValueTable
 
 _SHOWN = 3  # ranks recorded on their own that the note names
-
-
-def _carries(value: Any) -> bool:
-    """Whether a contribution holds anything a reader could see (a fake tensor's is None)."""
-    if isinstance(value, (tuple, list)):
-        return any(_carries(v) for v in value)
-    return value is not None
+_PULLED = 8  # senders not covered yet a receive may pull into its pass
 
 
 def _fallback(rank: int, run: Any) -> str | None:
     """Why the classes cannot carry this run: every rank must then be recorded."""
     if any(key[0] == "s" for key in run.reads):
         return f"rank {rank} received from any source, which pairs by the senders of a full run"
-    # ("s", ...): that a message exists, for a receive from any source (which falls back)
-    carried = [key for key, value in run.sent.items() if key[0] != "s" and _carries(value)]
-    if carried:
-        key = carried[0]
-        return (
-            f"rank {rank} sent a value other ranks read ({key[0]!r} on {key[1]}), which a "
-            "derived rank would not send"
-        )
     if run.fake_limit:
         return f"fake tensors stopped rank {rank} ({run.fake_limit[0]})"
     end = run.end or {}
@@ -53,43 +41,87 @@ def _fallback(rank: int, run: Any) -> str | None:
     return None
 
 
+def _stale(runs: dict[int, Any], table: ValueTable) -> list[int]:
+    """The ranks, recorded or derived, that read other values than every rank now sends."""
+    return [
+        r
+        for r, run in runs.items()
+        if any(table.signature(key, r) != sig for key, sig in run.reads.items())
+    ]
+
+
 def record_by_class(
     options: Any,
-    run_pass: Callable[[list[int]], dict[int, Any]],
+    run_pass: Callable[[list[int], ValueTable, Callable[[list[int]], list[int]]], dict[int, Any]],
     on_start_pass: Callable[[int, int], None] | None = None,
 ) -> tuple[dict[int, Any], dict[int, int], int, list[str]] | str:
     """Every rank of `options.ranks` recorded or derived: (runs, derived rank -> the rank
-    it was derived from, passes, notes); or why every rank must be recorded instead."""
+    it was derived from, passes, notes); or why every rank must be recorded instead.
+
+    Values ranks send each other (a small tensor, a pipeline's vote) travel as in a full
+    run: a rank waiting for one from a rank not covered yet pulls that rank into the pass
+    (`pull`), a covered rank's value is what it sent, a derived rank's is its recorded rank's
+    value under the relabelled key (`rankexpr.relabel`). At the end every rank's reads, a
+    derived rank's relabelled, are checked against what every rank sent: a rank that read
+    something else is recorded again (a derived one itself), until nothing changes."""
     uncovered = sorted(options.ranks)
+    table = ValueTable()
     runs: dict[int, Any] = {}
     derived: dict[int, int] = {}
     alone: dict[int, str] = {}
     passes = 0
+    queued: set[int] = set()
+
+    def pull(senders: list[int]) -> list[int]:
+        got = [s for s in senders if s not in runs and s not in queued]
+        if len(got) > _PULLED:
+            return []  # a collective of many: its values come from the table, checked after
+        queued.update(got)
+        return got
+
+    rounds = 0
     while uncovered:
-        batch = uncovered[:1] if not runs else uncovered[: max(1, options.jobs)]
-        passes += 1
-        if on_start_pass:
-            on_start_pass(passes, len(batch))
-        new = run_pass(batch)
-        for r in batch:
-            why = _fallback(r, new[r])
-            if why is not None:
-                return why
-        runs.update(new)
-        uncovered = [u for u in uncovered if u not in new]
-        for r in batch:
-            run = new[r]
-            if run.classes is None:
-                alone[r] = "it sent no class record (it did not reach its end)"
-                continue
-            got, why = cover(ClassRecord.from_message(run.classes), run, r, uncovered)
-            if why is not None:
-                alone[r] = why
-            for other, relabelled in got.items():
-                runs[other] = relabelled
-                derived[other] = r
-            if got:
-                uncovered = [u for u in uncovered if u not in got]
+        rounds += 1
+        if rounds > options.max_passes:
+            return f"the values ranks exchange did not settle in {options.max_passes} rounds"
+        while uncovered:
+            batch = uncovered[:1] if not runs else uncovered[: max(1, options.jobs)]
+            passes += 1
+            if on_start_pass:
+                on_start_pass(passes, len(batch))
+            queued = set(batch)
+            new = run_pass(batch, table, pull)
+            for r, run in new.items():
+                why = _fallback(r, run)
+                if why is not None:
+                    return why
+            for r, run in new.items():
+                runs[r] = run
+                derived.pop(r, None)
+                table.replace_rank(r, run.sent)
+            uncovered = [u for u in uncovered if u not in new]
+            for r in sorted(new):
+                run = new[r]
+                if run.classes is None:
+                    alone[r] = "it sent no class record (it did not reach its end)"
+                    continue
+                got, why = cover(ClassRecord.from_message(run.classes), run, r, uncovered)
+                if why is not None:
+                    alone[r] = why
+                for other, relabelled in got.items():
+                    runs[other] = relabelled
+                    derived[other] = r
+                    table.replace_rank(other, relabelled.sent)
+                if got:
+                    uncovered = [u for u in uncovered if u not in got]
+        # What each rank read must be what the others sent (derived ones included): a rank
+        # that read something else runs again, with the ranks derived from it.
+        stale = set(_stale(runs, table))
+        again = stale | {d for d, src in derived.items() if src in stale}
+        for r in again:
+            runs.pop(r, None)
+            derived.pop(r, None)
+        uncovered = sorted(again)
     recorded = len(runs) - len(derived)
     notes = [
         f"rank classes: {recorded} of {len(runs)} rank{'s' if len(runs) != 1 else ''} "
@@ -98,9 +130,10 @@ def record_by_class(
         "recorded rank, and its trace is that trace with every peer, root and group "
         "re-evaluated at its rank"
     ]
-    shown = sorted(alone)[:_SHOWN]
+    shown = sorted(r for r in alone if r in runs and r not in derived)[:_SHOWN]
     for r in shown:
         notes.append(f"rank classes: rank {r} covers only itself: {alone[r]}")
-    if len(alone) > len(shown):
-        notes.append(f"rank classes: {len(alone) - len(shown)} more ranks cover only themselves")
+    rest = len([r for r in alone if r in runs and r not in derived]) - len(shown)
+    if rest > 0:
+        notes.append(f"rank classes: {rest} more ranks cover only themselves")
     return runs, derived, passes, notes

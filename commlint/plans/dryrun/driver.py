@@ -213,11 +213,12 @@ def _run_pass(
     launcher: Launcher,
     symbolic: bool = False,
     flips: dict[int, tuple[str, ...]] | None = None,
+    pull: Callable[[list[int]], list[int]] | None = None,
 ) -> dict[int, RankRun]:
     launcher.begin(table, mode)
     clean = False
     try:
-        runs = _pass(options, ranks, table, mode, on_done, launcher, symbolic, flips)
+        runs = _pass(options, ranks, table, mode, on_done, launcher, symbolic, flips, pull)
         clean = True
         return runs
     finally:
@@ -247,7 +248,10 @@ def _pass(
     launcher: Launcher,
     symbolic: bool,
     flips: dict[int, tuple[str, ...]] | None,
+    pull: Callable[[list[int]], list[int]] | None = None,
 ) -> dict[int, RankRun]:
+    """One pass over `ranks`; `pull` (rank classes) names, of the senders a rank waits for
+    that are not in the pass, those to start in it too."""
     pending = list(ranks)
     running: dict[int, _Running] = {}
     runs: dict[int, RankRun] = {r: RankRun() for r in ranks}
@@ -279,6 +283,12 @@ def _pass(
         launcher.reply(rank, got)
 
     def want(rank: int, key: Any, senders: list[int]) -> None:
+        if pull is not None and key[0] == "p":  # a message: its sender (a collective's
+            # members come from what covered ranks sent, checked at the end)
+            for s in pull([s for s in senders if s not in this_pass]):
+                this_pass.add(s)
+                pending.append(s)
+                runs[s] = RankRun()
         now = sent_now.get(key, {})
         waiting[rank] = (key, senders)
         # a sender not in this pass, or already ended, will not send now
@@ -519,9 +529,10 @@ def dry_run(
 def _by_class(options: DryRunOptions, mode: str, start: float, *rest: Any) -> DryRunResult:
     from commlint.plans.dryrun.classes import record_by_class
 
-    got = record_by_class(
-        options, lambda batch: _run_pass(options, batch, ValueTable(), mode, *rest[1:]), rest[0]
-    )
+    def run_pass(batch: list[int], table: ValueTable, pull: Any) -> dict[int, RankRun]:
+        return _run_pass(options, batch, table, mode, *rest[1:], pull=pull)
+
+    got = record_by_class(options, run_pass, rest[0])
     if isinstance(got, str):  # what classes cannot carry: every rank recorded
         result = _dry_run(replace(options, rank_classes=False), mode, start, *rest)
         result.notes.insert(0, f"rank classes: {got}; every rank was recorded")

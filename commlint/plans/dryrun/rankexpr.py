@@ -167,6 +167,7 @@ def relabel(run: Any, record: ClassRecord, rank: int, other: int) -> Any | None:
     if len(set(names.values())) != len(names):
         return None  # two of its groups would become one
     actions = []
+    peers = {rank: other}  # a peer (or root) of the recorded rank -> the derived rank's
     for i, a in enumerate(run.actions):
         b = dict(a)
         group = a.get("group")
@@ -178,7 +179,12 @@ def relabel(run: Any, record: ClassRecord, rank: int, other: int) -> Any | None:
         for key in ("peer", "root"):
             if key in a:
                 b[key] = ev.value(exprs[key], env)
+                if peers.setdefault(a[key], b[key]) != b[key]:
+                    return None  # one peer of the recorded rank, two of the derived one
         actions.append(b)
+    values = _relabel_values(run, rank, other, names, groups, peers)
+    if values is None:
+        return None
     creations = []
     for i, c in enumerate(run.creations):
         k = record.creations.get(i)
@@ -193,13 +199,98 @@ def relabel(run: Any, record: ClassRecord, rank: int, other: int) -> Any | None:
         actions=actions,
         groups=groups,
         creations=creations,
-        sent={},
-        reads={},
+        sent=values[0],
+        reads=values[1],
         seconds=0.0,
         cpu_seconds=None,
         peak_bytes=None,
         output="",
     )
+
+
+def _relabel_values(
+    run: Any,
+    rank: int,
+    other: int,
+    names: dict[str, str],
+    groups: dict[str, list[int]],
+    peers: dict[int, int],
+) -> tuple[dict, dict] | None:
+    """What the derived rank sends and what it must read, as the recorded run's values under
+    the relabelled keys (`values.py`): a collective's contributions by their place in the
+    relabelled group, a message's sender and receiver through the relabelled peers. None when
+    a key cannot be relabelled (the derived rank is then recorded itself).
+
+    The reads are checked afterwards against what every rank, recorded or derived, sent
+    (`classes.record_by_class`): a derived rank whose reads differ is recorded itself."""
+
+    names = {"WORLD": "WORLD", **names}  # the default group, named or not in the run
+
+    def place(group: str) -> dict[int, int] | None:
+        if group not in names:
+            return None
+        old, new = run.groups.get(group), groups.get(names[group])
+        if group == "WORLD" or old is None or new is None:
+            return {}  # by global rank: the relabelled reads must be the same ranks'
+        return dict(zip(old, new, strict=True))
+
+    def key_of(key: tuple) -> tuple | None:
+        kind = key[0]
+        if kind in ("c", "m") and len(key) >= 2 and place(key[1]) is not None:
+            return (kind, names[key[1]], *key[2:])
+        if kind in ("p", "s") and len(key) >= 4 and key[1] in names:
+            src, dst = peers.get(key[2]), peers.get(key[3])
+            if src is None or dst is None:
+                return None
+            return (kind, names[key[1]], src, dst, *key[4:])
+        return None
+
+    def signature(key: tuple, sig: tuple) -> tuple | None:
+        moved = place(key[1]) if key[0] in ("c", "m") else peers
+        if moved is None:
+            return None
+        items = {(x[0] if isinstance(x, tuple) else x): x for x in sig}
+        if moved is not peers and moved:
+            # The derived rank's place in its group may be another than the recorded rank's
+            # (a middle pipeline stage for another): what the recorded rank saw at the derived
+            # rank's place must be its own contribution, which the derived rank's place-mate
+            # of the recorded rank then sends it.
+            old, new = run.groups[key[1]], groups[names[key[1]]]
+            i, j = old.index(rank), new.index(other)
+            if i != j:
+                own = own_item(key, old[j])
+                if items.pop(old[j], None) != own:
+                    return None
+                if own is not None:
+                    items[rank] = own
+        out = []
+        for who, item in items.items():
+            to = moved.get(who, who)
+            out.append((to, *item[1:]) if isinstance(item, tuple) else to)
+        return tuple(sorted(out))
+
+    def own_item(key: tuple, who: int) -> Any:
+        """The recorded rank's own contribution to `key` as a signature item of `who`."""
+        if key not in run.sent:
+            return None
+        if key[0] == "m":
+            return who
+        v = run.sent[key]
+        return (who, v.digest if hasattr(v, "digest") else repr(v))
+
+    sent, reads = {}, {}
+    for key, value in run.sent.items():
+        k = key_of(key)
+        if k is None:
+            return None
+        sent[k] = value
+    for key, sig in run.reads.items():
+        k = key_of(key)
+        s = signature(key, sig) if k is not None else None
+        if k is None or s is None:
+            return None
+        reads[k] = s
+    return sent, reads
 
 
 def cover(

@@ -63,6 +63,7 @@ class _State:
         self.unproven: str | None = None
         self.escapes: list[str] = []
         self.pending_members: list[str] | None = None  # of the new_group being made
+        self.harmless = 0  # > 0: strings made now go to logs only (`tracked_modules.py`)
 
     @property
     def window(self) -> int:
@@ -152,14 +153,18 @@ class RankValue:
     def __hash__(self) -> int:
         return hash(self._concrete("a hash (a dict key, a set)"))
 
+    def _text(self) -> int:
+        st = STATE
+        return self._v if st is not None and st.harmless else self._concrete("a string")
+
     def __str__(self) -> str:
-        return str(self._concrete("a string"))
+        return str(self._text())
 
     def __repr__(self) -> str:
-        return repr(self._concrete("a string"))
+        return repr(self._text())
 
     def __format__(self, spec: str) -> str:
-        return format(self._concrete("a string"), spec)
+        return format(self._text(), spec)
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         return (int, (self._concrete("pickling"),))
@@ -733,6 +738,9 @@ def install(rank: int, world: int, nproc: int, device: str, recorder: Any) -> An
         mod.init_process_group = init_process_group
     _make_environ(nproc)
     _meshes(recorder)
+    from commlint.plans.dryrun import tracked_modules
+
+    tracked_modules.install()
     import torch.multiprocessing as mp
 
     spawn = mp.spawn
