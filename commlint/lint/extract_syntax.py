@@ -211,8 +211,7 @@ def _is_int_literal(node: ast.expr) -> bool:
 
 def _assigned_names(stmts: Sequence[ast.stmt], sm: SourceMap) -> set[str]:
     """Plain names bound by assignments in these statements and the indented blocks inside
-    them (not in nested functions or classes; `sm.indented(body)`: a block not written after its
-    colon — `if x: y = 1` on one line is not looked into, see `LEGACY_SUITES`)."""
+    them (not in nested functions or classes)."""
     out: set[str] = set()
 
     def targets(t: ast.expr) -> None:
@@ -250,14 +249,13 @@ _BLOCK_STATEMENTS = (
     ast.Try,
     ast.TryStar,
 )
-# A block written after its colon (`if rank == 0: dist.barrier()`) was not looked into while
-# the extractor read LibCST trees (its statements were not of the kind it walked).
-LEGACY_SUITES = True
 
 
 def looked_into(sm: SourceMap, body: Sequence[ast.stmt]) -> bool:
-    """Whether the extractor walks this block."""
-    return bool(body) and (not LEGACY_SUITES or sm.indented(body))
+    """Whether the extractor walks this block: any block with statements, also one written
+    after its colon (`if rank == 0: dist.barrier()`), which the LibCST-based extractor passed
+    by."""
+    return bool(body)
 
 
 def _iterates_a_set(it: ast.expr) -> bool:

@@ -101,12 +101,6 @@ class SourceMap:
             j += 1
         return j < len(s) and s[j] == ";"
 
-    def indented(self, body: list[ast.stmt]) -> bool:
-        """Whether a block starts on a line of its own (not `if x: y = 1`)."""
-        first = body[0]
-        line_start = self.starts[first.lineno - 1]
-        return not self.source[line_start : self.offset(first.lineno, first.col_offset)].strip()
-
     def is_elif(self, node: ast.If) -> bool:
         """Whether an `if`'s else branch is an `elif` (not an `if` alone under `else:`)."""
         if len(node.orelse) != 1 or not isinstance(node.orelse[0], ast.If):

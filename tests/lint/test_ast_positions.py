@@ -55,3 +55,15 @@ def test_decorated_function_reports_the_call_line(tmp_path: Path) -> None:
         tmp_path,
     )
     assert [(line, col) for _, line, col, _, _ in found] == [(9, 9)]
+
+
+def test_a_block_written_after_its_colon_is_analysed(tmp_path: Path) -> None:
+    """`if rank == 0: dist.barrier()` on one line: the LibCST-based extractor passed such a block
+    by (only the per-rank evaluator saw it); now the condition's own finding is at the call."""
+    found = _located(
+        "def f(x):\n"
+        "    if dist.get_rank() == 0: dist.barrier()\n"
+        "    for _ in range(2): dist.all_reduce(x)\n",
+        tmp_path,
+    )
+    assert [(line, col) for _, line, col, _, _ in found] == [(5, 30)]
