@@ -399,11 +399,14 @@ def run_rank(spec: RankSpec, table: ValueTable, conn: Any, replies: Any = None) 
         _install(spec, recorder, private_root)
         finish_classes = None
         if spec.rank_classes:
-            from commlint.plans.dryrun import tracked
+            from commlint.plans.dryrun import tracked, tracked_modules
 
             finish_classes = tracked.install(
                 spec.rank, spec.world_size, spec.nproc_per_node, spec.device, recorder
             )
+            # DeviceMesh, FSDP2, DTensor and pipelining carry the tracked rank (the module sits
+            # above `tracked`, which it builds on)
+            tracked_modules.install()
         end = _run_program(spec, recorder)
         recorder.flush()
         if finish_classes is not None:

@@ -738,9 +738,6 @@ def install(rank: int, world: int, nproc: int, device: str, recorder: Any) -> An
         mod.init_process_group = init_process_group
     _make_environ(nproc)
     _meshes(recorder)
-    from commlint.plans.dryrun import tracked_modules
-
-    tracked_modules.install()
     import torch.multiprocessing as mp
 
     spawn = mp.spawn
