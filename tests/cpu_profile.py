@@ -12,6 +12,7 @@ appends JSON lines to the file; the controller prints the top consumers at the e
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -110,6 +111,38 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(f"{cpu:8.1f} s  {key}")
 
 
+def _reap_leftovers(grace: float = 5.0) -> int:
+    """Reap what the command orphaned onto this subreaper; what still lives after `grace`
+    seconds (a forkserver and ranks a test never shut down) is killed and counted."""
+    import signal
+    import time
+
+    deadline = time.monotonic() + grace
+    killed = 0
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return killed
+        if pid:
+            continue
+        if time.monotonic() < deadline:
+            time.sleep(0.1)
+            continue
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(entry.name), signal.SIGKILL)
+                    killed += 1
+        deadline = time.monotonic() + grace  # killed: wait for them (and any they orphaned)
+
+
 def main(argv: list[str]) -> int:
     """`python tests/cpu_profile.py CMD...`: run CMD as a child subreaper, so processes it
     orphans (a forkserver its workers never waited for) are reaped here and their CPU
@@ -123,17 +156,14 @@ def main(argv: list[str]) -> int:
     load0, start = os.getloadavg(), time.monotonic()
     code = subprocess.call(argv)
     wall = time.monotonic() - start
-    while True:
-        try:
-            os.waitpid(-1, 0)
-        except ChildProcessError:
-            break
+    left = _reap_leftovers()
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     print(
         f"cpu_profile: wall {wall:.0f} s ({int(wall // 60)} min {wall % 60:.0f} s), CPU "
         f"{kids.ru_utime + kids.ru_stime:.0f} s ({kids.ru_utime:.0f} user + "
         f"{kids.ru_stime:.0f} sys), load average {load0[0]:.1f} before, "
-        f"{os.getloadavg()[0]:.1f} after, exit {code}",
+        f"{os.getloadavg()[0]:.1f} after, exit {code}"
+        + (f"; {left} leftover processes killed (a test leaked them)" if left else ""),
         flush=True,
     )
     return code
