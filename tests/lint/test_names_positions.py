@@ -27,11 +27,15 @@ from commlint.lint.source_map import SourceMap
 
 torch = pytest.importorskip("torch")
 TORCH_DIST = Path(torch.__file__).parent / "distributed"
-# (distributed_c10d.py, schedules.py, zero_redundancy_optimizer.py and elastic's api.py were
-# compared too under LibCST; their node-for-node comparison with `ast` is not yet verified —
-# the extracted facts of all four are identical to the LibCST extractor's)
+# Three of torch's own files of different kinds (a context manager protocol, sharding helpers,
+# pipelining's micro-batch splitting). LibCST's side of the comparison (its scope analysis and the
+# index of its nodes) grows faster than the file: `fsdp/_runtime_utils.py` alone took 88 s of the
+# suite, `device_mesh.py` 61 s; `distributed_c10d.py` showed a mismatch not yet explained (its
+# extracted facts are identical to the LibCST extractor's).
 REAL = [
-    TORCH_DIST / "fsdp" / "_runtime_utils.py",
+    TORCH_DIST / "algorithms" / "join.py",
+    TORCH_DIST / "fsdp" / "_shard_utils.py",
+    TORCH_DIST / "pipelining" / "microbatch.py",
 ]
 
 AWKWARD = '''\
