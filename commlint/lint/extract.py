@@ -187,7 +187,7 @@ class Extractor(Statements, Expressions, Calls):
             key=f"{self.module_name}.{qualname}",
             name=name,
             qualname=qualname,
-            stmts=self.suite(node.body),
+            stmts=node.body,
             env=env,
             class_key=class_key,
             fnode=node,

@@ -17,7 +17,6 @@ from commlint.lint.extract_syntax import (
     _lone_call,
     _name_of,
     _swallows_oom,
-    looked_into,
 )
 from commlint.lint.extract_values import (
     CLEAN,
@@ -50,10 +49,6 @@ class Statements:
             self.statement(stmt)
         self.out = saved
         return out
-
-    def suite(self, body: list[ast.stmt]) -> list[ast.stmt]:
-        """A compound statement's block, as the extractor looks into it."""
-        return body if looked_into(self._src, body) else []
 
     def emit(self, node: Node) -> None:
         self.out.append(node)
@@ -215,14 +210,10 @@ class Statements:
             if self.text(base).rsplit(".", 1)[-1] == "LightningModule":
                 self.lightning_classes.add(class_key)
         base_names = tuple(q for base in bases for q in self.qnames(base))
-        consts = _int_class_attributes(node, self._src)
+        consts = _int_class_attributes(node)
         if base_names or consts:
             self.facts.classes[class_key] = (base_names, consts)
-        methods = [
-            s
-            for s in self.suite(node.body)
-            if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef)
-        ]
+        methods = [s for s in node.body if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef)]
         methods.sort(key=lambda f: f.name not in ("__init__", "setup"))
         env = dict(self.module_env)
         env["__class_env__"] = CLEAN
@@ -236,7 +227,7 @@ class Statements:
             fixed = _decided_by_world_size(node.test, self.text)
         arms: list[list[Node]] = []
         payloads = {k: v.payload for k, v in self.env.items()}
-        arms.append(self.arm(self.suite(node.body), cond, True))
+        arms.append(self.arm(node.body, cond, True))
         # one environment runs through both arms; what the first arm made of a buffer
         # (`v = torch.cat([v, pad])`) does not hold in the second
         for k, v in list(self.env.items()):
@@ -247,7 +238,7 @@ class Statements:
         elif self._src.is_elif(node):
             arms.append(self.arm(node.orelse, cond, False))
         else:
-            arms.append(self.arm(self.suite(node.orelse), cond, False))
+            arms.append(self.arm(node.orelse, cond, False))
         if fixed is not None:
             for n in arms[0 if fixed else 1]:  # the other arm is dead on every rank here
                 self.emit(n)
@@ -260,7 +251,7 @@ class Statements:
         """A name set in an arm of a branch on this rank's data (`if val < best: bad = 0
         else: bad += 1`) holds what that data decided, whatever value it is set to: a patience
         counter of an un-reduced validation loss differs between ranks."""
-        names = _assigned_names([node], self._src)
+        names = _assigned_names([node])
         why = cond.origin or "depends on data"
         origin = f"set under `{cond.text[:40]}` (line {cond.pos.line}): {why}"
         for name in names:
@@ -329,7 +320,7 @@ class Statements:
     def stmt_Match(self, node: ast.Match) -> None:
         v = self.expr(node.subject)
         cond = self._cond_from_val(node.subject, v)
-        arms = [self.arm(self.suite(case.body), cond, None) for case in node.cases]
+        arms = [self.arm(case.body, cond, None) for case in node.cases]
         if not any(
             isinstance(c.pattern, ast.MatchAs) and c.pattern.pattern is None for c in node.cases
         ):
@@ -349,11 +340,11 @@ class Statements:
             # `for block in model.layers: fully_shard(block)` wraps blocks of `model`
             self.loop_roots[target.id] = root
         cond = self._cond_from_val(node.iter, it) if it.tainted() else None
-        body = self._loop_body(cond, self.suite(node.body))
+        body = self._loop_body(cond, node.body)
         unordered = self.text(node.iter)[:60] if _iterates_a_set(node.iter) else None
         self.emit(Loop(cond, body, self.pos(node.iter), "for", unordered))
         if node.orelse:
-            for n in self.block(self.suite(node.orelse)):
+            for n in self.block(node.orelse):
                 self.emit(n)
 
     stmt_AsyncFor = stmt_For
@@ -361,7 +352,7 @@ class Statements:
     def stmt_While(self, node: ast.While) -> None:
         c = self.cond(node.test)
         cond = c if c.divergent else None
-        body = self._loop_body(cond, self.suite(node.body))
+        body = self._loop_body(cond, node.body)
         self.emit(Loop(cond, body, self.pos(node.test), "while"))
 
     def _loop_body(self, cond: Cond | None, stmts) -> list[Node]:
@@ -395,7 +386,7 @@ class Statements:
         stack = self.__dict__.setdefault("no_sync", [])
         stack.extend(quiet)
         try:
-            for n in self.block(self.suite(node.body)):
+            for n in self.block(node.body):
                 self.emit(n)
         finally:
             del stack[len(stack) - len(quiet) :]
@@ -407,7 +398,7 @@ class Statements:
         frames = self.__dict__.setdefault("try_frames", [])
         frames.append(risks)
         try:
-            body = self.block(self.suite(node.body))
+            body = self.block(node.body)
         finally:
             frames.pop()
         handlers: list[list[Node]] = []
@@ -415,7 +406,7 @@ class Statements:
         for h in node.handlers:
             if h.name is not None:
                 self.env[h.name] = CLEAN
-            hbody = self.block(self.suite(h.body))
+            hbody = self.block(h.body)
             exc = self.text(h.type) if h.type is not None else ""
             if "StopIteration" in exc:
                 cond = Cond(
@@ -441,9 +432,9 @@ class Statements:
             else:
                 handlers.append(hbody)
                 types.append(exc)
-        orelse = self.block(self.suite(node.orelse)) if node.orelse else []
-        final = self.block(self.suite(node.finalbody)) if node.finalbody else []
-        lone = _lone_call(node.body, self._src)
+        orelse = self.block(node.orelse) if node.orelse else []
+        final = self.block(node.finalbody) if node.finalbody else []
+        lone = _lone_call(node.body)
         risky = tuple(risks[:8])
         self.emit(Try(body, handlers, orelse, final, self.pos(node), lone, risky, tuple(types)))
 

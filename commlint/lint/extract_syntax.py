@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from commlint.lint.extract_values import WORLD_SIZE_TEXT, _int
-from commlint.lint.source_map import SourceMap, call_args
+from commlint.lint.source_map import call_args
 
 
 def _is_single_stage_test(left: ast.expr, right: ast.expr) -> bool:
@@ -141,10 +141,9 @@ def _swallows_oom(exc: str, handler: str) -> bool:
     return "MemoryError" in exc or ("RuntimeError" in exc and "out of memory" in handler.lower())
 
 
-def _lone_call(stmts: Sequence[ast.stmt], sm: SourceMap) -> bool:
-    """One simple statement that is a call, or assigns a call's result, and nothing else, on
-    a line of its own (the block is not written after its colon)."""
-    if len(stmts) != 1 or not looked_into(sm, stmts):
+def _lone_call(stmts: Sequence[ast.stmt]) -> bool:
+    """One simple statement that is a call, or assigns a call's result, and nothing else."""
+    if len(stmts) != 1:
         return False
     small = stmts[0]
     if not isinstance(small, (ast.Expr, ast.Assign, ast.AnnAssign)):
@@ -209,8 +208,8 @@ def _is_int_literal(node: ast.expr) -> bool:
     )
 
 
-def _assigned_names(stmts: Sequence[ast.stmt], sm: SourceMap) -> set[str]:
-    """Plain names bound by assignments in these statements and the indented blocks inside
+def _assigned_names(stmts: Sequence[ast.stmt]) -> set[str]:
+    """Plain names bound by assignments in these statements and the blocks inside
     them (not in nested functions or classes)."""
     out: set[str] = set()
 
@@ -231,12 +230,9 @@ def _assigned_names(stmts: Sequence[ast.stmt], sm: SourceMap) -> set[str]:
         elif isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
         elif isinstance(s, ast.If):
-            if looked_into(sm, s.body):
-                out |= _assigned_names(s.body, sm)
-            if sm.is_elif(s) or (s.orelse and looked_into(sm, s.orelse)):
-                out |= _assigned_names(s.orelse, sm)
-        elif isinstance(s, _BLOCK_STATEMENTS) and looked_into(sm, s.body):
-            out |= _assigned_names(s.body, sm)
+            out |= _assigned_names(s.body) | _assigned_names(s.orelse)
+        elif isinstance(s, _BLOCK_STATEMENTS):
+            out |= _assigned_names(s.body)
     return out
 
 
@@ -249,13 +245,6 @@ _BLOCK_STATEMENTS = (
     ast.Try,
     ast.TryStar,
 )
-
-
-def looked_into(sm: SourceMap, body: Sequence[ast.stmt]) -> bool:
-    """Whether the extractor walks this block: any block with statements, also one written
-    after its colon (`if rank == 0: dist.barrier()`), which the LibCST-based extractor passed
-    by."""
-    return bool(body)
 
 
 def _iterates_a_set(it: ast.expr) -> bool:
@@ -296,11 +285,9 @@ def _target_names(generators: list[ast.comprehension]) -> list[str]:
     return out
 
 
-def _int_class_attributes(node: ast.ClassDef, sm: SourceMap) -> dict[str, int]:
+def _int_class_attributes(node: ast.ClassDef) -> dict[str, int]:
     """`NAME = <integer literal>` statements of a class body (`MAIN_PROCESS_RANK = -1`)."""
     out: dict[str, int] = {}
-    if not looked_into(sm, node.body):
-        return out
     for st in node.body:
         if isinstance(st, ast.Assign) and len(st.targets) == 1:
             target, value = st.targets[0], _int(st.value)
