@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from commlint.findings import Report
@@ -20,3 +21,24 @@ def lint_files(files: dict[str, str], root: Path, **opts) -> Report:
 
 def lint_source(text: str, root: Path, **opts) -> Report:
     return lint_files({"example.py": text}, root, **opts)
+
+
+RECALL = Path(__file__).parent / "recall"  # outsiders'-style programs, one folder each
+_EXPECT = re.compile(r"#\s*expect:\s*((?:CL\d+\s*)+)")
+
+
+def recall_files(name: str) -> dict[str, str]:
+    """The files of the recall program `recall/<name>/`, by file name."""
+    return {p.name: p.read_text(encoding="utf-8") for p in sorted((RECALL / name).glob("*.py"))}
+
+
+def marked(files: dict[str, str]) -> list[tuple[str, int, str]]:
+    """(file, line, code) of every `# expect: CLnnn [CLmmm ...]` mark, sorted."""
+    return sorted(
+        (fname, k, code)
+        for fname, text in files.items()
+        for k, line in enumerate(text.splitlines(), 1)
+        for m in [_EXPECT.search(line)]
+        if m
+        for code in m.group(1).split()
+    )

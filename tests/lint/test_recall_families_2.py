@@ -11,15 +11,14 @@ DTensor on a 2-D mesh (`get_coordinate()`, `redistribute` through `dt.device_mes
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
-from tests.lint.helpers import lint_files
+from tests.lint.helpers import RECALL as PROGRAMS
+from tests.lint.helpers import lint_files, marked
+from tests.lint.helpers import recall_files as _files
 
-PROGRAMS = Path(__file__).parent / "recall"
-EXPECT = re.compile(r"#\s*expect:\s*((?:CL\d+\s*)+)")
 # (the `b_*` programs are test_recall_families_b.py's, which also asks for no input errors)
 DIRS = sorted(
     p.name
@@ -28,26 +27,12 @@ DIRS = sorted(
 )
 
 
-def _files(name: str) -> dict[str, str]:
-    return {p.name: p.read_text(encoding="utf-8") for p in (PROGRAMS / name).glob("*.py")}
-
-
-def _expected(files: dict[str, str]) -> list[tuple[str, int, str]]:
-    out = []
-    for fname, text in files.items():
-        for k, line in enumerate(text.splitlines(), 1):
-            m = EXPECT.search(line)
-            if m:
-                out.extend((fname, k, code) for code in m.group(1).split())
-    return sorted(out)
-
-
 @pytest.mark.parametrize("name", DIRS)
 def test_program_findings_are_the_marked_ones(name, tmp_path):
     files = _files(name)
     report = lint_files(files, tmp_path)
     found = sorted((Path(f.path).name, f.line, f.code) for f in report.findings)
-    assert found == _expected(files), [f.message for f in report.findings]
+    assert found == marked(files), [f.message for f in report.findings]
 
 
 def test_every_buggy_program_has_a_correct_twin():
@@ -57,7 +42,7 @@ def test_every_buggy_program_has_a_correct_twin():
     for name in bugs:
         files = _files(name)
         assert "Real run" in files["main.py"], name
-        errors = [e for e in _expected(files) if e[2] not in ("CL105",)]
+        errors = [e for e in marked(files) if e[2] not in ("CL105",)]
         assert errors, f"{name} marks no error"
     twins = [n for n in DIRS if n.endswith("_ok")]
     assert len(twins) >= len(bugs) - 1
@@ -65,5 +50,5 @@ def test_every_buggy_program_has_a_correct_twin():
 
 def test_a_correct_twin_marks_no_error():
     for name in (n for n in DIRS if n.endswith("_ok")):
-        codes = {code for _f, _line, code in _expected(_files(name))}
+        codes = {code for _f, _line, code in marked(_files(name))}
         assert codes <= {"CL105"}, name  # a warning at most

@@ -12,24 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.lint.helpers import lint_files
+from tests.lint.helpers import RECALL as PROGRAMS
+from tests.lint.helpers import lint_files, marked
+from tests.lint.helpers import recall_files as _files
 
-PROGRAMS = Path(__file__).parent / "recall"
-EXPECT = re.compile(r"#\s*expect:\s*(CL\d+)")
 CASES = sorted(p.name for p in PROGRAMS.glob("b_*") if p.is_dir())
-
-
-def _files(case: str) -> dict[str, str]:
-    return {p.name: p.read_text(encoding="utf-8") for p in sorted((PROGRAMS / case).glob("*.py"))}
-
-
-def _expected(files: dict[str, str]) -> list[tuple[str, int, str]]:
-    return sorted(
-        (name, k, m.group(1))
-        for name, text in files.items()
-        for k, line in enumerate(text.splitlines(), 1)
-        for m in EXPECT.finditer(line)
-    )
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -37,7 +24,7 @@ def test_program_findings_are_the_marked_ones(case, tmp_path):
     files = _files(case)
     report = lint_files(files, tmp_path)
     found = sorted((Path(f.path).name, f.line, f.code) for f in report.findings)
-    assert found == _expected(files), [f.message for f in report.findings]
+    assert found == marked(files), [f.message for f in report.findings]
     assert not report.errors, report.errors
 
 
@@ -45,10 +32,10 @@ def test_every_bug_has_a_correct_twin():
     bugs = [c for c in CASES if not c.endswith("_ok")]
     assert len(bugs) >= 10
     for case in bugs:
-        assert _expected(_files(case)), f"{case}: a bug program with nothing marked"
+        assert marked(_files(case)), f"{case}: a bug program with nothing marked"
         twin = f"{case}_ok"
         assert twin in CASES, f"{case} has no correct twin"
-        assert not _expected(_files(twin)), twin
+        assert not marked(_files(twin)), twin
 
 
 def test_every_program_names_its_label():
