@@ -6,6 +6,7 @@ Exit codes, as ruff: 0 no findings, 1 findings, 2 usage or input error.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import sys
@@ -58,7 +59,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry() -> None:
-    sys.exit(main())
+    from commlint.gc_pause import process_ends_with_command
+
+    process_ends_with_command()
+    code = main()
+    # The process ends here and the operating system takes its memory back: without this, the
+    # interpreter's shutdown walks every object still alive in a cycle search first (3.4 of 17
+    # CPU seconds on a 2 MB file's `check`). Frozen objects are still released on the way out.
+    gc.freeze()
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -19,3 +19,25 @@ def paused_gc() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+_SHORT_LIVED = False
+
+
+def process_ends_with_command() -> None:
+    """Said by the `commlint` entry point alone: this process ends when the command does."""
+    global _SHORT_LIVED
+    _SHORT_LIVED = True
+
+
+def collector_off_for_the_rest() -> None:
+    """In the command's own process, the cyclic collector is off from here to the exit.
+
+    Everything a `check` builds after its extraction (the rules' work, the findings, the report)
+    lives until the report is written, and then the process ends: collecting on the way only
+    walked it all again, up to a full walk of every object alive when the run's objects fell
+    out of use (1.0 + 1.1 + 3.5 of 17 CPU seconds on a 2 MB file). The garbage left in cycles
+    meanwhile costs memory until the exit, never more than one rule's already did (each rule
+    runs with the collector paused). A caller that imports commlint keeps its collector."""
+    if _SHORT_LIVED:
+        gc.disable()

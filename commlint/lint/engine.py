@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from commlint._version import __version__
 from commlint.findings import InputError, Report
+from commlint.gc_pause import collector_off_for_the_rest
 from commlint.lint.analyze import Program, RawFinding, module_name
 from commlint.lint.config import LintConfig
 from commlint.lint.discovery import changed_lines, discover, project_context
@@ -573,6 +574,7 @@ def _lint_paths(
         progress.close()
     facts.extend(fresh)
     survivors.freeze()  # the facts live until the report
+    collector_off_for_the_rest()
     facts.sort(key=lambda x: x.path)
     report.checked = sum(f.path not in excluded for f in facts)
 
@@ -668,7 +670,10 @@ def _lint_paths(
             sources.texts[stdin_name] = decode_source(stdin_data).text
         except Unreadable:
             sources.texts[stdin_name] = ""
-    findings = apply_suppressions(raw, facts, enabled, excluded, config.per_file_ignores, sources)
+    with paused_gc():  # tens of thousands of findings, in no cycle
+        findings = apply_suppressions(
+            raw, facts, enabled, excluded, config.per_file_ignores, sources
+        )
     if opts.diff_ref:
         changed, err = changed_lines(opts.diff_ref, [str(f) for f in files])
         if err:

@@ -7,7 +7,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 
-from commlint.findings import Finding, Location
+from commlint.findings import Finding, Location, unvalidated
 from commlint.lint.analyze import RawFinding
 from commlint.lint.ir import FileFacts, Pos
 from commlint.lint.noqa import NOQA_RE, CommentLines, split_lines
@@ -45,7 +45,8 @@ def to_finding(r: RawFinding) -> Finding:
     from commlint.rules import all_rules
 
     rule = all_rules()[r.code]
-    return Finding(
+    return unvalidated(
+        Finding,
         code=r.code,
         name=rule.name,
         severity=rule.severity,
@@ -56,7 +57,8 @@ def to_finding(r: RawFinding) -> Finding:
         end_line=r.pos.end_line,
         end_col=r.pos.end_col,
         related=[
-            Location(
+            unvalidated(
+                Location,
                 path=p,
                 line=pos.line,
                 col=pos.col,
