@@ -7,7 +7,6 @@ their values from the API table.
 from __future__ import annotations
 
 import ast
-from dataclasses import replace
 
 from commlint.lint.extract_agreement import call as agreement_of_call
 from commlint.lint.extract_agreement import combine
@@ -33,6 +32,7 @@ from commlint.lint.extract_values import (
     _int,
     _literal_call,
     as_data,
+    evolve,
     join,
     read_tensor,
 )
@@ -192,7 +192,7 @@ class Calls:
             if q in self.table.tensor_functions:
                 v = join(*args)
                 if v.tainted() or any(a.rank_tensor for a in args):
-                    return replace(v, tensor=True)
+                    return evolve(v, tensor=True)
                 return CLEAN
         if any(q.startswith("builtins.") for q in names) or (not names and last in PURE_BUILTINS):
             if last in PURE_BUILTINS:
@@ -209,9 +209,9 @@ class Calls:
                     if stride is None and last != "range" and len(args) == 1:
                         stride = args[0].stride
                     if stride is not None:
-                        return replace(v, stride=stride)
+                        return evolve(v, stride=stride)
                 if last in ("int", "bool", "str") and args:
-                    return replace(v, exact=args[0].exact, zero=args[0].zero)
+                    return evolve(v, exact=args[0].exact, zero=args[0].zero)
                 if last == "next" and len(self.args_of(node)) == 1:
                     return Val(data=True, origin="`next()` without default")
                 return v
@@ -284,7 +284,7 @@ class Calls:
             slot = a.keyword if a.keyword is not None else f"#{k}"
             ref = ("inplace", site.names, slot)
             if ref not in v.module_ref and len(v.module_ref) < 6:
-                self.bind(target, replace(v, module_ref=(*v.module_ref, ref)))
+                self.bind(target, evolve(v, module_ref=(*v.module_ref, ref)))
 
     def _wrap_owner(self, target: ast.expr, typ: str) -> None:
         """`fully_shard(block)` for a block of `model` (`for block in model.layers`,
@@ -301,7 +301,7 @@ class Calls:
             return
         v = self.lookup(_name_of(root))
         if v is None or not (v.typ and v.typ.startswith("wrapped:")):
-            self.bind(root, replace(v or CLEAN, typ=typ, module_ref=()))
+            self.bind(root, evolve(v or CLEAN, typ=typ, module_ref=()))
 
     def _note_rank_raise(self, node: ast.Call, names: list[str], last: str, args) -> None:
         """Inside a `try` body: a call that may raise on some ranks only — one whose argument
@@ -506,7 +506,7 @@ class Calls:
             not cargs or _is_str(cargs[0].value)
         )
         if recv.mesh is None and mesh_like:
-            recv = replace(recv, mesh=((), ()))
+            recv = evolve(recv, mesh=((), ()))
         if recv.mesh is not None:
             dim = None
             if cargs:
@@ -576,7 +576,7 @@ class Calls:
                 return recv
             v = as_data(recv, f"`{self.text(node)[:40]}` is this rank's data")
             if recv.agreed is not None and not recv.tainted():
-                return replace(v, agreed=recv.agreed)  # agreed if the broadcast's helpers are
+                return evolve(v, agreed=recv.agreed)  # agreed if the broadcast's helpers are
             return v
         if meth == "wait":
             return CLEAN
@@ -585,7 +585,7 @@ class Calls:
         if recv.rank_tensor and meth == "tolist" and not cargs:
             return read_tensor(recv, self.text(node))
         if recv.rank_tensor and meth not in NON_TENSOR_METHODS:
-            return replace(join(recv, *args), tensor=True)  # `probe.sum()`, `t.to(...)`
+            return evolve(join(recv, *args), tensor=True)  # `probe.sum()`, `t.to(...)`
         if recv.tainted() and not recv.uniform:
             return join(recv, *args)
         if meth == "manual_seed" and args and join(*args).tainted():

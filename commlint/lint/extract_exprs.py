@@ -5,7 +5,6 @@ but a call, and conditions (`Cond`): which ranks a test is true on, its residue 
 from __future__ import annotations
 
 import ast
-from dataclasses import replace
 
 from commlint.lint.extract_agreement import as_condition
 from commlint.lint.extract_syntax import (
@@ -23,6 +22,7 @@ from commlint.lint.extract_values import (
     Val,
     _int,
     _mod_test_of,
+    evolve,
     join,
     read_tensor,
 )
@@ -47,7 +47,7 @@ class Expressions:
                 and attr.value.id == "self"
                 and self.lookup(f"self.{attr.attr}") is None
             ):
-                c = replace(c, vs_attr=(op, attr.attr, self.cls))
+                c = evolve(c, vs_attr=(op, attr.attr, self.cls))
         return c
 
     def _cond_from_val(self, node: ast.expr, v: Val) -> Cond:
@@ -180,8 +180,8 @@ class Expressions:
             v = read_tensor(v, self.text(node.operand))
             mt = _mod_test_of(v)
             flipped = (mt[0], mt[1], not mt[2]) if mt else None
-            return replace(join(v), zero=False, guard=v.guard, mod_test=flipped)
-        return replace(join(v), tensor=v.rank_tensor)
+            return evolve(join(v), zero=False, guard=v.guard, mod_test=flipped)
+        return evolve(join(v), tensor=v.rank_tensor)
 
     def ex_Name(self, node: ast.Name) -> Val:
         v = self.lookup(node.id) or self._getter_group(self.qnames(node))
@@ -250,7 +250,7 @@ class Expressions:
                 return Val(ints=(base.ints[i],))
         if base.uniform:
             return base
-        return replace(join(base, *idx), tensor=base.rank_tensor)
+        return evolve(join(base, *idx), tensor=base.rank_tensor)
 
     def _env_val(self, name: str, text: str) -> Val:
         if name in self.table.rank_env:
@@ -296,7 +296,7 @@ class Expressions:
             if isinstance(op, ast.In) and left.dims:
                 guard = "*"
         v = join(*vals)
-        return replace(
+        return evolve(
             v,
             guard=guard or next((x.guard for x in vals if x.guard), None),
             tensor=any(x.rank_tensor for x in vals),
@@ -331,8 +331,8 @@ class Expressions:
             and len(right.ints) == 1
             and right.ints[0] > 0
         ):
-            return replace(v, rank_mod=right.ints[0])
-        return replace(v, tensor=left.rank_tensor or right.rank_tensor)
+            return evolve(v, rank_mod=right.ints[0])
+        return evolve(v, tensor=left.rank_tensor or right.rank_tensor)
 
     def ex_BoolOp(self, node: ast.BoolOp) -> Val:
         # `a and b and c` is `(a and b) and c`: the pairs from the left
@@ -350,7 +350,7 @@ class Expressions:
             else:
                 a = read_tensor(acc, "")  # a pair's value: never a rank's tensor
             b = read_tensor(self.expr(right), self.text(right))
-            acc = replace(join(a, b), guard=a.guard or b.guard)
+            acc = evolve(join(a, b), guard=a.guard or b.guard)
         return acc if acc is not None else CLEAN
 
     def ex_IfExp(self, node: ast.IfExp) -> Val:
@@ -389,7 +389,7 @@ class Expressions:
             it = self.expr(f.iter)
             if f is fors[0]:  # the first iterable is the enclosing scope's
                 self.scope = comprehension_scope(outer, _target_names(fors))
-            self.bind(f.target, replace(it, stride=None))
+            self.bind(f.target, evolve(it, stride=None))
             vals.append(it)
             for cond in f.ifs:
                 vals.append(self.expr(cond))
@@ -415,7 +415,7 @@ class Expressions:
         if not isinstance(node, ast.DictComp) and not v.tainted():
             stride = self._comprehension_stride(node)
             if stride is not None:
-                return replace(v, stride=stride)
+                return evolve(v, stride=stride)
         return v
 
     def _comprehension_stride(self, node) -> tuple[int, int | None] | None:

@@ -6,7 +6,6 @@ classes (queued for later), and the async handles a statement leaves unused.
 from __future__ import annotations
 
 import ast
-from dataclasses import replace
 
 from commlint.lint.extract_syntax import (
     _assigned_names,
@@ -31,6 +30,7 @@ from commlint.lint.extract_values import (
     Val,
     _ClassEnv,
     _is_dtype,
+    evolve,
     join,
 )
 from commlint.lint.ir import AsyncFact, Branch, Comm, Cond, Exit, Loop, Node, Pos, Try
@@ -82,7 +82,7 @@ class Statements:
         self._current_target = None
         made = self._payload_of(s.value)
         if made is not None:
-            v = replace(v, payload=made)
+            v = evolve(v, payload=made)
         if (
             v.loop_group
             and isinstance(s.value, ast.Name)
@@ -91,7 +91,7 @@ class Statements:
         ):
             # `for ranks in ...: group = new_group(ranks); if rank in ranks: tp = group`:
             # `group` names a new group on every iteration; `tp` names the one kept
-            v = replace(v, group=self.text(s.targets[0]), loop_group=False)
+            v = evolve(v, group=self.text(s.targets[0]), loop_group=False)
         for t in s.targets:
             self.bind(t, v)
         self._track_async(s.value, list(s.targets), before)
@@ -232,7 +232,7 @@ class Statements:
         # (`v = torch.cat([v, pad])`) does not hold in the second
         for k, v in list(self.env.items()):
             if v.payload != payloads.get(k):
-                self.env[k] = replace(v, payload=payloads.get(k))
+                self.env[k] = evolve(v, payload=payloads.get(k))
         if not node.orelse:
             arms.append([])
         elif self._src.is_elif(node):
@@ -257,7 +257,7 @@ class Statements:
         for name in names:
             v = self.env.get(name)
             if v is not None and not v.data and not v.uniform:
-                self.env[name] = replace(v, data=True, origin=origin, agreed=None)
+                self.env[name] = evolve(v, data=True, origin=origin, agreed=None)
 
     def arm(self, stmts, cond: Cond, truth: bool | None) -> list[Node]:
         self._enter(cond, truth)
@@ -329,7 +329,7 @@ class Statements:
 
     def stmt_For(self, node: ast.For) -> None:
         it = self.expr(node.iter)
-        self.bind(node.target, replace(it, stride=None, module_ref=()))
+        self.bind(node.target, evolve(it, stride=None, module_ref=()))
         root = _root_name(node.iter)
         target = node.target
         if isinstance(target, ast.Tuple) and len(target.elts) == 2:
@@ -472,7 +472,7 @@ class Statements:
                 if not isinstance(el, ast.Starred):
                     sub = v
                     if v.typ and k > 0:
-                        sub = replace(v, typ=None)
+                        sub = evolve(v, typ=None)
                     self.bind(el, sub)
         elif isinstance(target, ast.Subscript):
             self.expr(target.value)

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import TypeVar
 
 from commlint.lint.extract_agreement import Agreement, combine
 from commlint.lint.source_map import call_args
+
+T = TypeVar("T")
 
 GLOBAL = "global"
 EXACT_RANK_NAMES = frozenset({"rank", "global_rank", "world_rank", "my_rank", "rank_id"})
@@ -99,6 +102,27 @@ class Val:
 
 
 CLEAN = Val()
+
+
+_FIELDS: dict[type, frozenset[str]] = {}
+
+
+def evolve(obj: T, **changes: object) -> T:
+    """`dataclasses.replace(obj, **changes)` for the extractor's plain dataclasses (no
+    `__post_init__`, no `InitVar`, not slotted): the fields copied, not passed through
+    `__init__` again. `replace` was a tenth of the extraction of a 2 MB file (54,000 calls
+    on a 25-field `Val`)."""
+    cls = obj.__class__
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = frozenset(f.name for f in fields(cls))  # type: ignore[arg-type]
+    if not changes.keys() <= names:
+        raise TypeError(f"{cls.__name__} has no field {sorted(changes.keys() - names)[0]!r}")
+    new = object.__new__(cls)
+    state = new.__dict__
+    state.update(obj.__dict__)
+    state.update(changes)
+    return new
 
 
 def join(*vals: Val) -> Val:

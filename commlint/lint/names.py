@@ -24,6 +24,8 @@ import ast
 import builtins
 from dataclasses import dataclass, field
 
+from commlint.lint.ast_walk import child_nodes
+
 # binding kinds
 IMPORT = "import"
 LOCAL = "local"
@@ -186,7 +188,7 @@ class Names:
         ("first", scope) for a comprehension's first `for` (its iterable is the enclosing
         scope's)."""
         best, line = 0, 1
-        children = ast.iter_child_nodes
+        children = child_nodes
         stack: list[tuple[ast.AST, object, int, int]] = [(tree, self.module, 1, 1)]
         pop, push = stack.pop, stack.append
         while stack:
@@ -210,7 +212,7 @@ class Names:
             if t is ast.FunctionDef or t is ast.AsyncFunctionDef or t is ast.ClassDef:
                 inner = self._def(n, scope)  # type: ignore[arg-type]
                 body = {id(b) for b in n.body}  # type: ignore[attr-defined]
-                for c in reversed(list(children(n))):
+                for c in reversed(children(n)):
                     push((c, inner if id(c) in body else scope, d, at))
                 continue
             if t is ast.Lambda:
@@ -237,7 +239,7 @@ class Names:
                     self._bind_local(scope, n.name, (n.lineno, n.col_offset))  # type: ignore[attr-defined]
             elif t is ast.MatchMapping and n.rest:  # type: ignore[attr-defined]
                 self._bind_local(scope, n.rest, (n.lineno, n.col_offset))  # type: ignore[attr-defined]
-            for c in reversed(list(children(n))):  # in source order: `global x` before `x = 1`
+            for c in reversed(children(n)):  # in source order: `global x` before `x = 1`
                 push((c, scope, d, at))
         return best, line
 

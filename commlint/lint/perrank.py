@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 
 from commlint.lint import perrank_values as values
+from commlint.lint.ast_walk import all_nodes
 from commlint.lint.ir import CallSite, Comm, FileFacts, iter_nodes
 from commlint.lint.perrank_calls import Calls
 from commlint.lint.perrank_exprs import Expressions
@@ -199,21 +200,19 @@ class FileEval(CommSites):
         self.work = 0
         self.index_sites(facts, communicating)
         self.declared = _declared_sizes(source)
-        self.nodes = list(ast.walk(self.tree))  # one walk, shared by what follows
-        fixed = _literal_peers(self.nodes)
+        self.nodes = all_nodes(self.tree)  # one walk, shared by what follows
+        self.by_type: dict[type, list[ast.AST]] = {}
+        for n in self.nodes:
+            self.by_type.setdefault(n.__class__, []).append(n)
+        fixed = _literal_peers(self.of_type(ast.Call))
         if not self.declared and fixed:
             # code written for a fixed topology (`dist.send(x, dst=1)`): the smallest world in
             # which its literal peers exist is the one it is written for
             sizes = (max(2, max(fixed) + 1),)
         self.sizes = tuple(sorted(set(self.declared or sizes)))
-        self.defined = {
-            n.name for n in self.nodes if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
-        }
-        self.function_spans = [
-            (n.lineno, n.end_lineno or n.lineno)
-            for n in self.nodes
-            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
-        ]
+        functions = self.of_type(ast.FunctionDef, ast.AsyncFunctionDef)
+        self.defined = {n.name for n in functions}  # type: ignore[attr-defined]
+        self.function_spans = [(n.lineno, n.end_lineno or n.lineno) for n in functions]
         self.set_loops: dict[int, ast.AST] = {}
         self.globals: dict = {}
         self.recorded_lines: set[int] = set()
@@ -228,6 +227,12 @@ class FileEval(CommSites):
         self.need: tuple | None = None  # the explored test a path stopped at, undecided
         self._ranks: dict[int, Rank] = {}  # the ranks of the last path run
         self.tworld: object | None = None  # the template world of its ranks (`perrank_templates`)
+
+    def of_type(self, *types: type) -> list[ast.AST]:
+        """The file's nodes of these types (type by type, each in `ast.walk`'s order)."""
+        if len(types) == 1:
+            return self.by_type.get(types[0], [])
+        return [n for t in types for n in self.by_type.get(t, [])]
 
     def note_set_loop(self, node: ast.AST) -> None:
         self.set_loops[node.lineno] = node
@@ -264,10 +269,9 @@ class FileEval(CommSites):
             [("<module>", script, False)] if any(self.communicates(s) for s in script) else []
         )
         called: set[str] = set()
-        for n in self.nodes:
-            if isinstance(n, ast.Call):
-                f = n.func
-                called.add(f.id if isinstance(f, ast.Name) else getattr(f, "attr", ""))
+        for n in self.of_type(ast.Call):
+            f = n.func  # type: ignore[attr-defined]
+            called.add(f.id if isinstance(f, ast.Name) else getattr(f, "attr", ""))
         out: list = []
         # called only from other files: their callers' evaluation stops at the call (it does
         # not cross files), so they are evaluated here too — to refute taint findings inside

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from functools import cached_property
 from pathlib import PurePath
 
+from commlint.lint.ast_walk import all_nodes
 from commlint.lint.ir import Branch, CallSite, Comm, FileFacts, Loop, ModuleCall, iter_nodes
 
 MAX_FOLLOWED_BYTES = 1_000_000  # a larger file is not followed (generated code)
@@ -84,7 +85,7 @@ class Unit(CommSites):
     @cached_property
     def nodes(self) -> list[ast.AST]:
         """Every node of the file (walked only when asked: most followed files never are)."""
-        return list(ast.walk(self.tree))
+        return all_nodes(self.tree)
 
 
 def any_line_within(sorted_lines: list[int], lo: int, hi: int) -> bool:

@@ -531,8 +531,8 @@ def _exit_under(fe, cond_line: int) -> int:
     `cond_line` (the `if` itself when there is none)."""
     import ast
 
-    for n in fe.nodes:
-        if isinstance(n, ast.If) and n.test.lineno == cond_line:
+    for n in fe.of_type(ast.If):
+        if n.test.lineno == cond_line:
             for s in n.body:
                 if isinstance(s, ast.Break | ast.Continue | ast.Return):
                     return s.lineno
@@ -547,8 +547,8 @@ def _decision(fe, cond_line: int, exit_line: int, sharded: bool = False) -> tupl
     import ast
 
     test = None
-    for n in fe.nodes:
-        if isinstance(n, ast.If | ast.While) and n.test.lineno == cond_line:
+    for n in sorted(fe.of_type(ast.If, ast.While), key=lambda n: (n.lineno, n.col_offset)):
+        if n.test.lineno == cond_line:
             test = n
             break
     if test is None:
@@ -574,17 +574,15 @@ def _skips_communication(fe, test, exit_node) -> bool:
 
     loops = [
         n
-        for n in fe.nodes
-        if isinstance(n, ast.For | ast.While | ast.AsyncFor)
-        and n.lineno <= exit_node.lineno <= (n.end_lineno or n.lineno)
+        for n in fe.of_type(ast.For, ast.While, ast.AsyncFor)
+        if n.lineno <= exit_node.lineno <= (n.end_lineno or n.lineno)
     ]
     if not isinstance(exit_node, ast.Return):
         return bool(loops) and fe.communicates(max(loops, key=lambda n: n.lineno))
     fns = [
         n
-        for n in fe.nodes
-        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
-        and n.lineno <= exit_node.lineno <= (n.end_lineno or n.lineno)
+        for n in fe.of_type(ast.FunctionDef, ast.AsyncFunctionDef)
+        if n.lineno <= exit_node.lineno <= (n.end_lineno or n.lineno)
     ]
     if not fns:
         return False

@@ -34,13 +34,14 @@ class SourceMap:
         self.source = source
         self.starts = [0] + [m.end() for m in _NEWLINE.finditer(source)]
         self._wide: dict[int, bytes] = {}  # line -> its UTF-8 bytes (non-ASCII lines only)
+        self._ascii = source.isascii()  # byte columns are character columns throughout
 
     # ------------------------------------------------------------ offsets
     def offset(self, line: int, col: int) -> int:
         """The character offset of `ast`'s (line, byte column)."""
         start = self.starts[line - 1]
-        if col == 0:
-            return start
+        if col == 0 or self._ascii:
+            return start + col
         wide = self._wide.get(line)
         if wide is None:
             end = self.starts[line] if line < len(self.starts) else len(self.source)
@@ -164,7 +165,9 @@ class SourceMap:
             c = s[i - 1]
             if c in "\r\n":
                 i -= 1
-                line_start = max(s.rfind("\n", 0, i), s.rfind("\r", 0, i)) + 1
+                # the start of the line this newline ends (a search back for `\r` in a file
+                # without one went to the file's start: quadratic on a 2 MB file)
+                line_start = self.starts[bisect_right(self.starts, i) - 1]
                 hash_at = _comment_start(s, line_start, i)
                 if hash_at is not None:
                     i = hash_at

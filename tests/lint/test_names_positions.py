@@ -239,3 +239,39 @@ def test_crlf_and_tabs() -> None:
 @pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
 def test_torch_sources(path: Path) -> None:
     assert _check(path.read_text(), str(path)) > 10
+
+
+def test_fast_walks_match_ast_walk():
+    """`ast_walk.all_nodes`/`child_nodes` give `ast.walk`'s and `ast.iter_child_nodes`' nodes,
+    in their order, on torch's own sources."""
+    import ast
+    from pathlib import Path
+
+    import torch.distributed as td
+
+    from commlint.lint.ast_walk import all_nodes, child_nodes
+
+    files = sorted(Path(td.__file__).parent.glob("*.py"))[:40]
+    assert files
+    for f in files:
+        tree = ast.parse(f.read_text(encoding="utf-8"))
+        walked = list(ast.walk(tree))
+        assert [id(n) for n in all_nodes(tree)] == [id(n) for n in walked], f
+        for n in walked[:3000]:
+            assert [id(c) for c in child_nodes(n)] == [id(c) for c in ast.iter_child_nodes(n)]
+
+
+def test_evolve_is_replace():
+    """`extract_values.evolve` copies like `dataclasses.replace` and refuses unknown fields."""
+    from dataclasses import replace
+
+    import pytest
+
+    from commlint.lint.extract_values import Val, evolve
+
+    v = Val(dims=frozenset({"rank"}), exact=True, origin="get_rank()", ints=(1, 2))
+    assert evolve(v, tensor=True, stride=(2, None)) == replace(v, tensor=True, stride=(2, None))
+    assert evolve(v, tensor=True) is not v and v.tensor is False
+    assert hash(evolve(v)) == hash(v)
+    with pytest.raises(TypeError):
+        evolve(v, tensr=True)
