@@ -193,6 +193,14 @@ def _parse(text: str) -> ast.expr | None:
         return None
 
 
+@lru_cache(maxsize=16384, typed=True)  # `True` is not `1` here
+def _truth(text: str, var: str, value: int | bool) -> bool | None:
+    """`_evaluate` of a condition's text (memoised: a file repeats its condition texts, and
+    each evaluation unparsed the tested expression again)."""
+    expr = _parse(text)
+    return None if expr is None else _evaluate(expr, var, value)
+
+
 @lru_cache(maxsize=4096)
 def _subject_of_text(text: str) -> str | None:
     expr = _parse(text)
@@ -223,8 +231,7 @@ def _compensated(program, fn, node: Branch, group: str) -> bool:
     conds, candidates = _block_conditions(program, block, var)
     if len(candidates) > MAX_COMPENSATION_VALUES:
         return False
-    expr = _parse(node.cond.text)
-    own = {_evaluate(expr, var, v) for v in candidates}
+    own = {_truth(node.cond.text, var, v) for v in candidates}
     if own != {True, False}:
         return False
     memo = program._compensation
@@ -234,19 +241,19 @@ def _compensated(program, fn, node: Branch, group: str) -> bool:
     return memo[key]
 
 
-def _block_conditions(program, block: list, var: str) -> tuple[dict[int, ast.expr], list]:
+def _block_conditions(program, block: list, var: str) -> tuple[dict[int, str], list]:
     """The two-armed `if`s of `block` that test `var` (by node id), and the values to try."""
     memo = program._compensation
     key = ("conds", id(block), var)
     got = memo.get(key)
     if got is None:
-        conds: dict[int, ast.expr] = {}
+        conds: dict[int, str] = {}  # node id -> the text of its condition
         values: set[int] = set()
         for n in block:
             two_armed_if = isinstance(n, Branch) and n.kind == "if" and len(n.arms) == 2
             if two_armed_if and _subject_of_text(n.cond.text) == var:
                 e = _parse(n.cond.text)
-                conds[id(n)] = e  # type: ignore[assignment]
+                conds[id(n)] = n.cond.text
                 values.update(_iter_ints(e))
         candidates: list[int | bool] = [v for v in values if v >= 0]
         candidates += [max(values, default=0) + 1] if values else [True, False]
@@ -259,8 +266,8 @@ def _same_for_every_value(program, fn, block, conds, var: str, candidates, group
     for value in candidates:
         toks: list[Tok] = []
         for n in block:
-            e = conds.get(id(n))
-            truth = _evaluate(e, var, value) if e is not None else None
+            text = conds.get(id(n))
+            truth = _truth(text, var, value) if text is not None else None
             if truth is None:
                 toks.extend(program.node_tokens(n, fn))
             else:
