@@ -52,6 +52,8 @@ def combine(vals) -> Agreement | None:
     """A value computed from `vals` (`a + b`, `t[i]`, `f(a, b)` of a library): agreed when
     one of them is and none of the others holds anything of the rank's own."""
     vals = list(vals)
+    if not any(v.agreed is not None or v.collective_result for v in vals):
+        return None  # nothing agreed to start from (most values)
     for v in vals:
         if v.rank_tensor or (v.tainted() and not v.agreeing):
             return None
