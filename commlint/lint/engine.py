@@ -29,8 +29,9 @@ from commlint.lint.analyze import Program, RawFinding, module_name
 from commlint.lint.config import LintConfig
 from commlint.lint.discovery import changed_lines, discover, project_context
 from commlint.lint.gc_pause import Survivors, paused_gc, survivors_kept_apart
-from commlint.lint.ir import FileFacts, Pos
+from commlint.lint.ir import Comm, FileFacts, Pos, iter_nodes
 from commlint.lint.names import Names
+from commlint.lint.parsed_trees import kept_trees, open_store
 from commlint.lint.source import Unreadable, decode_source
 from commlint.lint.suppress import Sources, apply_suppressions
 from commlint.lint.table import ApiTable, build_table, table_fingerprint
@@ -262,8 +263,12 @@ def analyse(path: str, module: str, checked: _Checked, extra_key: str, limits: L
         extractor = Extractor(
             path, module, checked.source, _table(extra_key), checked.names, checked.tree
         )
-        checked.names = checked.tree = None
-        return run_deep(extractor.run, limits.time_limit)
+        tree, checked.names, checked.tree = checked.tree, None, None
+        facts = run_deep(extractor.run, limits.time_limit)
+        store = open_store()
+        if store is not None and tree is not None and _communicates(facts):
+            store.keep(path, checked.source, tree)  # for the per-rank evaluator
+        return facts
     except _TimeUp:
         return not_analysed(
             1, 1, f"too slow to analyse (stopped after {limits.time_limit:g} s of CPU time)"
@@ -280,6 +285,10 @@ def analyse(path: str, module: str, checked: _Checked, extra_key: str, limits: L
         return FileFacts(
             path=path, module=module, functions={}, internal_error=f"{type(exc).__name__}: {exc}"
         )
+
+
+def _communicates(facts: FileFacts) -> bool:
+    return any(isinstance(n, Comm) for fn in facts.functions.values() for n in iter_nodes(fn.body))
 
 
 def extract(
@@ -479,7 +488,7 @@ class _Progress:
 # ------------------------------------------------------------------ main entry
 def lint_paths(paths: list[str], config: LintConfig, opts: LintOptions) -> Report:
     """The report of `paths` (files and folders) under `config` and `opts`."""
-    with survivors_kept_apart() as survivors:
+    with survivors_kept_apart() as survivors, kept_trees():
         return _lint_paths(paths, config, opts, survivors)
 
 

@@ -25,6 +25,7 @@ from pathlib import PurePath
 from commlint.lint import perrank_values as values
 from commlint.lint.ast_walk import all_nodes
 from commlint.lint.ir import CallSite, Comm, FileFacts, iter_nodes
+from commlint.lint.parsed_trees import parsed
 from commlint.lint.perrank_calls import Calls
 from commlint.lint.perrank_exprs import Expressions
 from commlint.lint.perrank_mesh import Meshes
@@ -196,7 +197,7 @@ class FileEval(CommSites):
         self.short = PurePath(facts.path).name
         self.source = source
         self.table = table
-        self.tree = ast.parse(source)
+        self.tree = parsed(self.path, source)  # the extraction's tree when it kept it
         self.work = 0
         self.index_sites(facts, communicating)
         self.declared = _declared_sizes(source)

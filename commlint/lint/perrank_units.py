@@ -24,6 +24,7 @@ from pathlib import PurePath
 
 from commlint.lint.ast_walk import all_nodes
 from commlint.lint.ir import Branch, CallSite, Comm, FileFacts, Loop, ModuleCall, iter_nodes
+from commlint.lint.parsed_trees import parsed
 
 MAX_FOLLOWED_BYTES = 1_000_000  # a larger file is not followed (generated code)
 
@@ -79,7 +80,7 @@ class Unit(CommSites):
         self.module = facts.module
         self.short = short
         self.source = source
-        self.tree = ast.parse(source)
+        self.tree = parsed(self.path, source)
         self.index_sites(facts, communicating)
 
     @cached_property

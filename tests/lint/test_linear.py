@@ -272,3 +272,32 @@ def test_facts_read_from_the_cache_are_never_walked_while_they_are_read(tmp_path
     assert len(cached.findings) == len(cold.findings) == n * per_file  # one CL101 each
     assert passes == []
     assert frozen and frozen[0] > 0  # the facts were frozen before the collector resumed
+
+
+def test_a_file_is_parsed_once_per_run(tmp_path, monkeypatch):
+    """The per-rank evaluator reads the tree the extraction parsed (kept for the run, within a
+    budget of source bytes) instead of parsing the file again; past the budget it parses."""
+    import ast
+
+    from commlint.lint import parsed_trees
+
+    text = _block(4)
+    (tmp_path / "a.py").write_text(text, encoding="utf-8")
+    parses: list[int] = []
+    real = ast.parse
+
+    def counted(source, *a, **k):
+        if source == text:
+            parses.append(1)
+        return real(source, *a, **k)
+
+    monkeypatch.setattr(ast, "parse", counted)
+    report = _lint(tmp_path, jobs=1)
+    assert sum(f.code == "CL101" for f in report.findings) == 4
+    assert parses == []
+    assert parsed_trees.open_store() is None  # let go with the run
+
+    monkeypatch.setattr(parsed_trees, "BUDGET", 10)
+    report = _lint(tmp_path, jobs=1)
+    assert sum(f.code == "CL101" for f in report.findings) == 4
+    assert parses == [1]
