@@ -24,7 +24,7 @@ import ast
 import builtins
 from dataclasses import dataclass, field
 
-from commlint.lint.ast_walk import child_nodes
+from commlint.lint.ast_walk import inner_children
 
 # binding kinds
 IMPORT = "import"
@@ -188,7 +188,7 @@ class Names:
         ("first", scope) for a comprehension's first `for` (its iterable is the enclosing
         scope's)."""
         best, line = 0, 1
-        children = child_nodes
+        children = inner_children
         stack: list[tuple[ast.AST, object, int, int]] = [(tree, self.module, 1, 1)]
         pop, push = stack.pop, stack.append
         while stack:
@@ -197,22 +197,25 @@ class Names:
             if depth > best:
                 best, line = depth, at
             d = depth + 1
+            kids, leaf_first = children(n)
+            if leaf_first and d > best:  # a `Load`, an operator: the first node one level down
+                best, line = d, at
             if scope is None:
-                for c in children(n):
+                for c in kids:
                     push((c, None, d, at))
                 continue
             t = type(n)
             if isinstance(scope, tuple):  # a comprehension's first `for`
                 outer = scope[1]  # type: ignore[index]
                 assert isinstance(n, ast.comprehension)
-                for c in children(n):
+                for c in kids:
                     push((c, outer if c is n.iter else None, d, at))
                 continue
             assert isinstance(scope, Scope)
             if t is ast.FunctionDef or t is ast.AsyncFunctionDef or t is ast.ClassDef:
                 inner = self._def(n, scope)  # type: ignore[arg-type]
                 body = {id(b) for b in n.body}  # type: ignore[attr-defined]
-                for c in reversed(children(n)):
+                for c in reversed(kids):
                     push((c, inner if id(c) in body else scope, d, at))
                 continue
             if t is ast.Lambda:
@@ -222,7 +225,7 @@ class Names:
                 continue
             if t is ast.ListComp or t is ast.SetComp or t is ast.GeneratorExp or t is ast.DictComp:
                 first = n.generators[0]  # type: ignore[attr-defined]
-                for c in children(n):
+                for c in kids:
                     push((c, ("first", scope) if c is first else None, d, at))
                 continue
             if t is ast.Name:
@@ -239,7 +242,7 @@ class Names:
                     self._bind_local(scope, n.name, (n.lineno, n.col_offset))  # type: ignore[attr-defined]
             elif t is ast.MatchMapping and n.rest:  # type: ignore[attr-defined]
                 self._bind_local(scope, n.rest, (n.lineno, n.col_offset))  # type: ignore[attr-defined]
-            for c in reversed(children(n)):  # in source order: `global x` before `x = 1`
+            for c in reversed(kids):  # in source order: `global x` before `x = 1`
                 push((c, scope, d, at))
         return best, line
 

@@ -275,3 +275,32 @@ def test_evolve_is_replace():
     assert hash(evolve(v)) == hash(v)
     with pytest.raises(TypeError):
         evolve(v, tensr=True)
+
+
+def test_names_skipping_leaves_measures_the_same_depth():
+    """`Names` skips the field-less leaves (`Load`, operators) but still counts the level they
+    stand on, at the same line: a leaf first among its siblings (`-x`, `not x`, a Name's
+    context) is the deepest node when nothing else goes lower."""
+    import ast
+
+    from commlint.lint.names import Names
+
+    for src, depth in [
+        ("x", 4),  # Module > Expr > Name > Load
+        ("-x", 5),  # ... > UnaryOp > (USub first) / Name > Load
+        ("a + b", 5),
+        ("if a:\n    y = f(-(not (a < b)))\n", 9),
+    ]:
+        names = Names(ast.parse(src))
+        walked = max(_depths(ast.parse(src)))
+        assert names.depth == walked == depth, src
+
+
+def _depths(tree):
+    import ast
+
+    stack = [(tree, 1)]
+    while stack:
+        n, d = stack.pop()
+        yield d
+        stack.extend((c, d + 1) for c in ast.iter_child_nodes(n))
