@@ -59,14 +59,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry() -> None:
-    from commlint.gc_pause import process_ends_with_command
+    from commlint import gc_pause
 
-    process_ends_with_command()
+    gc_pause.process_ends_with_command()
     code = main()
-    # The process ends here and the operating system takes its memory back: without this, the
-    # interpreter's shutdown walks every object still alive in a cycle search first (3.4 of 17
-    # CPU seconds on a 2 MB file's `check`). Frozen objects are still released on the way out.
-    gc.freeze()
+    if gc_pause.freeze_at_exit():
+        # The process ends here and the operating system takes its memory back: without this,
+        # the interpreter's shutdown walks every object still alive in a cycle search first
+        # (3.4 of 17 CPU seconds on a 2 MB file's `check`). Frozen objects are still released.
+        gc.freeze()
     sys.exit(code)
 
 

@@ -202,9 +202,6 @@ class FileEval(CommSites):
         self.index_sites(facts, communicating)
         self.declared = _declared_sizes(source)
         self.nodes = all_nodes(self.tree)  # one walk, shared by what follows
-        self.by_type: dict[type, list[ast.AST]] = {}
-        for n in self.nodes:
-            self.by_type.setdefault(n.__class__, []).append(n)
         fixed = _literal_peers(self.of_type(ast.Call))
         if not self.declared and fixed:
             # code written for a fixed topology (`dist.send(x, dst=1)`): the smallest world in
@@ -228,12 +225,6 @@ class FileEval(CommSites):
         self.need: tuple | None = None  # the explored test a path stopped at, undecided
         self._ranks: dict[int, Rank] = {}  # the ranks of the last path run
         self.tworld: object | None = None  # the template world of its ranks (`perrank_templates`)
-
-    def of_type(self, *types: type) -> list[ast.AST]:
-        """The file's nodes of these types (type by type, each in `ast.walk`'s order)."""
-        if len(types) == 1:
-            return self.by_type.get(types[0], [])
-        return [n for t in types for n in self.by_type.get(t, [])]
 
     def note_set_loop(self, node: ast.AST) -> None:
         self.set_loops[node.lineno] = node

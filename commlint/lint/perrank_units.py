@@ -35,6 +35,20 @@ class CommSites:
     evaluated file (`perrank.FileEval`) and the files it follows (`Unit`)."""
 
     calls_anything = False  # a skipped file that imports communicating code: any call counts
+    nodes: list[ast.AST]  # every node of the file, in `ast.walk`'s order
+
+    @cached_property
+    def by_type(self) -> dict[type, list[ast.AST]]:
+        out: dict[type, list[ast.AST]] = {}
+        for n in self.nodes:
+            out.setdefault(n.__class__, []).append(n)
+        return out
+
+    def of_type(self, *types: type) -> list[ast.AST]:
+        """The file's nodes of these types (type by type, each in `ast.walk`'s order)."""
+        if len(types) == 1:
+            return self.by_type.get(types[0], [])
+        return [n for t in types for n in self.by_type.get(t, [])]
 
     def index_sites(self, facts: FileFacts, communicating=None) -> None:
         self.comm_sites: set[tuple[int, int]] = set()
