@@ -22,11 +22,12 @@ from collections.abc import Callable
 from typing import Any
 
 from commlint.plans.dryrun.merge import rank_spec
-from commlint.plans.dryrun.rankexpr import ClassRecord, cover
+from commlint.plans.dryrun.rankexpr import ClassRecord, Evaluator, cover, messages_as
 from commlint.plans.dryrun.values import ValueTable
 
 _SHOWN = 3  # ranks recorded on their own that the note names
 _PULLED = 8  # senders not covered yet a receive may pull into its pass
+_TRIED = 4  # recorded runs relabelled to guess what a sender not covered yet sends
 
 
 def _fallback(rank: int, run: Any) -> str | None:
@@ -48,6 +49,42 @@ def _stale(runs: dict[int, Any], table: ValueTable) -> list[int]:
         for r, run in runs.items()
         if any(table.signature(key, r) != sig for key, sig in run.reads.items())
     ]
+
+
+_UNKNOWN = object()  # no recorded run sends such a message
+
+
+def assumed_value(
+    runs: dict[int, Any], records: dict[int, ClassRecord], key: Any, sender: int
+) -> Any:
+    """What `sender`, not covered yet, would send under `key` if it took the path of a
+    recorded rank: the first recorded run whose messages, re-evaluated at `sender`
+    (`rankexpr.messages_as`), include one under `key`, runs whose path condition fails at
+    fewer places first, then the nearest (None: a message without a value; `_UNKNOWN`: no
+    recorded run sends one).
+
+    A rank waiting for it reads that value instead of pulling `sender` into its pass (and
+    `sender`'s own receives in turn: a pipeline's vote passes through every stage, so pulling
+    records one rank of every stage for each class of its first stage). It is an assumption,
+    not a proof: once `sender` is recorded or derived, what it really sends is checked against
+    what was read (`_stale`), and a rank that read otherwise is recorded again."""
+
+    def misses(r: int) -> tuple[int, int]:
+        ev = Evaluator(records[r])
+        env = ev.env(sender)
+        failed = 0
+        for cond in records[r].conds:
+            try:
+                failed += not ev.value(cond, env)
+            except Exception:
+                failed += 1
+        return failed, abs(r - sender)
+
+    for r in sorted(records, key=misses)[:_TRIED]:
+        sent = messages_as(runs[r], records[r], r, sender)
+        if key in sent:
+            return sent[key]  # None: a message without a value (a fake tensor)
+    return _UNKNOWN
 
 
 def record_by_class(
@@ -72,12 +109,23 @@ def record_by_class(
     passes = 0
     queued: set[int] = set()
 
-    def pull(senders: list[int]) -> list[int]:
+    records: dict[int, ClassRecord] = {}  # recorded rank -> its record, when it proves one
+    dropped: set[int] = set()  # ranks recorded or derived once, then found to read otherwise
+
+    def pull(key: Any, senders: list[int]) -> tuple[list[int], dict[int, Any]]:
         got = [s for s in senders if s not in runs and s not in queued]
         if len(got) > _PULLED:
-            return []  # a collective of many: its values come from the table, checked after
-        queued.update(got)
-        return got
+            return [], {}  # a collective of many: its values come from the table, checked after
+        assume = {}
+        for s in got:
+            if s in dropped:
+                continue  # it read otherwise once: run it, or its guess comes back forever
+            value = assumed_value(runs, records, key, s)
+            if value is not _UNKNOWN:
+                assume[s] = value
+        start = [s for s in got if s not in assume]
+        queued.update(start)
+        return start, assume
 
     rounds = 0
     while uncovered:
@@ -98,6 +146,7 @@ def record_by_class(
             for r, run in new.items():
                 runs[r] = run
                 derived.pop(r, None)
+                records.pop(r, None)
                 table.replace_rank(r, run.sent)
             uncovered = [u for u in uncovered if u not in new]
             for r in sorted(new):
@@ -105,9 +154,12 @@ def record_by_class(
                 if run.classes is None:
                     alone[r] = "it sent no class record (it did not reach its end)"
                     continue
-                got, why = cover(ClassRecord.from_message(run.classes), run, r, uncovered)
+                record = ClassRecord.from_message(run.classes)
+                got, why = cover(record, run, r, uncovered)
                 if why is not None:
                     alone[r] = why
+                else:
+                    records[r] = record
                 for other, relabelled in got.items():
                     runs[other] = relabelled
                     derived[other] = r
@@ -118,9 +170,11 @@ def record_by_class(
         # that read something else runs again, with the ranks derived from it.
         stale = set(_stale(runs, table))
         again = stale | {d for d, src in derived.items() if src in stale}
+        dropped.update(again)
         for r in again:
             runs.pop(r, None)
             derived.pop(r, None)
+            records.pop(r, None)
         uncovered = sorted(again)
     recorded = len(runs) - len(derived)
     notes = [

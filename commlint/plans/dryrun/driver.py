@@ -106,6 +106,11 @@ class DryRunOptions:
     rank_classes: bool = False  # one recorded rank per program path (`classes.py`)
 
 
+# rank classes: (key, senders not in the pass) -> (those to start in it, the values assumed
+# of others, None for a message without one)
+Pull = Callable[[Any, list[int]], tuple[list[int], dict[int, Any]]]
+
+
 @dataclass
 class Incomplete:
     """A rank whose program was not seen to its end: the verdict cannot cover it."""
@@ -213,7 +218,7 @@ def _run_pass(
     launcher: Launcher,
     symbolic: bool = False,
     flips: dict[int, tuple[str, ...]] | None = None,
-    pull: Callable[[list[int]], list[int]] | None = None,
+    pull: Pull | None = None,
 ) -> dict[int, RankRun]:
     launcher.begin(table, mode)
     clean = False
@@ -248,10 +253,11 @@ def _pass(
     launcher: Launcher,
     symbolic: bool,
     flips: dict[int, tuple[str, ...]] | None,
-    pull: Callable[[list[int]], list[int]] | None = None,
+    pull: Pull | None = None,
 ) -> dict[int, RankRun]:
     """One pass over `ranks`; `pull` (rank classes) names, of the senders a rank waits for
-    that are not in the pass, those to start in it too."""
+    that are not in the pass, those to start in it too, and the values to assume the others
+    send (checked after the pass: `classes.record_by_class`)."""
     pending = list(ranks)
     running: dict[int, _Running] = {}
     runs: dict[int, RankRun] = {r: RankRun() for r in ranks}
@@ -263,6 +269,7 @@ def _pass(
     waiting: dict[int, tuple[Any, list[int]]] = {}
     missing: dict[int, set[int]] = {}
     waiters: dict[Any, set[int]] = {}
+    assumed: dict[Any, dict[int, Any]] = {}  # key -> sender -> the value `pull` assumes
     this_pass = set(ranks)
     timeout = options.timeout
     tick = min(1.0, max(0.05, timeout / 8))
@@ -277,7 +284,7 @@ def _pass(
         for s in senders:
             # what it sent now; else (not run in this pass, or ended without sending it) what
             # it sent before, as without live values
-            value = now[s] if s in now else before.get(s)
+            value = now[s] if s in now else before.get(s, assumed.get(key, {}).get(s))
             if value is not None:
                 got[s] = value
         launcher.reply(rank, got)
@@ -285,10 +292,13 @@ def _pass(
     def want(rank: int, key: Any, senders: list[int]) -> None:
         if pull is not None and key[0] == "p":  # a message: its sender (a collective's
             # members come from what covered ranks sent, checked at the end)
-            for s in pull([s for s in senders if s not in this_pass]):
+            start, assume = pull(key, [s for s in senders if s not in this_pass])
+            for s in start:
                 this_pass.add(s)
                 pending.append(s)
                 runs[s] = RankRun()
+            if assume:
+                assumed.setdefault(key, {}).update(assume)
         now = sent_now.get(key, {})
         waiting[rank] = (key, senders)
         # a sender not in this pass, or already ended, will not send now
