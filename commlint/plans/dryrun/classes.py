@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from commlint.plans.dryrun.merge import rank_spec
-from commlint.plans.dryrun.rankexpr import ClassRecord, Evaluator, cover, messages_as
+from commlint.plans.dryrun.rankexpr import ClassRecord, Evaluator, cover, sent_as
 from commlint.plans.dryrun.values import ValueTable
 
 _SHOWN = 3  # ranks recorded on their own that the note names
@@ -51,40 +51,54 @@ def _stale(runs: dict[int, Any], table: ValueTable) -> list[int]:
     ]
 
 
-_UNKNOWN = object()  # no recorded run sends such a message
+_UNKNOWN = object()  # no recorded run sends such a value
 
 
-def assumed_value(
-    runs: dict[int, Any], records: dict[int, ClassRecord], key: Any, sender: int
-) -> Any:
-    """What `sender`, not covered yet, would send under `key` if it took the path of a
-    recorded rank: the first recorded run whose messages, re-evaluated at `sender`
-    (`rankexpr.messages_as`), include one under `key`, runs whose path condition fails at
-    fewer places first, then the nearest (None: a message without a value; `_UNKNOWN`: no
-    recorded run sends one).
+class _Assumed:
+    """What a sender not covered yet is assumed to send under a key (`value`): what the
+    first recorded run re-evaluated at the sender sends under it (`rankexpr.sent_as`), runs
+    whose path condition fails at fewer places first, then the nearest (None: a message
+    without a value; `_UNKNOWN`: no recorded run sends one).
 
-    A rank waiting for it reads that value instead of pulling `sender` into its pass (and
-    `sender`'s own receives in turn: a pipeline's vote passes through every stage, so pulling
-    records one rank of every stage for each class of its first stage). It is an assumption,
-    not a proof: once `sender` is recorded or derived, what it really sends is checked against
+    A rank waiting for it reads that value instead of pulling the sender into its pass (and
+    the sender's own senders in turn: a pipeline's vote passes through every stage, so
+    pulling recorded one rank of every stage for each class of the first stage), and a
+    collective's members not covered yet contribute theirs. It is an assumption, not a
+    proof: once the sender is recorded or derived, what it really sends is checked against
     what was read (`_stale`), and a rank that read otherwise is recorded again."""
 
-    def misses(r: int) -> tuple[int, int]:
-        ev = Evaluator(records[r])
+    def __init__(self, runs: dict[int, Any], records: dict[int, ClassRecord]) -> None:
+        self.runs, self.records = runs, records
+        self._order: dict[int, list[int]] = {}  # sender -> recorded ranks, likeliest first
+        self._sent: dict[tuple[int, int], dict] = {}  # (recorded, sender) -> `sent_as`
+
+    def forget(self) -> None:
+        """The records changed."""
+        self._order.clear()
+        self._sent.clear()
+
+    def _misses(self, r: int, sender: int) -> tuple[int, int]:
+        ev = Evaluator(self.records[r])
         env = ev.env(sender)
         failed = 0
-        for cond in records[r].conds:
+        for cond in self.records[r].conds:
             try:
                 failed += not ev.value(cond, env)
             except Exception:
                 failed += 1
         return failed, abs(r - sender)
 
-    for r in sorted(records, key=misses)[:_TRIED]:
-        sent = messages_as(runs[r], records[r], r, sender)
-        if key in sent:
-            return sent[key]  # None: a message without a value (a fake tensor)
-    return _UNKNOWN
+    def value(self, key: Any, sender: int) -> Any:
+        if sender not in self._order:
+            ranked = sorted(self.records, key=lambda r: self._misses(r, sender))
+            self._order[sender] = ranked[:_TRIED]
+        for r in self._order[sender]:
+            if (r, sender) not in self._sent:
+                self._sent[(r, sender)] = sent_as(self.runs[r], self.records[r], r, sender)
+            sent = self._sent[(r, sender)]
+            if key in sent:
+                return sent[key]
+        return _UNKNOWN
 
 
 def record_by_class(
@@ -110,20 +124,23 @@ def record_by_class(
     queued: set[int] = set()
 
     records: dict[int, ClassRecord] = {}  # recorded rank -> its record, when it proves one
+    assumed = _Assumed(runs, records)
     dropped: set[int] = set()  # ranks recorded or derived once, then found to read otherwise
 
     def pull(key: Any, senders: list[int]) -> tuple[list[int], dict[int, Any]]:
+        """Of the senders a rank waits for that are not in its pass: those to start in it
+        (a message's sender), and what the others are assumed to send (`_Assumed`)."""
         got = [s for s in senders if s not in runs and s not in queued]
-        if len(got) > _PULLED:
-            return [], {}  # a collective of many: its values come from the table, checked after
         assume = {}
         for s in got:
             if s in dropped:
                 continue  # it read otherwise once: run it, or its guess comes back forever
-            value = assumed_value(runs, records, key, s)
+            value = assumed.value(key, s)
             if value is not _UNKNOWN:
                 assume[s] = value
         start = [s for s in got if s not in assume]
+        if key[0] != "p" or len(start) > _PULLED:
+            return [], assume  # a collective's: from the table or assumed, checked after
         queued.update(start)
         return start, assume
 
@@ -147,6 +164,7 @@ def record_by_class(
                 runs[r] = run
                 derived.pop(r, None)
                 records.pop(r, None)
+                assumed.forget()
                 table.replace_rank(r, run.sent)
             uncovered = [u for u in uncovered if u not in new]
             for r in sorted(new):
@@ -160,6 +178,7 @@ def record_by_class(
                     alone[r] = why
                 else:
                     records[r] = record
+                    assumed.forget()
                 for other, relabelled in got.items():
                     runs[other] = relabelled
                     derived[other] = r

@@ -290,8 +290,7 @@ def _pass(
         launcher.reply(rank, got)
 
     def want(rank: int, key: Any, senders: list[int]) -> None:
-        if pull is not None and key[0] == "p":  # a message: its sender (a collective's
-            # members come from what covered ranks sent, checked at the end)
+        if pull is not None:  # rank classes: a message's sender started, values assumed
             start, assume = pull(key, [s for s in senders if s not in this_pass])
             for s in start:
                 this_pass.add(s)

@@ -298,11 +298,11 @@ def _relabel_values(
     return sent, reads
 
 
-def messages_as(run: Any, record: ClassRecord, rank: int, other: int) -> dict[tuple, Any]:
-    """The point-to-point messages `run` of `rank` sent (their values; None for a message
-    without one, a fake tensor's), under the keys `other` would send them with if it took
-    the same path (groups and peers re-evaluated at `other`): a guess of what `other`
-    sends, for a rank waiting for it before it is covered (`classes.py`).
+def sent_as(run: Any, record: ClassRecord, rank: int, other: int) -> dict[tuple, Any]:
+    """What `run` of `rank` sent — its messages (None for one without a value, a fake
+    tensor's) and its contributions to collectives — under the keys `other` would send them
+    with if it took the same path (groups and peers re-evaluated at `other`): a guess of what
+    `other` sends, for a rank waiting for it before it is covered (`classes.py`).
 
     Unlike `relabel` this proves nothing, so it does not fail where `other`'s path would
     differ: a peer the expressions map two ways (a root that is the rank itself at `rank`
@@ -327,13 +327,15 @@ def messages_as(run: Any, record: ClassRecord, rank: int, other: int) -> dict[tu
                     peers[a[key]] = None  # mapped two ways
     peers[rank] = other
     out = {}
-    for key in run.sent:
-        # every message has its existence key ("s"), and its value ("p") when it has one
-        if key[0] != "s" or key[1] not in names:
+    for key, value in run.sent.items():
+        if key[1] not in names:
             continue
-        src, dst = peers.get(key[2]), peers.get(key[3])
-        if src is not None and dst is not None:
-            out[("p", names[key[1]], src, dst, *key[4:])] = run.sent.get(("p", *key[1:]))
+        if key[0] in ("c", "m"):
+            out[(key[0], names[key[1]], *key[2:])] = value
+        elif key[0] == "s":  # every message has its existence key, and a value key or not
+            src, dst = peers.get(key[2]), peers.get(key[3])
+            if src is not None and dst is not None:
+                out[("p", names[key[1]], src, dst, *key[4:])] = run.sent.get(("p", *key[1:]))
     return out
 
 
@@ -363,7 +365,7 @@ __all__: list[str] = [
     "ClassRecord",
     "Evaluator",
     "cover",
-    "messages_as",
     "relabel",
+    "sent_as",
     "unproven_reason",
 ]
