@@ -28,6 +28,7 @@ from commlint.plans.dryrun.values import ValueTable
 _SHOWN = 3  # ranks recorded on their own that the note names
 _PULLED = 8  # senders not covered yet a receive may pull into its pass
 _TRIED = 4  # recorded runs relabelled to guess what a sender not covered yet sends
+_NEAREST = 16  # ... chosen among the recorded ranks nearest it
 
 
 def _fallback(rank: int, run: Any) -> str | None:
@@ -55,44 +56,48 @@ _UNKNOWN = object()  # no recorded run sends such a value
 
 
 class _Assumed:
-    """What a sender not covered yet is assumed to send under a key (`value`): what the
-    first recorded run re-evaluated at the sender sends under it (`rankexpr.sent_as`), runs
-    whose path condition fails at fewer places first, then the nearest (None: a message
-    without a value; `_UNKNOWN`: no recorded run sends one).
+    """What a sender not covered yet is assumed to send under a key (`value`): what a
+    recorded run re-evaluated at the sender sends under it (`rankexpr.sent_as`) — of the
+    `_NEAREST` recorded ranks nearest the sender, those whose path condition fails at fewer
+    places at it first (None: a message without a value; `_UNKNOWN`: none sends one).
 
     A rank waiting for it reads that value instead of pulling the sender into its pass (and
     the sender's own senders in turn: a pipeline's vote passes through every stage, so
     pulling recorded one rank of every stage for each class of the first stage), and a
     collective's members not covered yet contribute theirs. It is an assumption, not a
     proof: once the sender is recorded or derived, what it really sends is checked against
-    what was read (`_stale`), and a rank that read otherwise is recorded again."""
+    what was read (`_stale`), and a rank that read otherwise is recorded again.
+
+    Each (recorded rank, sender) pair is evaluated once, however many passes ask: the cost
+    stays with the few ranks that wait, not with the world."""
 
     def __init__(self, runs: dict[int, Any], records: dict[int, ClassRecord]) -> None:
         self.runs, self.records = runs, records
-        self._order: dict[int, list[int]] = {}  # sender -> recorded ranks, likeliest first
+        self._misses: dict[tuple[int, int], int] = {}  # (recorded, sender) -> conditions failed
         self._sent: dict[tuple[int, int], dict] = {}  # (recorded, sender) -> `sent_as`
 
-    def forget(self) -> None:
-        """The records changed."""
-        self._order.clear()
-        self._sent.clear()
+    def forget(self, rank: int) -> None:
+        """`rank`'s record changed (recorded again, or dropped)."""
+        for cache in (self._misses, self._sent):
+            for pair in [p for p in cache if p[0] == rank]:
+                del cache[pair]
 
-    def _misses(self, r: int, sender: int) -> tuple[int, int]:
-        ev = Evaluator(self.records[r])
-        env = ev.env(sender)
-        failed = 0
-        for cond in self.records[r].conds:
-            try:
-                failed += not ev.value(cond, env)
-            except Exception:
-                failed += 1
-        return failed, abs(r - sender)
+    def _failed(self, r: int, sender: int) -> int:
+        if (r, sender) not in self._misses:
+            ev = Evaluator(self.records[r])
+            env = ev.env(sender)
+            failed = 0
+            for cond in self.records[r].conds:
+                try:
+                    failed += not ev.value(cond, env)
+                except Exception:
+                    failed += 1
+            self._misses[(r, sender)] = failed
+        return self._misses[(r, sender)]
 
     def value(self, key: Any, sender: int) -> Any:
-        if sender not in self._order:
-            ranked = sorted(self.records, key=lambda r: self._misses(r, sender))
-            self._order[sender] = ranked[:_TRIED]
-        for r in self._order[sender]:
+        near = sorted(self.records, key=lambda r: abs(r - sender))[:_NEAREST]
+        for r in sorted(near, key=lambda r: (self._failed(r, sender), abs(r - sender)))[:_TRIED]:
             if (r, sender) not in self._sent:
                 self._sent[(r, sender)] = sent_as(self.runs[r], self.records[r], r, sender)
             sent = self._sent[(r, sender)]
@@ -164,7 +169,7 @@ def record_by_class(
                 runs[r] = run
                 derived.pop(r, None)
                 records.pop(r, None)
-                assumed.forget()
+                assumed.forget(r)
                 table.replace_rank(r, run.sent)
             uncovered = [u for u in uncovered if u not in new]
             for r in sorted(new):
@@ -178,7 +183,6 @@ def record_by_class(
                     alone[r] = why
                 else:
                     records[r] = record
-                    assumed.forget()
                 for other, relabelled in got.items():
                     runs[other] = relabelled
                     derived[other] = r
@@ -194,6 +198,7 @@ def record_by_class(
             runs.pop(r, None)
             derived.pop(r, None)
             records.pop(r, None)
+            assumed.forget(r)
         uncovered = sorted(again)
     recorded = len(runs) - len(derived)
     notes = [
