@@ -13,6 +13,7 @@ from commlint.graph.check import check_trace
 from commlint.plans.dryrun import classes, tracked, tracked_modules
 from commlint.plans.dryrun.merge import locate_at_site
 from commlint.plans.dryrun.rankexpr import ClassRecord, Evaluator
+from commlint.trace import Action
 
 PROGRAMS = Path(__file__).parent / "module_programs"
 MODULES = PROGRAMS / "bad_fsdp_tp_pp_stage_first_rank.py"
@@ -151,6 +152,15 @@ def test_a_pipeline_stage_not_covered_yet_is_assumed_not_pulled_with_every_stage
     args = ("--pp", "6", "--dp", "1", "--tp", "2")
     result, trace = record(MODULES, 12, args=args, device="cuda", nproc=2, jobs=1)
     assert result.derived == {7: 5, 9: 5}, result.notes
+    # the mesh's groups, made by every rank alike: one list, not a copy per derived rank
+    assert result.runs[7].creations is result.runs[5].creations
+    # a derived rank's actions in the trace: copies of the recorded ones with the relabelled
+    # group and peers, equal to validating its actions afresh
+    for r in (7, 9):
+        fresh = [Action.model_validate(a) for a in result.runs[r].actions]
+        assert trace.ranks[r] == fresh
+        dumped = [a.model_dump(exclude_unset=True, by_alias=True) for a in trace.ranks[r]]
+        assert dumped == [a.model_dump(exclude_unset=True, by_alias=True) for a in fresh]
     found = errors(trace)
     assert [(f.code, f.line) for f in found][:1] == [("CL202", 74)]
     assert "rank 2 waits in all_reduce(g2_3)" in found[0].message

@@ -24,11 +24,12 @@ from typing import Any
 from commlint import callsites
 from commlint.plans.dryrun import procs
 from commlint.plans.dryrun.child import RankSpec
+from commlint.plans.dryrun.classes import validated_actions
 from commlint.plans.dryrun.launch import Ended, Launcher, LauncherError, NodeUsage
 from commlint.plans.dryrun.merge import rank_spec
 from commlint.plans.dryrun.recorder import USER_PROGRAMS, is_user_file, short_path
 from commlint.plans.dryrun.values import Key, ValueTable
-from commlint.trace import Action, RankEnd, Trace
+from commlint.trace import RankEnd, Trace
 
 GRACE_SECONDS = 3.0
 REAL_BUDGET = 1 << 30  # default --real-budget: 1 GiB of tensors per rank
@@ -165,7 +166,7 @@ class DryRunResult:
         for r in ranks:
             groups.update(self.runs[r].groups)
             backend = backend or self.runs[r].backend
-        per_rank = {r: [Action.model_validate(a) for a in self.runs[r].actions] for r in ranks}
+        per_rank = validated_actions(self.runs, self.derived, ranks)  # `classes.py`
         ends = {r: RankEnd(**self.runs[r].end) for r in ranks if self.runs[r].end}
         meta: dict[str, object] = {
             "program": options.program,
