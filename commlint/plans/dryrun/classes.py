@@ -28,8 +28,10 @@ from commlint.trace import Action
 
 _SHOWN = 3  # ranks recorded on their own that the note names
 _PULLED = 8  # senders not covered yet a receive may pull into its pass
-_TRIED = 4  # recorded runs relabelled to guess what a sender not covered yet sends
-_NEAREST = 16  # ... chosen among the recorded ranks nearest it
+# what a sender not covered yet is assumed to send comes from the recorded ranks nearest it
+# (the likeliest first: one whose path fails at more places may be the only one that sends
+# such a message — the first rank of a stage, for the rank beside it)
+_NEAREST = 16
 
 
 def _fallback(rank: int, run: Any) -> str | None:
@@ -99,7 +101,7 @@ class _Assumed:
 
     def value(self, key: Any, sender: int) -> Any:
         near = sorted(self.records, key=lambda r: abs(r - sender))[:_NEAREST]
-        for r in sorted(near, key=lambda r: (self._failed(r, sender), abs(r - sender)))[:_TRIED]:
+        for r in sorted(near, key=lambda r: (self._failed(r, sender), abs(r - sender))):
             if (r, sender) not in self._sent:
                 self._sent[(r, sender)] = sent_as(self.runs[r], self.records[r], r, sender)
             sent = self._sent[(r, sender)]
