@@ -9,8 +9,9 @@ randomness, a peer with no rank expression, the whole rank used as an index) cov
 itself, and the next uncovered rank is recorded.
 
 Values ranks send each other (a small tensor, an object collective, a pipeline's vote) travel
-as in a full run, a derived rank sending its recorded rank's values under relabelled keys; every
-read is checked at the end against what every rank sent (`record_by_class`). What the classes
+as in a full run, a derived rank sending its recorded rank's values under relabelled keys, and a
+rank not covered yet assumed to send what a recorded run re-evaluated at it sends (`_Assumed`);
+every read is checked at the end against what every rank sent (`record_by_class`). What the classes
 cannot carry falls back to recording every rank the ordinary way (`driver._dry_run`), said in
 a note: a receive from any source, and a rank that fake tensors stopped (the real re-run and
 the exploration of decisions work on every rank).
@@ -151,18 +152,25 @@ def validated_actions(
     return {r: out[r] for r in ranks}
 
 
+# (key, senders not in the pass) -> (those to start in it, the values assumed of others, None
+# for a message without one): what a rank waiting for a value asks (`driver._pass`)
+Pull = Callable[[Any, list[int]], tuple[list[int], dict[int, Any]]]
+
+
 def record_by_class(
     options: Any,
-    run_pass: Callable[[list[int], ValueTable, Callable[[list[int]], list[int]]], dict[int, Any]],
+    run_pass: Callable[[list[int], ValueTable, Pull], dict[int, Any]],
     on_start_pass: Callable[[int, int], None] | None = None,
 ) -> tuple[dict[int, Any], dict[int, int], int, list[str]] | str:
     """Every rank of `options.ranks` recorded or derived: (runs, derived rank -> the rank
     it was derived from, passes, notes); or why every rank must be recorded instead.
 
     Values ranks send each other (a small tensor, a pipeline's vote) travel as in a full
-    run: a rank waiting for one from a rank not covered yet pulls that rank into the pass
-    (`pull`), a covered rank's value is what it sent, a derived rank's is its recorded rank's
-    value under the relabelled key (`rankexpr.relabel`). At the end every rank's reads, a
+    run: a covered rank's value is what it sent, a derived rank's is its recorded rank's
+    value under the relabelled key (`rankexpr.relabel`), a rank not covered yet is assumed to
+    send what a recorded run re-evaluated at it sends (`_Assumed`), or, when none sends such
+    a message, is pulled into the pass of the rank waiting for it (`pull`). At the end every
+    rank's reads, a
     derived rank's relabelled, are checked against what every rank sent: a rank that read
     something else is recorded again (a derived one itself), until nothing changes."""
     uncovered = sorted(options.ranks)

@@ -24,7 +24,7 @@ from typing import Any
 from commlint import callsites
 from commlint.plans.dryrun import procs
 from commlint.plans.dryrun.child import RankSpec
-from commlint.plans.dryrun.classes import validated_actions
+from commlint.plans.dryrun.classes import Pull, validated_actions
 from commlint.plans.dryrun.launch import Ended, Launcher, LauncherError, NodeUsage
 from commlint.plans.dryrun.merge import rank_spec
 from commlint.plans.dryrun.recorder import USER_PROGRAMS, is_user_file, short_path
@@ -105,11 +105,6 @@ class DryRunOptions:
     # delivered as values of an earlier pass are
     values: ValueTable | None = None
     rank_classes: bool = False  # one recorded rank per program path (`classes.py`)
-
-
-# rank classes: (key, senders not in the pass) -> (those to start in it, the values assumed
-# of others, None for a message without one)
-Pull = Callable[[Any, list[int]], tuple[list[int], dict[int, Any]]]
 
 
 @dataclass
