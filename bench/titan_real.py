@@ -33,15 +33,21 @@ p.add_argument("--pp", type=int, default=8)
 p.add_argument("--dp-shard", type=int, default=32)
 p.add_argument("--cp", type=int, default=2)
 p.add_argument("--tp", type=int, default=8)
-p.add_argument("--dim", type=int, default=256)
-p.add_argument("--heads", type=int, default=16)
+# Llama 3 8B's widths (torchtitan's `llama3` "8B": dim 4096, 32 heads, feed-forward 14336,
+# vocabulary 128256): every FSDP2 shard then has the same size over dp_shard x cp = 64 with
+# tp 8 (the feed-forward's 14336 / 8 / 64 = 28 rows). Narrower widths give uneven shards at
+# that size (dim 256: 32 rows of wq per tp rank over 64 ranks), which differ per rank and
+# pin it: each dp_shard x cp coordinate is then a class of its own, as it must be.
+p.add_argument("--dim", type=int, default=4096)
+p.add_argument("--heads", type=int, default=32)
+p.add_argument("--ffn-dim", type=int, default=14336)
 p.add_argument("--seq", type=int, default=128)
-p.add_argument("--vocab", type=int, default=1024)
+p.add_argument("--vocab", type=int, default=128256)
 p.add_argument("--layers", type=int, default=2, help="blocks per pipeline stage")
 p.add_argument("--microbatches", type=int, default=2)
 p.add_argument("--bug-stage", type=int, default=None)
 args = p.parse_args()
-DIM, HEADS, SEQ, VOCAB = args.dim, args.heads, args.seq, args.vocab
+DIM, HEADS, FFN, SEQ, VOCAB = args.dim, args.heads, args.ffn_dim, args.seq, args.vocab
 
 
 class Attention(nn.Module):
@@ -64,9 +70,9 @@ class Attention(nn.Module):
 class FeedForward(nn.Module):
     def __init__(self):
         super().__init__()
-        self.w1 = nn.Linear(DIM, 4 * DIM, bias=False)
-        self.w2 = nn.Linear(4 * DIM, DIM, bias=False)
-        self.w3 = nn.Linear(DIM, 4 * DIM, bias=False)
+        self.w1 = nn.Linear(DIM, FFN, bias=False)
+        self.w2 = nn.Linear(FFN, DIM, bias=False)
+        self.w3 = nn.Linear(DIM, FFN, bias=False)
 
     def forward(self, x):
         return self.w2(F.silu(self.w1(x)) * self.w3(x))

@@ -40,10 +40,15 @@ def site_location(site: object) -> tuple[str | None, int | None]:
 
 
 def _creations(trace: Trace) -> dict[int, list[dict[str, Any]]]:
+    """Each rank's creations; ranks whose lists are the same (rank classes share one list
+    between a recorded rank and those derived from it, and every rank of a mesh makes the same
+    groups) get one list object, read once."""
     raw = trace.meta.get("group_creations")
     if not isinstance(raw, dict):
         return {}
     out: dict[int, list[dict[str, Any]]] = {}
+    by_id: dict[int, list[dict[str, Any]]] = {}
+    by_content: dict[tuple, list[dict[str, Any]]] = {}
     for rank, items in raw.items():
         try:
             r = int(rank)
@@ -51,16 +56,20 @@ def _creations(trace: Trace) -> dict[int, list[dict[str, Any]]]:
             continue
         if not isinstance(items, list):
             continue
-        out[r] = [
-            {
-                "name": str(c.get("name")),
-                "ranks": tuple(int(x) for x in c.get("ranks") or ()),
-                "site": c.get("site"),
-                "index": k,
-            }
-            for k, c in enumerate(items)
-            if isinstance(c, dict) and c.get("ranks")
-        ]
+        if id(items) not in by_id:
+            made = [
+                {
+                    "name": str(c.get("name")),
+                    "ranks": tuple(int(x) for x in c.get("ranks") or ()),
+                    "site": c.get("site"),
+                    "index": k,
+                }
+                for k, c in enumerate(items)
+                if isinstance(c, dict) and c.get("ranks")
+            ]
+            content = tuple((c["name"], c["ranks"], c["site"], c["index"]) for c in made)
+            by_id[id(items)] = by_content.setdefault(content, made)
+        out[r] = by_id[id(items)]
     return out
 
 
@@ -120,25 +129,37 @@ def group_name_findings(trace: Trace) -> list[Finding]:
     if not made:
         return []
     findings: list[Finding] = []
-    # The k-th group over the same member list on each member: one group.
+    # The k-th group over the same member list on each member: one group. Ranks that share
+    # one list are read together: each creation once, for its members among them (a
+    # non-member builds nothing: the name matters to members only) — the cost is the lists'
+    # members, not ranks x creations.
+    sharing: dict[int, set[int]] = defaultdict(set)
+    lists: dict[int, list[dict]] = {}
+    for r, items in made.items():
+        sharing[id(items)].add(r)
+        lists[id(items)] = items
     groups: dict[tuple[tuple[int, ...], int], dict[int, dict]] = defaultdict(dict)
     by_name: dict[str, dict[tuple[int, ...], tuple[int, dict]]] = defaultdict(dict)
-    for r, items in sorted(made.items()):
+    for key in sorted(lists, key=lambda k: min(sharing[k])):
+        ranks = sharing[key]
         seen: dict[tuple[int, ...], int] = defaultdict(int)
-        for c in items:
-            if r not in c["ranks"]:
-                continue  # a non-member builds nothing: the name matters to members only
-            k = seen[c["ranks"]]
+        for c in lists[key]:
+            k = seen[c["ranks"]]  # the same count on each member (the same list before it)
             seen[c["ranks"]] += 1
-            groups[(c["ranks"], k)][r] = c
-            by_name[c["name"]].setdefault(c["ranks"], (r, c))
+            members = [m for m in c["ranks"] if m in ranks]
+            for m in members:
+                groups[(c["ranks"], k)][m] = c
+            if members:
+                first = by_name[c["name"]].get(c["ranks"])
+                if first is None or min(members) < first[0]:
+                    by_name[c["name"]][c["ranks"]] = (min(members), c)
+    # a member that stopped early (raised, exited, timed out) is CL210's, not a naming issue
+    stopped = {r for r, end in trace.ends.items() if end.kind != "finished"}
     # One root cause per divergence: a skipped call renames every later group, so report the
     # first group its members disagree on (in call order) and count the others.
     wrong: list[tuple[int, Finding]] = []
     for (members, _), per_rank in groups.items():
         names = {c["name"] for c in per_rank.values()}
-        # a member that stopped early (raised, exited, timed out) is CL210's, not a naming issue
-        stopped = {r for r, end in trace.ends.items() if end.kind != "finished"}
         missing = [m for m in members if m in made and m not in per_rank and m not in stopped]
         order = min(c["index"] for c in per_rank.values())
         if len(names) > 1:

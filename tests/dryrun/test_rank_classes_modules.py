@@ -13,24 +13,34 @@ from commlint.graph.check import check_trace
 from commlint.plans.dryrun import classes, tracked, tracked_modules
 from commlint.plans.dryrun.merge import locate_at_site
 from commlint.plans.dryrun.rankexpr import ClassRecord, Evaluator
+from commlint.trace import Action
 
 PROGRAMS = Path(__file__).parent / "module_programs"
 MODULES = PROGRAMS / "bad_fsdp_tp_pp_stage_first_rank.py"
 CHAIN = PROGRAMS / "bad_value_chain.py"
+REVERSE = PROGRAMS / "bad_reverse_chain.py"
 
 
-def record(program: Path, world: int, classes_on: bool = True, args=()):
+def record(
+    program: Path,
+    world: int,
+    classes_on: bool = True,
+    args=(),
+    device: str = "cpu",
+    nproc: int | None = None,
+    jobs: int = 2,
+):
     from commlint.plans.dryrun.driver import DryRunOptions, dry_run
 
     options = DryRunOptions(
         program=str(program),
         args=list(args),
         world_size=world,
-        nproc_per_node=world,
+        nproc_per_node=nproc or world,
         ranks=list(range(world)),
         timeout=120,
-        jobs=2,
-        device="cpu",
+        jobs=jobs,
+        device=device,
         rank_classes=classes_on,
     )
     result = dry_run(options)
@@ -130,3 +140,47 @@ def test_values_exchanged_are_checked_against_what_every_rank_sent(monkeypatch):
     unsound, trace = record(CHAIN, 8)
     assert 5 in unsound.derived
     assert not errors(trace)
+
+
+def test_a_pipeline_stage_not_covered_yet_is_assumed_not_pulled_with_every_stage():
+    """The pipeline's warm-up vote passes a value up through every stage and back. On the
+    `cuda` target each local rank (here the tp coordinate) is a class of its own; before, a
+    rank of local rank 1 waiting for the next stage pulled it into its pass, which pulled the
+    next, so every stage of local rank 1 was recorded (12 of 12). Now a sender not covered
+    yet is assumed to send what a recorded run re-evaluated at it sends (checked after):
+    local rank 1's middle stages 2-4 are one class, recorded once."""
+    args = ("--pp", "6", "--dp", "1", "--tp", "2")
+    result, trace = record(MODULES, 12, args=args, device="cuda", nproc=2, jobs=1)
+    assert result.derived == {7: 5, 9: 5}, result.notes
+    # the mesh's groups, made by every rank alike: one list, not a copy per derived rank
+    assert result.runs[7].creations is result.runs[5].creations
+    # a derived rank's actions in the trace: copies of the recorded ones with the relabelled
+    # group and peers, equal to validating its actions afresh
+    for r in (7, 9):
+        fresh = [Action.model_validate(a) for a in result.runs[r].actions]
+        assert trace.ranks[r] == fresh
+        dumped = [a.model_dump(exclude_unset=True, by_alias=True) for a in trace.ranks[r]]
+        assert dumped == [a.model_dump(exclude_unset=True, by_alias=True) for a in fresh]
+    found = errors(trace)
+    assert [(f.code, f.line) for f in found][:1] == [("CL202", 74)]
+    assert "rank 2 waits in all_reduce(g2_3)" in found[0].message
+    every, _ = record(MODULES, 12, classes_on=False, args=args, device="cuda", nproc=2, jobs=1)
+    for r in range(12):
+        a, b = result.runs[r], every.runs[r]
+        assert (a.actions, a.groups, a.end) == (b.actions, b.groups, b.end), r
+
+
+def test_an_assumed_message_that_was_wrong_is_recorded_again(monkeypatch):
+    """Rank 1 waits for rank 3 before rank 3 is covered, and is first given what the even
+    chain's rank 2 sends at the same place (3); rank 3 really sends 12. The check of every
+    read against what every rank sent records rank 1 again, and its extra all-reduce (it
+    receives 12) is found; a rank found to read otherwise is then run with its senders, not
+    assumed again (or the same guess would come back every round)."""
+    result, trace = record(REVERSE, 8, jobs=1)
+    found = errors(trace)
+    assert [f.code for f in found][:1] == ["CL203"]
+    assert "all_reduce(WORLD) on rank 1." in found[0].message
+    assert 1 not in result.derived
+    monkeypatch.setattr(classes, "_stale", lambda runs, table: [])
+    _, trace = record(REVERSE, 8, jobs=1)
+    assert not errors(trace)  # the assumption, unchecked, would hide it

@@ -24,11 +24,12 @@ from typing import Any
 from commlint import callsites
 from commlint.plans.dryrun import procs
 from commlint.plans.dryrun.child import RankSpec
+from commlint.plans.dryrun.classes import Pull, validated_actions
 from commlint.plans.dryrun.launch import Ended, Launcher, LauncherError, NodeUsage
 from commlint.plans.dryrun.merge import rank_spec
 from commlint.plans.dryrun.recorder import USER_PROGRAMS, is_user_file, short_path
 from commlint.plans.dryrun.values import Key, ValueTable
-from commlint.trace import Action, RankEnd, Trace
+from commlint.trace import RankEnd, Trace
 
 GRACE_SECONDS = 3.0
 REAL_BUDGET = 1 << 30  # default --real-budget: 1 GiB of tensors per rank
@@ -160,7 +161,7 @@ class DryRunResult:
         for r in ranks:
             groups.update(self.runs[r].groups)
             backend = backend or self.runs[r].backend
-        per_rank = {r: [Action.model_validate(a) for a in self.runs[r].actions] for r in ranks}
+        per_rank = validated_actions(self.runs, self.derived, ranks)  # `classes.py`
         ends = {r: RankEnd(**self.runs[r].end) for r in ranks if self.runs[r].end}
         meta: dict[str, object] = {
             "program": options.program,
@@ -213,7 +214,7 @@ def _run_pass(
     launcher: Launcher,
     symbolic: bool = False,
     flips: dict[int, tuple[str, ...]] | None = None,
-    pull: Callable[[list[int]], list[int]] | None = None,
+    pull: Pull | None = None,
 ) -> dict[int, RankRun]:
     launcher.begin(table, mode)
     clean = False
@@ -248,10 +249,11 @@ def _pass(
     launcher: Launcher,
     symbolic: bool,
     flips: dict[int, tuple[str, ...]] | None,
-    pull: Callable[[list[int]], list[int]] | None = None,
+    pull: Pull | None = None,
 ) -> dict[int, RankRun]:
     """One pass over `ranks`; `pull` (rank classes) names, of the senders a rank waits for
-    that are not in the pass, those to start in it too."""
+    that are not in the pass, those to start in it too, and the values to assume the others
+    send (checked after the pass: `classes.record_by_class`)."""
     pending = list(ranks)
     running: dict[int, _Running] = {}
     runs: dict[int, RankRun] = {r: RankRun() for r in ranks}
@@ -263,6 +265,7 @@ def _pass(
     waiting: dict[int, tuple[Any, list[int]]] = {}
     missing: dict[int, set[int]] = {}
     waiters: dict[Any, set[int]] = {}
+    assumed: dict[Any, dict[int, Any]] = {}  # key -> sender -> the value `pull` assumes
     this_pass = set(ranks)
     timeout = options.timeout
     tick = min(1.0, max(0.05, timeout / 8))
@@ -277,18 +280,20 @@ def _pass(
         for s in senders:
             # what it sent now; else (not run in this pass, or ended without sending it) what
             # it sent before, as without live values
-            value = now[s] if s in now else before.get(s)
+            value = now[s] if s in now else before.get(s, assumed.get(key, {}).get(s))
             if value is not None:
                 got[s] = value
         launcher.reply(rank, got)
 
     def want(rank: int, key: Any, senders: list[int]) -> None:
-        if pull is not None and key[0] == "p":  # a message: its sender (a collective's
-            # members come from what covered ranks sent, checked at the end)
-            for s in pull([s for s in senders if s not in this_pass]):
+        if pull is not None:  # rank classes: a message's sender started, values assumed
+            start, assume = pull(key, [s for s in senders if s not in this_pass])
+            for s in start:
                 this_pass.add(s)
                 pending.append(s)
                 runs[s] = RankRun()
+            if assume:
+                assumed.setdefault(key, {}).update(assume)
         now = sent_now.get(key, {})
         waiting[rank] = (key, senders)
         # a sender not in this pass, or already ended, will not send now

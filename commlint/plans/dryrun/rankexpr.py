@@ -185,15 +185,20 @@ def relabel(run: Any, record: ClassRecord, rank: int, other: int) -> Any | None:
     values = _relabel_values(run, rank, other, names, groups, peers)
     if values is None:
         return None
-    creations = []
-    for i, c in enumerate(run.creations):
-        k = record.creations.get(i)
-        if k is None:
-            creations.append(c)
-            continue
-        members = list(env["_m"](k))
-        name = hashed_name(members, record.hashed[i]) if i in record.hashed else c["name"]
-        creations.append({**c, "ranks": members, "name": name})
+    # Groups made with plain numbers (every rank making every group of a mesh, in one order)
+    # are the same list on every rank of the class: shared, not copied (3,200 creations on
+    # each of 4,096 ranks otherwise), and the CL212 check reads each such list once.
+    creations = run.creations
+    if record.creations:
+        creations = []
+        for i, c in enumerate(run.creations):
+            k = record.creations.get(i)
+            if k is None:
+                creations.append(c)
+                continue
+            members = list(env["_m"](k))
+            name = hashed_name(members, record.hashed[i]) if i in record.hashed else c["name"]
+            creations.append({**c, "ranks": members, "name": name})
     return replace(
         run,
         actions=actions,
@@ -293,6 +298,47 @@ def _relabel_values(
     return sent, reads
 
 
+def sent_as(run: Any, record: ClassRecord, rank: int, other: int) -> dict[tuple, Any]:
+    """What `run` of `rank` sent — its messages (None for one without a value, a fake
+    tensor's) and its contributions to collectives — under the keys `other` would send them
+    with if it took the same path (groups and peers re-evaluated at `other`): a guess of what
+    `other` sends, for a rank waiting for it before it is covered (`classes.py`).
+
+    Unlike `relabel` this proves nothing, so it does not fail where `other`'s path would
+    differ: a peer the expressions map two ways (a root that is the rank itself at `rank`
+    and another rank at `other`) is left out, with the messages that name it."""
+    ev = Evaluator(record)
+    env = ev.env(other)
+    names = {"WORLD": "WORLD"}  # the default group, named in the run or not
+    for name in run.groups:
+        if name in record.groups and name != "WORLD":
+            names[name] = _renamed(name, list(env["_m"](record.groups[name])))
+        else:
+            names[name] = name
+    peers: dict[int, int | None] = {}
+    for i, a in enumerate(run.actions):
+        for key, expr in record.actions.get(i, {}).items():
+            if key in a and a[key] != rank:
+                try:
+                    to = ev.value(expr, env)
+                except Exception:
+                    to = None
+                if peers.setdefault(a[key], to) != to:
+                    peers[a[key]] = None  # mapped two ways
+    peers[rank] = other
+    out = {}
+    for key, value in run.sent.items():
+        if key[1] not in names:
+            continue
+        if key[0] in ("c", "m"):
+            out[(key[0], names[key[1]], *key[2:])] = value
+        elif key[0] == "s":  # every message has its existence key, and a value key or not
+            src, dst = peers.get(key[2]), peers.get(key[3])
+            if src is not None and dst is not None:
+                out[("p", names[key[1]], src, dst, *key[4:])] = run.sent.get(("p", *key[1:]))
+    return out
+
+
 def cover(
     record: ClassRecord, run: Any, rank: int, candidates: list[int]
 ) -> tuple[dict[int, Any], str | None]:
@@ -315,4 +361,11 @@ def cover(
     return out, None
 
 
-__all__: list[str] = ["ClassRecord", "Evaluator", "cover", "relabel", "unproven_reason"]
+__all__: list[str] = [
+    "ClassRecord",
+    "Evaluator",
+    "cover",
+    "relabel",
+    "sent_as",
+    "unproven_reason",
+]

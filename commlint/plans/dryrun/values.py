@@ -51,6 +51,11 @@ class ValueTable:
     # raised has settled otherwise (the driver's exact phase), since a program's own checks
     # of gradient sync read those values.
     exact_model: bool = False
+    # rank -> the keys it contributed to (`replace_rank`), built at its first call
+    _keys_of: dict[int, set[Key]] | None = field(default=None, repr=False, compare=False)
+
+    def __getstate__(self) -> dict[str, Any]:  # to another process: the index is rebuilt
+        return {**self.__dict__, "_keys_of": None}
 
     def contributions(self, key: Key) -> dict[int, Any]:
         return self.values.get(key, {})
@@ -70,11 +75,18 @@ class ValueTable:
         )
 
     def replace_rank(self, rank: int, sent: dict[Key, Any]) -> None:
-        """Forget what `rank` sent in an earlier pass; keep what it sent in this one."""
-        for contrib in self.values.values():
-            contrib.pop(rank, None)
+        """Forget what `rank` sent in an earlier pass; keep what it sent in this one.
+        Costs what the rank sent, not the whole table (4,096 ranks of rank classes)."""
+        if self._keys_of is None:
+            self._keys_of = {}
+            for key, contrib in self.values.items():
+                for r in contrib:
+                    self._keys_of.setdefault(r, set()).add(key)
+        for key in self._keys_of.pop(rank, ()):
+            self.values.get(key, {}).pop(rank, None)
         for key, value in sent.items():
             self.values.setdefault(key, {})[rank] = value
+        self._keys_of[rank] = set(sent)
 
 
 # Files larger than this are handed on by name only (a reader sees the file on disk, if any).
