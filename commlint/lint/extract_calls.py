@@ -551,12 +551,11 @@ class Calls:
         if typ is None and meth == "full_tensor" and not self.on_module(func):
             typ = DTENSOR  # only a DTensor has it: a DTensor handed in (`weight.full_tensor()`)
         if typ is None:
-            rt = recv_text
-            typ = self.table.receivers.get(rt) or self.table.receivers.get(rt.rsplit(".", 1)[-1])
-            if typ is None and rt == "self" and self.cls in self.lightning_classes:
-                typ = "lightning.LightningModule"
+            typ = self.receiver_type(recv_text)
         if typ and typ in self.table.methods:
             fact = self.table.methods[typ].get(meth)
+            if fact is not None and (typ, recv_text, meth) in self.quiet_methods():
+                return CLEAN  # `accelerator.backward(loss)` under `accelerator.no_sync(model)`
             if fact is not None:
                 if fact.when_kw:
                     kw = _kwarg(node, fact.when_kw, None)
@@ -595,6 +594,40 @@ class Calls:
                 self.bind(func.value, seeded)
             return seeded
         return None
+
+    def receiver_type(self, recv_text: str) -> str | None:
+        """The API type of a receiver known by its text (`accelerator`, `trainer.strategy`),
+        or `self` in a LightningModule."""
+        receivers = self.table.receivers
+        typ = receivers.get(recv_text) or receivers.get(recv_text.rsplit(".", 1)[-1])
+        if typ is None and recv_text == "self" and self.cls in self.lightning_classes:
+            typ = "lightning.LightningModule"
+        return typ
+
+    def quiet_methods(self) -> list[tuple[str, str, str]]:
+        """(receiver type, receiver text, method) of the gradient-syncing methods the open
+        no-sync contexts (`with accelerator.no_sync(model):`) keep local."""
+        return self.__dict__.setdefault("quiet", [])
+
+    def no_sync_context(self, call: ast.expr) -> tuple[list[str], list[tuple[str, str, str]]]:
+        """`model.no_sync()` (DDP) or a framework's no-sync context from the table
+        (`accelerator.no_sync(model)`): the wrapped models whose forward is quiet inside, and
+        the receiver's methods that are."""
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)):
+            return [], []
+        recv_text = self.text(call.func.value)
+        if call.func.attr == "no_sync" and not call.args and not call.keywords:
+            return [recv_text], []
+        recv = self._peek(call.func.value)
+        typ = recv.typ or self.receiver_type(recv_text)
+        ctx = self.table.no_sync_contexts.get(typ or "")
+        if ctx is None or call.func.attr != ctx.get("method"):
+            return [], []
+        models = []
+        model = _kwarg(call, "model", ctx.get("model"))
+        if model is not None:
+            models.append(self.text(model))
+        return models, [(typ, recv_text, m) for m in ctx.get("quiets", ())]
 
     def _dtensor_mesh_dim(self, node: ast.Call, typ: str) -> str | None:
         """The mesh dimension a DTensor is made on, when its mesh is one dimension of a named

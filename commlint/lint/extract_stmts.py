@@ -368,28 +368,27 @@ class Statements:
 
     def stmt_With(self, node: ast.With) -> None:
         quiet: list[str] = []
+        methods: list[tuple[str, str, str]] = []
         for item in node.items:
             v = self.expr(item.context_expr)
             if item.optional_vars is not None:
                 self.bind(item.optional_vars, v)
-            call = item.context_expr
-            if (
-                isinstance(call, ast.Call)
-                and isinstance(call.func, ast.Attribute)
-                and call.func.attr == "no_sync"
-                and not call.args
-                and not call.keywords
-            ):
-                # `with model.no_sync():` — DDP skips the gradient all-reduce of the
-                # forward/backward made inside (gradient accumulation)
-                quiet.append(self.text(call.func.value))
+            # `with model.no_sync():` — DDP skips the gradient all-reduce of the
+            # forward/backward made inside (gradient accumulation); so does a framework's
+            # context (`with accelerator.no_sync(model):` for `accelerator.backward`)
+            models, quiets = self.no_sync_context(item.context_expr)
+            quiet.extend(models)
+            methods.extend(quiets)
         stack = self.__dict__.setdefault("no_sync", [])
         stack.extend(quiet)
+        quiet_methods = self.quiet_methods()
+        quiet_methods.extend(methods)
         try:
             for n in self.block(node.body):
                 self.emit(n)
         finally:
             del stack[len(stack) - len(quiet) :]
+            del quiet_methods[len(quiet_methods) - len(methods) :]
 
     stmt_AsyncWith = stmt_With
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from commlint.lint import perrank_layers as layers
 from commlint.lint import perrank_values as values
 from commlint.lint.perrank_builtins import _tensor_method
 from commlint.lint.perrank_mesh import MeshMethod
@@ -140,6 +141,8 @@ class Calls:
             return self.opaque(e)
         if isinstance(func, Sequential):
             return self.run_sequential(func, args, kwargs, e)
+        if isinstance(func, layers.Layer):
+            return layers.forward(func, args)
         container = (
             self.ev.table.canonical(func.qname)
             if isinstance(func, Mod) and func.qname.endswith(("Sequential", "ModuleList"))
@@ -384,6 +387,8 @@ class Calls:
         for m in seq.modules:
             if isinstance(m, Obj | Fn | Sequential):
                 x = self.call(m, [x], {}, e)
+            elif isinstance(m, layers.Layer):
+                x = layers.forward(m, [x])
             else:
                 x = Tensor(None, None)
         return x

@@ -296,9 +296,7 @@ def _judge(fe: FileEval, runs: list[WorldRun]) -> list[RawFinding]:
             # (a loop of unknown length taken as one iteration compared across ranks is still
             # a judgement: the runs agreed with it)
             clean_at.setdefault(run.entry, []).append(run.world)
-        codes_here: set[str] = set()
-        if any(f.code in MISMATCH for f in result.findings):
-            codes_here.add("CL115")  # the hang follows from the mismatch: one root cause
+        codes_here: set[str] = {_consequence(result.findings)} - {""}
         for f in result.findings:
             if f.code in HANG:
                 code = "CL115"
@@ -334,6 +332,26 @@ def _judge(fe: FileEval, runs: list[WorldRun]) -> list[RawFinding]:
                 )
             )
     return out
+
+
+def _consequence(findings: list) -> str:
+    """Of a hang and a mismatch in one trace, the kind that follows from the other ("" when
+    the trace has not both): the ranks part at the earlier one, and what the checker pairs
+    after it (by sequence number) is an artefact of ranks already out of step. A mismatch
+    first: the hang follows from it (CL115 is the consequence); a hang first (rank 0 alone
+    enters an all_reduce, then both sync gradients of different sizes): CL116 is."""
+    hangs = [_first_action(f) for f in findings if f.code in HANG]
+    mismatches = [_first_action(f) for f in findings if f.code in MISMATCH]
+    if not mismatches:
+        return ""
+    if hangs and min(hangs) < min(mismatches):
+        return "CL116"
+    return "CL115"
+
+
+def _first_action(finding) -> float:
+    """The earliest action index a checker finding names (on any rank)."""
+    return min((a.action for a in finding.actions if a.action is not None), default=float("inf"))
 
 
 def _local_splits_finding(fe: FileEval, run: WorldRun) -> RawFinding:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 
+from commlint.lint import perrank_layers as layers
 from commlint.lint import perrank_values as values
 from commlint.lint.perrank_builtins import BUILTINS, _tensor_binop, _tensor_slice, tensor_element
 from commlint.lint.perrank_mesh import DTensorVal, MeshMethod, MeshView
@@ -370,6 +371,8 @@ class Expressions:
         if isinstance(base, Cls):
             found = _class_attr(base, attr)
             return found if found is not None else UNK
+        if isinstance(base, layers.Layer):
+            return layers.attribute(base, attr)
         if isinstance(base, Tensor):
             if attr == "shape":
                 return tuple(base.shape) if base.shape is not None else UNK

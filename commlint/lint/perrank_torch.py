@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 
+from commlint.lint import perrank_layers as layers
 from commlint.lint import perrank_values as values
 from commlint.lint.perrank_builtins import _numel, _torch_call
 from commlint.lint.perrank_mesh import DTENSOR, PLACEMENTS, Placement
@@ -140,6 +141,9 @@ class TorchApi:
         data = values.data_call(self, name, args, kwargs, e.lineno)
         if data is not NotImplemented:
             return data
+        layer = layers.build_layer(name, args, kwargs)
+        if layer is not None:
+            return layer
         if name.startswith("torch.") and not name.startswith("torch.distributed"):
             return _torch_call(name, last, args, kwargs)
         if name in ("os.getenv", "os.environ.get") and args:

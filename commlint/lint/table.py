@@ -98,6 +98,8 @@ class ApiTable:
     prefilter: re.Pattern[str]
     loop_signals: tuple = ()  # rows: hooks that stop a framework's loop (`loop_signals.py`)
     agreeing_calls: frozenset[str] = frozenset()  # calls whose result every rank shares
+    # receiver type -> its no-sync context: {method, model (argument), quiets (methods)}
+    no_sync_contexts: dict[str, dict[str, Any]] = field(default_factory=dict)
     _match_cache: dict[tuple[str, str], Any] = field(default_factory=dict, repr=False)
 
     def canonical(self, qname: str) -> str:
@@ -207,6 +209,7 @@ def build_table(extra: dict[str, Any] | None = None) -> ApiTable:
         prefilter=re.compile(prefilter),
         loop_signals=tuple(raw.get("loop_signals", [])),
         agreeing_calls=frozenset(raw.get("agreeing_calls", [])),
+        no_sync_contexts=dict(raw.get("no_sync_contexts") or {}),
     )
 
 

@@ -362,3 +362,25 @@ if __name__ == "__main__":
     main()
 """
     assert _codes(src, tmp_path) == []
+
+
+# ---------------------------------------------------------------- which divergence is the cause
+# corpus/proj_stats_on_leader: rank 0 alone all-reduces a statistic (#3, a hang: the others are
+# in their barrier), then every rank syncs `nn.Linear(4, 1)`'s gradients, whose sizes are known:
+# paired by sequence number, those all-reduces differ in size (#5). The ranks parted at #3.
+def _checker_finding(code: str, first: int):
+    from commlint.findings import Finding, Location
+
+    actions = [Location(rank=r, action=first + r) for r in range(2)]
+    return Finding(code=code, severity="error", message="", actions=actions)
+
+
+def test_the_earlier_divergence_is_the_root_cause():
+    from commlint.lint.perrank_check import _consequence
+
+    hang, mismatch = _checker_finding("CL203", 2), _checker_finding("CL204", 4)
+    assert _consequence([hang, mismatch]) == "CL116"  # reported: the hang at #3
+    early_mismatch = _checker_finding("CL204", 0)
+    assert _consequence([hang, early_mismatch]) == "CL115"  # reported: the mismatch
+    assert _consequence([mismatch]) == "CL115"
+    assert _consequence([hang]) == ""
