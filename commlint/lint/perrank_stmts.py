@@ -24,6 +24,7 @@ from commlint.lint.perrank_model import (
     Mod,
     Obj,
     ProjMod,
+    Raised,
     Stop,
     Tensor,
     Unknown,
@@ -185,11 +186,32 @@ class Statements:
             raise _Continue
         if isinstance(s, ast.Return):
             raise _Return(self.expr(s.value, env) if s.value is not None else None)
-        name = ""
+        name, message = "", None
         if s.exc is not None:
             e = s.exc.func if isinstance(s.exc, ast.Call) else s.exc
             name = e.id if isinstance(e, ast.Name) else getattr(e, "attr", "")
-        raise Stop("exception", s.lineno, name)
+            if isinstance(s.exc, ast.Call) and len(s.exc.args) == 1 and not s.exc.keywords:
+                message = self._message(s.exc.args[0], env)
+        raise Stop("exception", s.lineno, name, message)
+
+    def _message(self, e: ast.expr, env: dict) -> str | None:
+        """An exception's message when this rank knows all of it (an f-string of known
+        numbers and strings too); None otherwise."""
+        if not isinstance(e, ast.JoinedStr):
+            v = self.expr(e, env)
+            return v if isinstance(v, str) else None
+        parts = []
+        for p in e.values:
+            if isinstance(p, ast.Constant) and isinstance(p.value, str):
+                parts.append(p.value)
+                continue
+            if not isinstance(p, ast.FormattedValue) or p.conversion != -1 or p.format_spec:
+                return None
+            v = self.expr(p.value, env)
+            if type(v) not in (int, str, bool):
+                return None
+            parts.append(str(v))
+        return "".join(parts)
 
     def with_items(self, s: ast.With | ast.AsyncWith, items: list, env: dict) -> None:
         """`with A() as a, B():` — a context manager of the project's classes runs its
@@ -359,7 +381,7 @@ class Statements:
                 if handler is None:
                     raise
                 if handler.name:
-                    env[handler.name] = UNK
+                    env[handler.name] = Raised(stop.exc, stop.message) if stop.exc else UNK
                 self.run_block(handler.body, env)
             else:
                 self.run_block(s.orelse, env)
