@@ -195,23 +195,9 @@ class Statements:
         raise Stop("exception", s.lineno, name, message)
 
     def _message(self, e: ast.expr, env: dict) -> str | None:
-        """An exception's message when this rank knows all of it (an f-string of known
-        numbers and strings too); None otherwise."""
-        if not isinstance(e, ast.JoinedStr):
-            v = self.expr(e, env)
-            return v if isinstance(v, str) else None
-        parts = []
-        for p in e.values:
-            if isinstance(p, ast.Constant) and isinstance(p.value, str):
-                parts.append(p.value)
-                continue
-            if not isinstance(p, ast.FormattedValue) or p.conversion != -1 or p.format_spec:
-                return None
-            v = self.expr(p.value, env)
-            if type(v) not in (int, str, bool):
-                return None
-            parts.append(str(v))
-        return "".join(parts)
+        """An exception's message when this rank knows all of it; None otherwise."""
+        v = self.expr(e, env)
+        return v if isinstance(v, str) else None
 
     def with_items(self, s: ast.With | ast.AsyncWith, items: list, env: dict) -> None:
         """`with A() as a, B():` — a context manager of the project's classes runs its
