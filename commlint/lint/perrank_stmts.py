@@ -233,7 +233,9 @@ class Statements:
         except Stop as stop:
             if stop.kind != "exception":
                 raise
-            if self.call_fn(_bind(leave, v), [UNK, UNK, UNK], {}, item.context_expr) is not True:
+            # `__exit__(exc_type, exc, tb)`: an exception, so neither is None
+            exc = Raised(stop.exc, stop.message) if stop.exc else UNK
+            if self.call_fn(_bind(leave, v), [exc, exc, UNK], {}, item.context_expr) is not True:
                 raise
             return
         self.call_fn(_bind(leave, v), [None, None, None], {}, item.context_expr)
