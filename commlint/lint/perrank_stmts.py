@@ -495,6 +495,9 @@ class Statements:
                 guard(base)
                 with contextlib.suppress(IndexError, TypeError, KeyError):
                     base[key] = v
+            elif isinstance(base, dict) and isinstance(target.value, ast.Name | ast.Attribute):
+                # a key this rank cannot know: the dict now holds something, but what is unknown
+                self.assign(target.value, UNK, env)
         elif isinstance(target, ast.Starred):
             self.assign(target.value, UNK, env)
 
