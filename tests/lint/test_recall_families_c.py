@@ -42,3 +42,56 @@ def test_every_program_names_its_label():
     for case in CASES:
         head = (PROGRAMS / case / "main.py").read_text(encoding="utf-8").splitlines()[:4]
         assert any(re.match(r"# label: (ok|hang|fail) ", line) for line in head), case
+
+
+RANK_SET_PATIENCE = """
+import torch.distributed as dist
+
+
+def fit(model, patience):
+    rank = dist.get_rank()
+    best_epoch = 0
+    for epoch in range(8):
+        loss = model().reshape(1)
+        dist.all_reduce(loss)
+        if rank == 0 and float(loss) < 1.0:
+            best_epoch = epoch
+        if epoch - best_epoch >= patience:
+            break
+"""
+
+RANK_SET_THEN_AGREED = """
+import torch
+import torch.distributed as dist
+
+
+class Trainer:
+    def __init__(self):
+        self.rank = dist.get_rank()
+        self.stop = False
+
+    def fit(self, model, patience):
+        bad = 0
+        for epoch in range(8):
+            loss = model().reshape(1)
+            dist.all_reduce(loss)
+            if self.rank == 0:
+                bad = 0 if float(loss) < 1.0 else bad + 1
+                self.stop = bad >= patience
+            flag = [self.stop]
+            dist.broadcast_object_list(flag, src=0)
+            self.stop = flag[0]
+            if self.stop:
+                break
+"""
+
+
+def test_a_value_set_under_a_rank_branch_carries_the_rank(tmp_path):
+    # best_epoch moves on rank 0 only: the other ranks break out of the loop early
+    report = lint_files({"patience.py": RANK_SET_PATIENCE}, tmp_path)
+    assert [(f.line, f.code) for f in report.findings] == [(14, "CL103")]
+
+
+def test_a_rank_set_value_broadcast_before_use_is_clean(tmp_path):
+    report = lint_files({"agreed.py": RANK_SET_THEN_AGREED}, tmp_path)
+    assert report.findings == [], [f.message for f in report.findings]
