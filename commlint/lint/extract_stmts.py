@@ -245,7 +245,24 @@ class Statements:
             return
         if cond.data:
             self._implicit_flow(node, cond)
+        elif cond.dims:
+            self._rank_flow(node, cond)
         self.emit(Branch(cond, arms, self.pos(node.test), "if"))
+
+    def _rank_flow(self, node: ast.If, cond: Cond) -> None:
+        """A name or `self` attribute set in an arm of a branch on the rank holds what the
+        rank decided: `if rank == 0 and val < best: best_epoch = epoch` leaves the other
+        ranks' `best_epoch` behind, whatever the value set is. A value made the same on
+        every rank by a collective afterwards is a new value and loses this."""
+        origin = f"set only where `{cond.text[:40]}` (line {cond.pos.line}) holds: {cond.origin}"
+        for name in _assigned_names([node], attrs=True):
+            v = self.env.get(name)
+            if v is None or v.tainted() or v.uniform or v.group or v.mesh or v.typ:
+                continue
+            v = evolve(v, dims=cond.dims, origin=origin, agreed=None)
+            self.env[name] = v
+            if name.startswith("self.") and isinstance(self.env, _ClassEnv):
+                self.env.cls[name] = v
 
     def _implicit_flow(self, node: ast.If, cond: Cond) -> None:
         """A name set in an arm of a branch on this rank's data (`if val < best: bad = 0

@@ -208,14 +208,21 @@ def _is_int_literal(node: ast.expr) -> bool:
     )
 
 
-def _assigned_names(stmts: Sequence[ast.stmt]) -> set[str]:
+def _assigned_names(stmts: Sequence[ast.stmt], attrs: bool = False) -> set[str]:
     """Plain names bound by assignments in these statements and the blocks inside
-    them (not in nested functions or classes)."""
+    them (not in nested functions or classes); with `attrs`, `self.NAME` targets too."""
     out: set[str] = set()
 
     def targets(t: ast.expr) -> None:
         if isinstance(t, ast.Name):
             out.add(t.id)
+        elif (
+            attrs
+            and isinstance(t, ast.Attribute)
+            and isinstance(t.value, ast.Name)
+            and t.value.id == "self"
+        ):
+            out.add(f"self.{t.attr}")
         elif isinstance(t, (ast.Tuple, ast.List)):
             for el in t.elts:
                 if not isinstance(el, ast.Starred):
@@ -230,9 +237,9 @@ def _assigned_names(stmts: Sequence[ast.stmt]) -> set[str]:
         elif isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
         elif isinstance(s, ast.If):
-            out |= _assigned_names(s.body) | _assigned_names(s.orelse)
+            out |= _assigned_names(s.body, attrs) | _assigned_names(s.orelse, attrs)
         elif isinstance(s, _BLOCK_STATEMENTS):
-            out |= _assigned_names(s.body)
+            out |= _assigned_names(s.body, attrs)
     return out
 
 

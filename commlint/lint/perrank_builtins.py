@@ -19,6 +19,7 @@ from commlint.lint.perrank_model import (
     DType,
     Fn,
     Interval,
+    Raised,
     RankFlag,
     Stop,
     Tensor,
@@ -329,6 +330,8 @@ def _conv(kind):
         if not args:
             return kind()
         v = args[0]
+        if isinstance(v, Raised):
+            return v.message if kind is str and isinstance(v.message, str) else UNK
         if isinstance(v, Interval):
             return v if kind is float else UNK
         if isinstance(v, Tensor):

@@ -155,6 +155,10 @@ class Calls:
                 isinstance(m, Obj | Fn | Sequential) for m in mods
             ):
                 return Sequential(list(mods)) if mods is args else list(mods)
+            if container == "torch.nn.ModuleList" and isinstance(mods, list | tuple):
+                # torch's own modules: opaque, but how many there are is known (a loop over
+                # `zip(self.layer_ids, self.blocks)` runs once per block)
+                return list(mods)
         if isinstance(func, Mod):
             _handed_over(args, kwargs)
             if not func.qname.startswith(

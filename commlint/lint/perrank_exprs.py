@@ -163,7 +163,7 @@ class Expressions:
             self.assign(e.target, v, env)
             return v
         if isinstance(e, ast.JoinedStr):
-            return UNK
+            return self.fstring(e, env)
         if isinstance(e, ast.Starred):
             return self.expr(e.value, env)
         if isinstance(e, ast.Await):
@@ -179,6 +179,22 @@ class Expressions:
             self.yields.extend(items)
             return None
         return UNK
+
+    def fstring(self, e: ast.JoinedStr, env: dict) -> object:
+        """An f-string of known numbers and strings without format specs (`f"layer_{i}"`, a
+        key of a dict whose emptiness decides a collective); UNK otherwise."""
+        parts = []
+        for p in e.values:
+            if isinstance(p, ast.Constant) and isinstance(p.value, str):
+                parts.append(p.value)
+                continue
+            if not isinstance(p, ast.FormattedValue) or p.conversion != -1 or p.format_spec:
+                return UNK
+            v = self.expr(p.value, env)
+            if type(v) not in (int, str, bool):
+                return UNK
+            parts.append(str(v))
+        return "".join(parts)
 
     def lookup(self, name: str, env: dict) -> object:
         if name in env:

@@ -95,11 +95,21 @@ def guard(obj: object) -> None:
 class Stop(Exception):
     """The rank stops: an exception nobody catches, or `sys.exit`."""
 
-    def __init__(self, kind: str, line: int, exc: str = "") -> None:
+    def __init__(self, kind: str, line: int, exc: str = "", message: object = None) -> None:
         super().__init__(kind)
         self.kind = kind
         self.line = line
         self.exc = exc
+        self.message = message  # the exception's message when this rank knows it (a str)
+
+
+@dataclass(frozen=True)
+class Raised:
+    """The exception an `except ... as e:` caught: its class name and, when known, its
+    message (`"out of memory" in str(e)` decides whether a rank skips its batch)."""
+
+    exc: str
+    message: object = None
 
 
 class _Return(Exception):

@@ -24,6 +24,7 @@ from commlint.lint.perrank_model import (
     Mod,
     Obj,
     ProjMod,
+    Raised,
     Stop,
     Tensor,
     Unknown,
@@ -185,11 +186,18 @@ class Statements:
             raise _Continue
         if isinstance(s, ast.Return):
             raise _Return(self.expr(s.value, env) if s.value is not None else None)
-        name = ""
+        name, message = "", None
         if s.exc is not None:
             e = s.exc.func if isinstance(s.exc, ast.Call) else s.exc
             name = e.id if isinstance(e, ast.Name) else getattr(e, "attr", "")
-        raise Stop("exception", s.lineno, name)
+            if isinstance(s.exc, ast.Call) and len(s.exc.args) == 1 and not s.exc.keywords:
+                message = self._message(s.exc.args[0], env)
+        raise Stop("exception", s.lineno, name, message)
+
+    def _message(self, e: ast.expr, env: dict) -> str | None:
+        """An exception's message when this rank knows all of it; None otherwise."""
+        v = self.expr(e, env)
+        return v if isinstance(v, str) else None
 
     def with_items(self, s: ast.With | ast.AsyncWith, items: list, env: dict) -> None:
         """`with A() as a, B():` — a context manager of the project's classes runs its
@@ -225,7 +233,9 @@ class Statements:
         except Stop as stop:
             if stop.kind != "exception":
                 raise
-            if self.call_fn(_bind(leave, v), [UNK, UNK, UNK], {}, item.context_expr) is not True:
+            # `__exit__(exc_type, exc, tb)`: an exception, so neither is None
+            exc = Raised(stop.exc, stop.message) if stop.exc else UNK
+            if self.call_fn(_bind(leave, v), [exc, exc, UNK], {}, item.context_expr) is not True:
                 raise
             return
         self.call_fn(_bind(leave, v), [None, None, None], {}, item.context_expr)
@@ -359,7 +369,7 @@ class Statements:
                 if handler is None:
                     raise
                 if handler.name:
-                    env[handler.name] = UNK
+                    env[handler.name] = Raised(stop.exc, stop.message) if stop.exc else UNK
                 self.run_block(handler.body, env)
             else:
                 self.run_block(s.orelse, env)
@@ -485,6 +495,9 @@ class Statements:
                 guard(base)
                 with contextlib.suppress(IndexError, TypeError, KeyError):
                     base[key] = v
+            elif isinstance(base, dict) and isinstance(target.value, ast.Name | ast.Attribute):
+                # a key this rank cannot know: the dict now holds something, but what is unknown
+                self.assign(target.value, UNK, env)
         elif isinstance(target, ast.Starred):
             self.assign(target.value, UNK, env)
 

@@ -10,7 +10,7 @@ import ast
 from commlint.lint import perrank_layers as layers
 from commlint.lint import perrank_values as values
 from commlint.lint.perrank_builtins import _numel, _torch_call
-from commlint.lint.perrank_mesh import DTENSOR, PLACEMENTS, Placement
+from commlint.lint.perrank_mesh import DTENSOR, PLACEMENTS, DTensorVal, Placement
 from commlint.lint.perrank_model import (
     MAX_ACTIONS,
     OP_NAMES,
@@ -57,6 +57,10 @@ class TorchApi:
             return self.pipelining(last, args, kwargs, e)
         if name == "torch.compile" and args:
             return args[0]  # the same module, compiled: it communicates as it did
+        if name in ("torch.nn.Parameter", "torch.nn.parameter.Parameter") and (
+            args and isinstance(args[0], DTensorVal)
+        ):
+            return args[0]  # a Parameter of a DTensor is that DTensor (mesh, placements)
         if last in PLACEMENTS and name.startswith(
             ("torch.distributed.tensor", "torch.distributed._tensor")
         ):
