@@ -6,17 +6,18 @@ such a process costs, for a program of a few collectives. `python_command()` ret
 `[python, -I, -S, this file, SOCKET]`, a stand-in for `[sys.executable]`: a client of a few
 milliseconds that hands its argv, environment, working directory and standard streams (the
 descriptors themselves) to a server per test worker that imported torch once; the server forks
-a child that runs the command as `python ARGS` would — `-m module` or a script as `__main__`,
-its folder or the working directory first on `sys.path`, then `PYTHONPATH`; `-u`; a fresh
-seed for `random`, as a new interpreter draws — in a session of its own (torchrun starts each
-worker in one). The client forwards the signals it gets (torchrun's SIGTERM to a worker) to
-the child's process group and ends as the child ended: its exit code, or killed by the same
-signal (torchrun then reports "Signal 6 (SIGABRT)" as for a real worker). A client killed
-outright (SIGKILL) has the server kill its child.
+a child that runs the command as `python ARGS` would: `-m module` or a script as `__main__`,
+its folder or the working directory first on `sys.path`, then `PYTHONPATH`; `-u`; the
+client's nice value; a fresh seed for `random`, as a new interpreter draws; in a session of
+its own (torchrun starts each worker in one). The client forwards the signals it gets
+(torchrun's SIGTERM to a worker) to the child's process group and ends as the child ended:
+its exit code, or killed by the same signal (torchrun then reports "Signal 6 (SIGABRT)" as
+for a real worker). A client killed outright (SIGKILL) has the server kill its child.
 
 What differs from a fresh interpreter: the children share the server's string-hash seed
-(`PYTHONHASHSEED`), so a `set` of strings iterates alike on every rank of a job; the guard's
-test programs never iterate one. Gloo, the program and the guard run for real, unchanged.
+(`PYTHONHASHSEED`), so a `set` of strings iterates alike on every rank of a job (the guard's
+test programs never iterate one); and a child's /proc/PID/environ is the server's (its
+`os.environ` is the client's). Gloo, the program and the guard run for real, unchanged.
 """
 
 from __future__ import annotations
@@ -63,15 +64,18 @@ def python_command() -> list[str]:
         assert server.stdout is not None
         if server.stdout.readline() != b"ready\n":
             raise RuntimeError("the warm python server did not start")
-        atexit.register(_stop, server)
+        atexit.register(_stop, server, os.path.dirname(path))
         _SERVER = (server, path)
     return [sys.executable, "-I", "-S", __file__, _SERVER[1]]
 
 
-def _stop(server) -> None:
+def _stop(server, folder: str) -> None:
+    import shutil
+
     if server.stdin is not None:
         server.stdin.close()  # the server leaves, killing what it still runs
     server.wait()
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 # --- the client: a few milliseconds of `python -I -S` ---------------------------------------
@@ -80,7 +84,8 @@ def _stop(server) -> None:
 def _client(path: str, argv: list[str]) -> None:
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(path)
-    request = json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()})
+    request = {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "nice": os.nice(0)}
+    request = json.dumps(request)
     socket.send_fds(conn, [request.encode() + b"\n"], [0, 1, 2])
     answers = conn.makefile("rb")
     child: list[int] = []
@@ -213,6 +218,8 @@ def _become(request: dict, base: list[str]) -> None:
     import threading
 
     os.setsid()
+    with contextlib.suppress(OSError):  # `nice -n 10 CLIENT ...` runs the child niced too
+        os.setpriority(os.PRIO_PROCESS, 0, request["nice"])
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
