@@ -8,8 +8,8 @@ milliseconds that hands its argv, environment, working directory and standard st
 descriptors themselves) to a server per test worker that imported torch once; the server forks
 a child that runs the command as `python ARGS` would: `-m module` or a script as `__main__`,
 its folder or the working directory first on `sys.path`, then `PYTHONPATH`; `-u`; the
-client's nice value; a fresh seed for `random`, as a new interpreter draws; in a session of
-its own (torchrun starts each worker in one). The client forwards the signals it gets
+client's nice value; fresh seeds for `random` and numpy, as a new interpreter draws; in a
+session of its own (torchrun starts each worker in one). The client forwards the signals it gets
 (torchrun's SIGTERM to a worker) to the child's process group and ends as the child ended:
 its exit code, or killed by the same signal (torchrun then reports "Signal 6 (SIGABRT)" as
 for a real worker). A client killed outright (SIGKILL) has the server kill its child.
@@ -213,7 +213,6 @@ def _become(request: dict, base: list[str]) -> None:
     """Run `python ARGV` in this forked child; never return."""
     import atexit
     import io
-    import random
     import runpy
     import threading
 
@@ -247,7 +246,10 @@ def _become(request: dict, base: list[str]) -> None:
         line_buffering=True,
         errors="backslashreplace",
     )
-    random.seed()  # a fresh interpreter's draw, not the server's
+    # `random` reseeds itself in a forked child; numpy's global generator (torch imports
+    # numpy) does not: a fresh interpreter's draw, not the server's
+    if "numpy.random" in sys.modules:
+        sys.modules["numpy.random"].seed()
     threads = os.environ.get("OMP_NUM_THREADS", "")
     if threads.isdigit() and int(threads) > 0:  # read by torch at its import, done here
         import torch

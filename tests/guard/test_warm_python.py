@@ -15,11 +15,13 @@ from warm_python import python_command
 PROGRAM = textwrap.dedent(
     """\
     import os, random, sys
+    import numpy
     print("argv", sys.argv[1:])
     print("cwd", os.getcwd())
     print("path0", sys.path[0])
     print("env", os.environ.get("WARM_TEST"))
     print("draw", random.random())
+    print("numpy", numpy.random.random())
     print("line", os.getpid())
     what = sys.argv[1]
     if what == "raise":
@@ -65,6 +67,7 @@ def test_a_script_sees_its_argv_cwd_path_environment_and_exit_code(tmp_path: Pat
     # each child is its own process with its own draw of `random`, as fresh interpreters are
     assert _field(a.stdout, "line") != _field(b.stdout, "line")
     assert _field(a.stdout, "draw") != _field(b.stdout, "draw")
+    assert _field(a.stdout, "numpy") != _field(b.stdout, "numpy")
 
 
 def test_an_exception_is_a_traceback_and_exit_1_a_signal_is_the_same_signal(tmp_path: Path):
