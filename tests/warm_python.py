@@ -151,6 +151,8 @@ def _serve(path: str) -> None:
             if pid:
                 conn.sendall(f"{pid}\n".encode())
                 clients[conn] = pid
+            else:
+                conn.close()
         for conn in [c for c in clients if c in ready]:
             if not conn.recv(1):  # the client was killed: so is its child
                 _kill_group(clients[conn])
@@ -181,11 +183,15 @@ def _kill_group(pid: int) -> None:
 def _start(conn: socket.socket, listener: socket.socket, base: list[str], close: list[int]) -> int:
     """Fork the child for one request; the child never returns."""
     data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
-    while not data.endswith(b"\n"):
+    while data and not data.endswith(b"\n"):
         more = conn.recv(1 << 16)
         if not more:
-            return 0
+            break
         data += more
+    if not data.endswith(b"\n") or len(fds) != 3:  # a client that died while asking
+        for fd in fds:
+            os.close(fd)
+        return 0
     request = json.loads(data)
     sys.stdout.flush()
     sys.stderr.flush()
