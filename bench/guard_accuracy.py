@@ -69,8 +69,11 @@ def expected_lines(label: dict) -> set[int]:
     return lines
 
 
-def run_program(pid: str, timeout: float, extra: list[str] | None = None) -> dict:
-    """Run one labelled program under the guard; return what happened."""
+def run_program(
+    pid: str, timeout: float, extra: list[str] | None = None, python: list[str] | None = None
+) -> dict:
+    """Run one labelled program under the guard; return what happened. `python`: the
+    interpreter command of torchrun and its workers (see `guard_jobs.command`)."""
     programs, labels = load()
     prog = programs[pid]
     path = ACC / prog["path"]
@@ -82,6 +85,7 @@ def run_program(pid: str, timeout: float, extra: list[str] | None = None) -> dic
         guard=["--timeout", str(timeout), *(extra or [])],
         nproc=prog["world_size"],
         flags=["--log-dir", logs, "--redirects", "1"],
+        python=python,
     )
     started = time.monotonic()
     try:

@@ -2,8 +2,12 @@
 
 `command(script, args, guard=[...])` is `python -m torch.distributed.run --standalone
 --nproc-per-node N [flags] [-m commlint.guard GUARD...] script ARGS...`; `guard=None` runs
-the script unguarded. `job_env()` is the environment these jobs run in: one OpenMP thread per
-rank (two ranks share two cores) and this checkout first on `PYTHONPATH`.
+the script unguarded. `python`, when given, is the interpreter command (a list) that starts
+torchrun and each of its workers instead of `sys.executable` (the tests' warm interpreter:
+tests/warm_python.py); the workers then run `PYTHON -u [-m commlint.guard GUARD...] script`
+through torchrun's `--no-python`, as torchrun runs `sys.executable -u ...` itself.
+`job_env()` is the environment these jobs run in: one OpenMP thread per rank (two ranks
+share two cores) and this checkout first on `PYTHONPATH`.
 """
 
 from __future__ import annotations
@@ -23,17 +27,20 @@ def command(
     guard: Sequence[str] | None = None,
     nproc: int = 2,
     flags: Sequence[str] = (),
+    python: Sequence[str] | None = None,
 ) -> list[str]:
     """torchrun of `script ARGS`, under `-m commlint.guard GUARD...` unless `guard` is None."""
     under = ["-m", "commlint.guard", *guard] if guard is not None else []
+    worker = ["--no-python", *python, "-u"] if python else []
     return [
-        sys.executable,
+        *(python or [sys.executable]),
         "-m",
         "torch.distributed.run",
         "--standalone",
         "--nproc-per-node",
         str(nproc),
         *flags,
+        *worker,
         *under,
         str(script),
         *args,

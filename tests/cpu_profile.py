@@ -137,6 +137,9 @@ def _reap_leftovers(grace: float = 5.0) -> int:
             except OSError:
                 continue
             if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid():
+                with contextlib.suppress(OSError):  # what it was, to find the test that leaked it
+                    cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:300]
+                    print(f"cpu_profile: leftover {entry.name}: {cmd}", flush=True)
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(entry.name), signal.SIGKILL)
                     killed += 1

@@ -114,8 +114,11 @@ def run_once(
     nproc: int,
     group_timeout: float = GROUP_TIMEOUT_S,
     outer: float = OUTER_TIMEOUT_S,
+    python: list[str] | None = None,
 ) -> dict:
-    """One torchrun launch of `program`; its label and what each rank did."""
+    """One torchrun launch of `program`; its label and what each rank did. `python`: the
+    interpreter command of torchrun and its workers (default `sys.executable`; the tests pass
+    their warm stand-in, tests/warm_python.py), the workers then started by `--no-python`."""
     with tempfile.TemporaryDirectory(prefix="real_issue_") as tmp:
         out_dir = Path(tmp) / "ranks"
         out_dir.mkdir()
@@ -135,7 +138,7 @@ def run_once(
             "10",
             "timeout",
             f"{outer:g}",
-            sys.executable,
+            *(python or [sys.executable]),
             "-m",
             "torch.distributed.run",
             "--nproc-per-node",
@@ -144,6 +147,7 @@ def run_once(
             "127.0.0.1",
             "--master-port",
             str(_free_port()),
+            *(["--no-python", *python, "-u"] if python else []),
             "-m",
             "bench.accuracy.real_launch",
             str(program),

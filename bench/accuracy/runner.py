@@ -279,8 +279,11 @@ def run_batch(
     timeout: float,
     log=print,
     group_timeout: float = DEFAULT_GROUP_TIMEOUT,
+    python: list[str] | None = None,
 ) -> list[Outcome]:
-    """Run programs of one world size, relaunching after a worker dies; one Outcome each."""
+    """Run programs of one world size, relaunching after a worker dies; one Outcome each.
+    `python`: the interpreter command of the workers (default `sys.executable`; the tests
+    pass their warm stand-in, tests/warm_python.py)."""
     from torch.distributed import TCPStore
 
     outcomes: list[Outcome] = []
@@ -299,7 +302,7 @@ def run_batch(
                 "nice",
                 "-n",
                 "10",
-                sys.executable,
+                *(python or [sys.executable]),
                 "-m",
                 "bench.accuracy.runner",
                 "--worker",

@@ -14,6 +14,7 @@ import random
 from pathlib import Path
 
 import pytest
+from warm_python import python_command
 
 from bench.accuracy import generate
 from bench.accuracy.runner import disagreeing_checks, label_of
@@ -149,7 +150,9 @@ def test_a_random_sample_of_labels_holds_when_rerun():
     # a hang (a real hang still hangs).
     timeout = 1.5 * LABELS[sample[0]["id"]]["timeout"]
     print(f"ACCURACY_SAMPLE_SEED={seed}:", [p["id"] for p in sample])
-    outcomes = run_batch([str(HERE / p["path"]) for p in sample], 2, timeout, log=print)
+    python = python_command()  # the ranks forked warm (tests/warm_python.py)
+    paths = [str(HERE / p["path"]) for p in sample]
+    outcomes = run_batch(paths, 2, timeout, log=print, python=python)
     # A mismatch that aborts one rank in gloo may instead leave both waiting, depending on
     # which side reads first: hang and fail are one verdict (the job does not finish).
     verdict = {"ok": "ok", "corrupt": "corrupt", "hang": "stops", "fail": "stops"}
@@ -159,7 +162,7 @@ def test_a_random_sample_of_labels_holds_when_rerun():
     # importing): re-run each such one alone with 4x the timeout. A real hang still hangs.
     for p in sample:
         if stored[p["id"]] == "ok" != got[p["id"]]:
-            (again,) = run_batch([str(HERE / p["path"])], 2, 4 * timeout, log=print)
+            (again,) = run_batch([str(HERE / p["path"])], 2, 4 * timeout, log=print, python=python)
             got[p["id"]] = verdict[again.label]
     assert got == stored, f"ACCURACY_SAMPLE_SEED={seed}"
 
@@ -203,8 +206,11 @@ def test_framework_programs_hold_their_labels_when_rerun(family):
             stops = LABELS[p["id"]]["label"] in ("hang", "fail")
             picked.setdefault("stops" if stops else LABELS[p["id"]]["label"], p)
     assert "ok" in picked
+    python = python_command()  # the ranks forked warm (tests/warm_python.py)
     for verdict, p in sorted(picked.items()):
-        (outcome,) = run_batch([str(HERE / p["path"])], 2, 10.0, log=print, group_timeout=15.0)
+        (outcome,) = run_batch(
+            [str(HERE / p["path"])], 2, 10.0, log=print, group_timeout=15.0, python=python
+        )
         got = "stops" if outcome.label in ("hang", "fail") else outcome.label
         assert got == verdict, (p["id"], outcome.to_json())
 

@@ -10,6 +10,7 @@ import json
 import re
 
 import pytest
+from warm_python import python_command
 
 from bench.accuracy import real_label, real_score
 from bench.accuracy.real_label import REAL, label_of, load_labels, load_manifest, program_sha
@@ -125,9 +126,11 @@ def test_stored_scores_belong_to_current_programs():
 )
 def test_a_sample_keeps_its_label_when_run_again(name):
     e = BY_NAME[name]
-    got = real_label.run_once(REAL / f"{name}.py", e["nproc"])
+    got = real_label.run_once(REAL / f"{name}.py", e["nproc"], python=python_command())
     if got["label"] == "unknown":  # too slow to start a rank (a loaded machine): as the labeller,
         # run it again, with a longer outer limit; it says nothing about the program
         outer = 2 * real_label.OUTER_TIMEOUT_S
-        got = real_label.run_once(REAL / f"{name}.py", e["nproc"], outer=outer)
+        got = real_label.run_once(
+            REAL / f"{name}.py", e["nproc"], outer=outer, python=python_command()
+        )
     assert got["label"] == e["label"], got["ranks"]

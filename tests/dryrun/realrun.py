@@ -10,6 +10,7 @@ every rank reached the end of the script (`finished`) or not — never from a SI
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import runpy
@@ -189,6 +190,31 @@ def run_real(
             out[launch.program] = launch.finish()
     shutil.rmtree(scratch, ignore_errors=True)
     return out
+
+
+def stop_fork_server() -> None:
+    """End the fork server `run_real` started, and any rank it forked that still lives; the
+    next `run_real` starts a new one. Without it the server lived as long as the test worker,
+    and past it: multiprocessing asks it to leave by closing a pipe that every process forked
+    from the worker since (a dry-run's ranks, their helpers) also holds open."""
+    import signal
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    pid = server._forkserver_pid
+    if pid is None:
+        return
+    for entry in Path("/proc").iterdir():
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(entry.name), signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    server._stop()  # reaps it, closes its pipe and removes its socket
 
 
 def _where(stacks: str) -> str:

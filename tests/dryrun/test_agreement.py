@@ -12,7 +12,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from realrun import RealRun, run_real
+from realrun import RealRun, run_real, stop_fork_server
 
 PROGRAMS = Path(__file__).parent / "programs"
 FOUR_RANKS = {"ok_mesh_2d.py", "bad_mesh_branch.py", "ok_subgroups.py", "ok_anysource_monitored.py"}
@@ -47,6 +47,13 @@ def dry_verdict(path: Path) -> tuple[bool, str]:
     why = [f"{f.code} {f.message}" for f in errors]
     why += [f"rank {r} {e.kind}: {e.message}" for r, e in trace.ends.items()]
     return not why, "; ".join(why)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fork_server_stopped():
+    """The real runs' fork server (and any rank of it) ends with this module's tests."""
+    yield
+    stop_fork_server()
 
 
 @cache

@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from cli_server import run_commlint
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,7 +26,15 @@ def env_with(**extra: str) -> dict[str, str]:
     return env
 
 
-def run(*args: str, cpus: set[int] | None = None, **extra: str) -> subprocess.CompletedProcess:
+def run(
+    *args: str, cpus: set[int] | None = None, cold: bool = False, **extra: str
+) -> subprocess.CompletedProcess:
+    """`commlint run ARGS`, forked from the test worker's warm process (tests/cli_server.py);
+    `cold`: a fresh interpreter, for a test that pins its CPUs or finds processes by the
+    environment they were started with (a forked process's /proc environ is its server's)."""
+    if not cpus and not cold:
+        return run_commlint(["run", *args], env=env_with(**extra), timeout=300)
+
     def pin() -> None:
         if cpus:
             os.sched_setaffinity(0, cpus)
@@ -265,7 +274,9 @@ def test_a_child_left_running_neither_hangs_the_run_nor_outlives_it(tmp_path: Pa
         "    os._exit(0)\n"
         "dist.barrier()\n"
     )
-    out = run("--nproc-per-node", "2", "--timeout", "20", str(program), TEST_MARK=mark)
+    out = run(
+        "--nproc-per-node", "2", "--timeout", "20", str(program), cold=True, TEST_MARK=mark
+    )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert errors(out) == [] and "killed after" not in out.stderr
     for rank in (0, 1):

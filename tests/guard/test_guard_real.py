@@ -1,6 +1,8 @@
 """The guard on real gloo jobs: torchrun + `-m commlint.guard`, and `install()` under spawn.
 
-Slow (each launch costs torch's start-up, ~8–20 s on 2 shared cores): marker `real`."""
+Slow (real gloo jobs): marker `real`. torchrun and its workers are forked from one warm
+interpreter per test worker (tests/warm_python.py: torch imported once, ~5 of a job's ~7 CPU
+s before); the self-spawning program starts its own fresh interpreters."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from warm_python import python_command
 
 from bench.guard_accuracy import run_program, verdicts
 from bench.guard_jobs import command, job_env
@@ -26,7 +29,7 @@ def _launch(args: list[str], guard: list[str] | None = None, cwd: Path | None = 
     if guard is None:
         cmd = [sys.executable, str(PROGRAM), *args]
     else:
-        cmd = command(PROGRAM, args, guard=guard)
+        cmd = command(PROGRAM, args, guard=guard, python=python_command())
     started = time.monotonic()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, cwd=cwd)
     return proc, time.monotonic() - started
@@ -58,7 +61,8 @@ def test_accuracy_programs_batch() -> None:
         "encdec_w2_0116",
         "convnet_w2_0003",
     ]
-    scored = verdicts([run_program(i, 3.0) for i in ids], 3.0)
+    python = python_command()
+    scored = verdicts([run_program(i, 3.0, python=python) for i in ids], 3.0)
     failed = [(r["id"], r["label"], r["stderr_tail"][-800:]) for r in scored["results"]]
     failed = [f for f, r in zip(failed, scored["results"], strict=True) if not r["pass"]]
     assert not failed, failed

@@ -1,5 +1,6 @@
 """The guard never breaks a correct job, explains stalls, and fingerprints group creation:
-real gloo jobs (slow, marker `real`)."""
+real gloo jobs (slow, marker `real`), torchrun and every rank forked from one warm interpreter
+per test worker (tests/warm_python.py)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ import os
 import re
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from warm_python import python_command
 
 from bench.guard_jobs import ROOT
 
@@ -41,7 +42,7 @@ def _slurm_style(program: Path, world: int, guard: list[str]) -> list[subprocess
             OMP_NUM_THREADS="1",
             PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
         )
-        cmd = [sys.executable, "-m", "commlint.guard", *guard, str(program)]
+        cmd = [*python_command(), "-m", "commlint.guard", *guard, str(program)]
         procs.append(
             subprocess.Popen(
                 cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -71,7 +72,7 @@ def _torchrun(
 ) -> subprocess.CompletedProcess:
     from bench.guard_jobs import command, job_env
 
-    cmd = command(program, args or [], guard=guard, nproc=nproc)
+    cmd = command(program, args or [], guard=guard, nproc=nproc, python=python_command())
     return subprocess.run(cmd, env=job_env(), capture_output=True, text=True, timeout=300)
 
 
@@ -111,7 +112,9 @@ def test_group_created_by_some_ranks_only_is_cl212_at_the_creating_line(run: int
 
     from bench.guard_jobs import command, job_env
 
-    cmd = command(PROGRAMS / "group_setup.py", ["lazy"], guard=["--timeout", "2"])
+    cmd = command(
+        PROGRAMS / "group_setup.py", ["lazy"], guard=["--timeout", "2"], python=python_command()
+    )
     proc = subprocess.run(cmd, env=job_env(), capture_output=True, text=True, timeout=300)
     ended = time.time()
     err = proc.stderr
@@ -130,7 +133,10 @@ def test_stall_names_the_running_ranks_line_and_lets_it_finish(tmp_path: Path) -
     from bench.guard_jobs import command, job_env
 
     cmd = command(
-        PROGRAMS / "stall.py", ["9"], guard=["--timeout", "2", "--save-trace", str(tmp_path)]
+        PROGRAMS / "stall.py",
+        ["9"],
+        guard=["--timeout", "2", "--save-trace", str(tmp_path)],
+        python=python_command(),
     )
     proc = subprocess.run(cmd, env=job_env(), capture_output=True, text=True, timeout=300)
     err = proc.stderr
@@ -153,7 +159,7 @@ def test_kill_stalled_ends_the_job_with_one_summary_and_a_saved_trace(tmp_path: 
     from bench.guard_jobs import command, job_env
 
     guard = ["--timeout", "2", "--kill-stalled", "--save-trace", str(tmp_path)]
-    cmd = command(PROGRAMS / "stall.py", ["60"], guard=guard)
+    cmd = command(PROGRAMS / "stall.py", ["60"], guard=guard, python=python_command())
     proc = subprocess.run(cmd, env=job_env(), capture_output=True, text=True, timeout=300)
     err = proc.stderr
     assert proc.returncode != 0
@@ -169,7 +175,9 @@ def test_device_mesh_shapes_that_differ_are_cl212_and_equal_creations_run() -> N
     from bench.guard_jobs import command, job_env
 
     bad = subprocess.run(
-        command(PROGRAMS / "group_setup.py", ["mesh"], guard=["--timeout", "2"]),
+        command(
+            PROGRAMS / "group_setup.py", ["mesh"], guard=["--timeout", "2"], python=python_command()
+        ),
         env=job_env(),
         capture_output=True,
         text=True,
@@ -197,7 +205,9 @@ def test_fsdp2_collectives_are_recorded_and_a_skipped_step_is_cl203_at_the_users
     from bench.guard_jobs import command, job_env
 
     bad = subprocess.run(
-        command(PROGRAMS / "fsdp2_skip.py", ["skip"], guard=["--timeout", "2"]),
+        command(
+            PROGRAMS / "fsdp2_skip.py", ["skip"], guard=["--timeout", "2"], python=python_command()
+        ),
         env=job_env(),
         capture_output=True,
         text=True,

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dryrun"))
-from realrun import run_real
+from realrun import run_real, stop_fork_server
 
 CORPUS = Path(__file__).with_name("corpus")
 PROGRAMS = [
@@ -68,6 +68,7 @@ def runs():
     ]
     if slow:
         got.update(run_real(slow, timeout=30.0, parallel=1))
+    stop_fork_server()  # nothing of the real runs outlives them
     return {Path(k).name: v for k, v in got.items()}
 
 

@@ -4,11 +4,10 @@ the finding the linter must give, at the line a user would fix."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_server import run_commlint
 
 PATTERNS = Path(__file__).parent / "patterns"
 
@@ -112,12 +111,7 @@ CLEAN = {
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_pattern_is_reported_at_its_line(name):
-    out = subprocess.run(
-        [sys.executable, "-m", "commlint", "check", "--format", "json", str(PATTERNS / name)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    out = run_commlint(["check", "--format", "json", str(PATTERNS / name)], timeout=300)
 
     assert out.returncode == 1, out.stdout + out.stderr
     found = sorted((f["line"], f["code"]) for f in json.loads(out.stdout)["findings"])
@@ -126,12 +120,7 @@ def test_pattern_is_reported_at_its_line(name):
 
 @pytest.mark.parametrize("name", sorted(CLEAN))
 def test_correct_look_alike_is_clean(name):
-    out = subprocess.run(
-        [sys.executable, "-m", "commlint", "check", "--format", "json", str(PATTERNS / name)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    out = run_commlint(["check", "--format", "json", str(PATTERNS / name)], timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert json.loads(out.stdout)["findings"] == []
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from cli_server import run_commlint
+from warm_python import python_command
 
+from bench.guard_jobs import command
 from commlint.callsites import frame_kind, package_path
 from commlint.findings import Finding
 from commlint.graph.align import explain
@@ -256,9 +257,9 @@ def _dry_run(program: Path) -> subprocess.CompletedProcess:
 
 
 def _guarded(program: Path) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    """torchrun -m commlint.guard, torchrun and its ranks forked warm (tests/warm_python.py)."""
     return subprocess.run(
-        [*cmd, "-m", "commlint.guard", program.name],
+        command(program.name, guard=[], python=python_command()),
         capture_output=True,
         text=True,
         timeout=300,
