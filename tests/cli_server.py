@@ -30,6 +30,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from warm_python import exit_status
+
 _LOCK = threading.Lock()
 _SERVER: subprocess.Popen | None = None
 
@@ -197,13 +199,7 @@ def _child(request: dict, base: list[str]) -> None:
             runpy.run_module("commlint", run_name="__main__", alter_sys=True)
             code = 0
         except SystemExit as exc:
-            if exc.code is None:
-                code = 0
-            elif isinstance(exc.code, int):
-                code = exc.code
-            else:
-                print(exc.code, file=sys.stderr)
-                code = 1
+            code = exit_status(exc)
         except BaseException:
             traceback.print_exc()
             code = 1

@@ -47,6 +47,16 @@ FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signa
 _SERVER = None  # (Popen, socket path) of this process's server
 
 
+def exit_status(exc: SystemExit) -> int:
+    """The status python exits with on `exc` (a message is printed on stderr, status 1)."""
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
 def python_command() -> list[str]:
     """The command that stands for `sys.executable`, served by this test worker's server."""
     import atexit
@@ -275,13 +285,7 @@ def _become(request: dict, base: list[str]) -> None:
             kept.append(runpy.run_path(script, run_name="__main__"))
     except SystemExit as exc:
         kept.append(exc)
-        if exc.code is None:
-            code = 0
-        elif isinstance(exc.code, int):
-            code = exc.code
-        else:
-            print(exc.code, file=sys.stderr)
-            code = 1
+        code = exit_status(exc)
     except BaseException as exc:
         kept.append(exc)
         sys.excepthook(type(exc), exc, exc.__traceback__)  # torch's `[rankN]:` one included

@@ -29,20 +29,11 @@ def child_nodes(node: ast.AST) -> list[ast.AST]:
 def all_nodes(tree: ast.AST) -> list[ast.AST]:
     """Every node of `tree`, `tree` first, breadth first."""
     out = [tree]
-    append, extend = out.append, out.extend
+    extend = out.extend
     i = 0
     while i < len(out):
-        node = out[i]
+        extend(child_nodes(out[i]))
         i += 1
-        for name in node._fields:
-            try:
-                value = getattr(node, name)
-            except AttributeError:
-                continue
-            if value.__class__ is list:
-                extend([v for v in value if isinstance(v, _AST)])
-            elif isinstance(value, _AST):
-                append(value)
     return out
 
 

@@ -42,3 +42,32 @@ def marked(files: dict[str, str]) -> list[tuple[str, int, str]]:
         if m
         for code in m.group(1).split()
     )
+
+
+def recall_cases(prefix: str) -> list[str]:
+    """The recall programs whose folder names start with `prefix`."""
+    return sorted(p.name for p in RECALL.glob(f"{prefix}*") if p.is_dir())
+
+
+def assert_marked_findings(case: str, tmp_path: Path) -> None:
+    """The program's findings are exactly its `# expect:` marks, with no input error."""
+    files = recall_files(case)
+    report = lint_files(files, tmp_path)
+    found = sorted((Path(f.path).name, f.line, f.code) for f in report.findings)
+    assert found == marked(files), [f.message for f in report.findings]
+    assert not report.errors, report.errors
+
+
+def assert_twins_and_labels(cases: list[str], least_bugs: int) -> None:
+    """Every bug program has marks and an unmarked `_ok` twin, and every program's main.py
+    names the label its real run gave (`# label: ok|hang|fail ...`)."""
+    bugs = [c for c in cases if not c.endswith("_ok")]
+    assert len(bugs) >= least_bugs
+    for case in bugs:
+        assert marked(recall_files(case)), f"{case}: a bug program with nothing marked"
+        twin = f"{case}_ok"
+        assert twin in cases, f"{case} has no correct twin"
+        assert not marked(recall_files(twin)), twin
+    for case in cases:
+        head = (RECALL / case / "main.py").read_text(encoding="utf-8").splitlines()[:4]
+        assert any(re.match(r"# label: (ok|hang|fail) ", line) for line in head), case

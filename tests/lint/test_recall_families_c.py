@@ -7,41 +7,25 @@ without marks (`*_ok`, the correct twin) must be clean."""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import pytest
 
-from tests.lint.helpers import RECALL as PROGRAMS
-from tests.lint.helpers import lint_files, marked
-from tests.lint.helpers import recall_files as _files
+from tests.lint.helpers import (
+    assert_marked_findings,
+    assert_twins_and_labels,
+    lint_files,
+    recall_cases,
+)
 
-CASES = sorted(p.name for p in PROGRAMS.glob("c_*") if p.is_dir())
+CASES = recall_cases("c_")
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_program_findings_are_the_marked_ones(case, tmp_path):
-    files = _files(case)
-    report = lint_files(files, tmp_path)
-    found = sorted((Path(f.path).name, f.line, f.code) for f in report.findings)
-    assert found == marked(files), [f.message for f in report.findings]
-    assert not report.errors, report.errors
+    assert_marked_findings(case, tmp_path)
 
 
-def test_every_bug_has_a_correct_twin():
-    bugs = [c for c in CASES if not c.endswith("_ok")]
-    assert len(bugs) >= 2
-    for case in bugs:
-        assert marked(_files(case)), f"{case}: a bug program with nothing marked"
-        twin = f"{case}_ok"
-        assert twin in CASES, f"{case} has no correct twin"
-        assert not marked(_files(twin)), twin
-
-
-def test_every_program_names_its_label():
-    for case in CASES:
-        head = (PROGRAMS / case / "main.py").read_text(encoding="utf-8").splitlines()[:4]
-        assert any(re.match(r"# label: (ok|hang|fail) ", line) for line in head), case
+def test_every_bug_has_a_correct_twin_and_every_program_its_label():
+    assert_twins_and_labels(CASES, 2)
 
 
 RANK_SET_PATIENCE = """
