@@ -147,7 +147,8 @@ class Extractor(Statements, Expressions, Calls):
         qualname = f"{prefix}{name}"
         env: dict[str, Val]
         if isinstance(parent_env, _ClassEnv):
-            env = _ClassEnv(self.module_env, parent_env.cls)
+            outer = parent_env.outer
+            env = _ClassEnv(self.module_env if outer is None else outer, parent_env.cls)
         else:
             env = dict(parent_env)
         params: list[str] = []

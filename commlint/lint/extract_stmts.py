@@ -215,10 +215,13 @@ class Statements:
             self.facts.classes[class_key] = (base_names, consts)
         methods = [s for s in node.body if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef)]
         methods.sort(key=lambda f: f.name not in ("__init__", "setup"))
-        env = dict(self.module_env)
-        env["__class_env__"] = CLEAN
+        env = _ClassEnv(self.module_env, cenv)
+        if self.env is not self.module_env:
+            # a class made inside a function: its methods read that function's variables
+            # (`probe_gen` seeded from the rank before `class Module(LightningModule)`)
+            env.outer = self.env
         for m in methods:
-            self.pending.append((m, qual + ".", _ClassEnv(env, cenv), class_key))
+            self.pending.append((m, qual + ".", env, class_key))
 
     def stmt_If(self, node: ast.If) -> None:
         cond = self.cond(node.test)

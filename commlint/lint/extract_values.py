@@ -285,6 +285,7 @@ class _ClassEnv(dict):
     def __init__(self, base: dict[str, Val], cls: dict[str, Val]) -> None:
         super().__init__(base)
         self.cls = cls
+        self.outer: dict[str, Val] | None = None  # the function the class was made in
 
     def get(self, key, default=None):
         if dict.__contains__(self, key):

@@ -108,6 +108,15 @@ class Calls:
                 action["group"] = group.name
             self.record(action, e.lineno)
             return UNK
+        grads = self.cur.backward_at.get(site)
+        if grads is not None:
+            # `loss.backward()` after a DDP forward: the gradients' all-reduce on its group
+            group = self.wrapped_group(grads, e.lineno)
+            action = {"op": "all_reduce", "label": "backward (all-reduce)"}
+            if group.name != "WORLD":
+                action["group"] = group.name
+            self.record(action, e.lineno)
+            return UNK
         raise Abort("a call that communicates in a way this rank cannot follow", e.lineno)
 
     def wrapped_group(self, key: str, line: int) -> Group:

@@ -55,6 +55,9 @@ class CommSites:
         self.comm_at: dict[tuple[int, int], Comm] = {}
         # where each communicating call ends: `model(x).pow(2)` starts where `model(x)` does
         self.comm_ends: dict[tuple[int, int], set[tuple[int, int]]] = {}
+        # `loss.backward()` after the forward of a module wrapped here (DDP): the group key
+        # of that wrapper, whose gradients the backward all-reduces
+        self.backward_at: dict[tuple[int, int], str] = {}
         for fn in facts.functions.values():
             for n in iter_nodes(fn.body):
                 if isinstance(n, Comm) or (
@@ -67,6 +70,10 @@ class CommSites:
                     ends.add((n.pos.end_line, n.pos.end_col))
                 if isinstance(n, Comm):
                     self.comm_at[(n.pos.line, n.pos.col)] = n
+                elif isinstance(n, ModuleCall) and n.backward:
+                    typ = dict(r for r in n.refs if r[0] == "typ").get("typ")
+                    if isinstance(typ, str) and typ.startswith("wrapped:"):
+                        self.backward_at[(n.pos.line, n.pos.col)] = typ.split(":", 2)[2]
         self.comm_lines = {line for line, _col in self.comm_sites}
         self.sorted_comm_lines = sorted(self.comm_lines)
         self.uniform_lines = uniform_conditions(facts)
