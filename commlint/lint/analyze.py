@@ -123,6 +123,7 @@ class Program:
         self._membership: dict[tuple[str, str], tuple | None] = {}  # membership()'s memo
         self._branch_findings: list[RawFinding] | None = None  # perrank_check.branch_findings()'s
         self._perrank: dict | None = None  # perrank_check.verdicts()'s, per file
+        self._has_p2p: bool | None = None
         self._classes: dict[str, list] | None = None  # simple class name -> (key, info)
         self._taint_lines: set[tuple[str, int]] | None = None  # perrank_check's dedup memo
         self.siblings: dict[int, tuple[list[Node], int]] = {}
@@ -133,6 +134,18 @@ class Program:
                 self.group_dims[g["group"]] = frozenset(g.get("dims") or [g["group"]])
 
     # ------------------------------------------------------------ resolution
+
+    def has_p2p(self) -> bool:
+        """Whether any function sends or receives point to point (a p2p token comes only
+        from such a call: a program without one has nothing for the p2p rules to pair)."""
+        if self._has_p2p is None:
+            self._has_p2p = any(
+                isinstance(n, Comm) and n.kind in ("send", "recv", "batch")
+                for fn in self.functions.values()
+                for n in iter_nodes(fn.body)
+            )
+        return self._has_p2p
+
     def resolve(self, site: CallSite) -> Function | None:
         for cand in site.names:
             keys = self.index.get(cand)

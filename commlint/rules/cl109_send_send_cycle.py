@@ -31,6 +31,8 @@ def _msg_fix(first: Tok, recv: Tok) -> tuple[str, str]:
 
 
 def check(program):
+    if not program.has_p2p():
+        return []
     out = []
     for fn in program.all_functions():
         for node, conds, _cont in program.walk(fn):

@@ -17,6 +17,8 @@ def _p2p(toks):
 
 
 def check(program):
+    if not program.has_p2p():
+        return []
     out = []
     for fn in program.all_functions():
         everything = list(_p2p(program.summary(fn)))
