@@ -45,23 +45,7 @@ def inner_children(node: ast.AST) -> tuple[list[ast.AST], bool]:
     """The children of `node` less those leaves, and whether a leaf came before every other
     child (for a depth-first walk that measures depth but has nothing to learn from the
     leaves, a third of a file's nodes: such a leaf is the first node one level down)."""
-    out: list[ast.AST] = []
-    leaf_first = False
-    for name in node._fields:
-        try:
-            value = getattr(node, name)
-        except AttributeError:
-            continue
-        if value.__class__ is list:
-            for v in value:
-                if isinstance(v, _AST):
-                    if not isinstance(v, _LEAVES):
-                        out.append(v)
-                    elif not out:
-                        leaf_first = True
-        elif isinstance(value, _AST):
-            if not isinstance(value, _LEAVES):
-                out.append(value)
-            elif not out:
-                leaf_first = True
-    return out, leaf_first
+    kids = child_nodes(node)
+    return [k for k in kids if not isinstance(k, _LEAVES)], bool(kids) and isinstance(
+        kids[0], _LEAVES
+    )

@@ -29,7 +29,7 @@ from commlint.lint.analyze import Program, RawFinding, module_name
 from commlint.lint.config import LintConfig
 from commlint.lint.discovery import changed_lines, discover, project_context
 from commlint.lint.gc_pause import Survivors, paused_gc, survivors_kept_apart
-from commlint.lint.ir import Comm, FileFacts, Pos, iter_nodes
+from commlint.lint.ir import FileFacts, Pos, communicates
 from commlint.lint.names import Names
 from commlint.lint.parsed_trees import kept_trees, open_store
 from commlint.lint.source import Unreadable, decode_source
@@ -266,7 +266,7 @@ def analyse(path: str, module: str, checked: _Checked, extra_key: str, limits: L
         tree, checked.names, checked.tree = checked.tree, None, None
         facts = run_deep(extractor.run, limits.time_limit)
         store = open_store()
-        if store is not None and tree is not None and _communicates(facts):
+        if store is not None and tree is not None and communicates(facts):
             store.keep(path, checked.source, tree)  # for the per-rank evaluator
         return facts
     except _TimeUp:
@@ -285,10 +285,6 @@ def analyse(path: str, module: str, checked: _Checked, extra_key: str, limits: L
         return FileFacts(
             path=path, module=module, functions={}, internal_error=f"{type(exc).__name__}: {exc}"
         )
-
-
-def _communicates(facts: FileFacts) -> bool:
-    return any(isinstance(n, Comm) for fn in facts.functions.values() for n in iter_nodes(fn.body))
 
 
 def extract(

@@ -234,3 +234,8 @@ def iter_nodes(nodes: list[Node]):
             yield from iter_nodes(n.final)
         elif isinstance(n, Spawn):
             yield n.target
+
+
+def communicates(facts: FileFacts) -> bool:
+    """Whether a function of the file makes a communicating call of its own."""
+    return any(isinstance(n, Comm) for fn in facts.functions.values() for n in iter_nodes(fn.body))

@@ -28,11 +28,6 @@ class ParsedTrees:
         self.trees[path] = (source, tree)
         self.used += len(source)
 
-    def drop(self, path: str) -> None:
-        got = self.trees.pop(path, None)
-        if got is not None:
-            self.used -= len(got[0])
-
     def get(self, path: str) -> tuple[str, ast.Module] | None:
         """(the source as the extraction decoded it, its tree), or None."""
         return self.trees.get(path)

@@ -24,7 +24,7 @@ from pathlib import PurePath
 
 from commlint.lint import perrank_values as values
 from commlint.lint.ast_walk import all_nodes
-from commlint.lint.ir import CallSite, Comm, FileFacts, iter_nodes
+from commlint.lint.ir import CallSite, Comm, FileFacts, communicates, iter_nodes
 from commlint.lint.parsed_trees import parsed
 from commlint.lint.perrank_calls import Calls
 from commlint.lint.perrank_exprs import Expressions
@@ -575,7 +575,7 @@ def evaluate_file(
 ) -> tuple[FileEval, list[WorldRun]] | None:
     """Every entry point of one file at every world size; None when the file cannot be read
     or has nothing to evaluate."""
-    if not any(isinstance(n, Comm) for fn in facts.functions.values() for n in iter_nodes(fn.body)):
+    if not communicates(facts):
         return None
     try:
         with open(facts.path, encoding="utf-8") as fh:

@@ -13,7 +13,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 from commlint.lint.analyze import Program, RawFinding
-from commlint.lint.ir import CallSite, Comm, ModuleCall, Pos, iter_nodes
+from commlint.lint.ir import CallSite, ModuleCall, Pos, communicates, iter_nodes
 from commlint.lint.perrank import DEFAULT_WORLD_SIZES, FileEval, WorldRun, evaluate_file, iter_sites
 from commlint.lint.perrank_units import ModuleIndex
 
@@ -75,12 +75,7 @@ def verdicts(program: Program) -> dict[str, FileVerdict]:
     only = program.options.get("evaluate_only")  # files given to a pre-commit run
     # context files are summarised for callers, not evaluated rank by rank; a file without a
     # communication of its own has no entry to evaluate
-    todo = [
-        ff
-        for ff in program.files
-        if (only is None or ff.path in only)
-        and any(isinstance(n, Comm) for fn in ff.functions.values() for n in iter_nodes(fn.body))
-    ]
+    todo = [ff for ff in program.files if (only is None or ff.path in only) and communicates(ff)]
     jobs = int(program.options.get("jobs") or 1)
     all_files = getattr(program, "all_files", program.files)
     if jobs > 1 and len(todo) >= PARALLEL_FROM and "fork" in mp.get_all_start_methods():
