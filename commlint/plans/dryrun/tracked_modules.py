@@ -229,11 +229,17 @@ def _uniform_index(seq: Any, index: Any) -> Any:
         return index
     if not items or any(x != items[0] for x in items):
         return index
-    n = len(items)
-    ok = 0 <= index._v < n
-    cond = f"0 <= ({index._e}) < {n}"
-    st.add(cond if ok else f"not ({cond})")
+    _in_range(st, index, len(items))
     return index._v
+
+
+def _in_range(st: tracked._State, index: RankValue, n: int) -> bool:
+    """Whether the tracked `index` is in `range(n)`, that or its negation joining the
+    condition."""
+    inside = 0 <= index._v < n
+    cond = f"0 <= ({index._e}) < {n}"
+    st.add(cond if inside else f"not ({cond})")
+    return inside
 
 
 def _install_dtensor() -> None:
@@ -272,11 +278,7 @@ class StageMap(dict):
         g = self._modulus()
         if g is None:
             return False, None
-        n = len(self)
-        inside = 0 <= key._v < n
-        cond = f"0 <= ({key._e}) < {n}"
-        st.add(cond if inside else f"not ({cond})")
-        if not inside:
+        if not _in_range(st, key, len(self)):
             return True, KeyError(key._v)
         return True, make(f"(({key._e})%{g})", key._v % g)
 
