@@ -21,11 +21,13 @@ Each of these places used to pin (the torch file and line, torch 2.13):
   `pad_sizes[mesh_dim_local_rank]`): an index into the padding of every rank's chunk. When
   every chunk has the same padding the index selects the same number for every rank, so it
   only has to be a valid index.
-- Pipelining (`stage.py:198`, `:343`, `:1748`): the stage index formatted into the stage's
-  log prefix (used by torch only in log lines and error texts), and used as a key of
-  `stage_index_to_group_rank`, which maps stage `i` to `i % group_size`: that map now
-  answers a tracked key with the expression `(key % group_size)` (the key in range joins
-  the condition) instead of hashing it.
+- Pipelining (`stage.py:198`, `:343`, `:1748`, `:2268`, `:2312`): the stage index formatted
+  into the stage's log prefix and receive-buffer names (used by torch only in log lines and
+  error texts), and used as a key of `stage_index_to_group_rank`, which maps stage `i` to
+  `i % group_size`: that map now answers a tracked key with the expression
+  `(key % group_size)` (the key in range joins the condition) instead of hashing it. A
+  step's P2P ops grouped by peer in a dict (`schedules.py:669`) are grouped and sorted by
+  comparing the peers instead (`_sorted_batch`).
 
 A value these cannot express still pins, as before.
 """
