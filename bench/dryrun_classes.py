@@ -28,7 +28,6 @@ import argparse
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -40,19 +39,6 @@ MODULES = Path(__file__).with_name("titan_real.py")
 def cpu(who: int) -> float:
     u = resource.getrusage(who)
     return u.ru_utime + u.ru_stime
-
-
-def _commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(PROGRAM.parent), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-    except OSError:
-        return "?"
-    return out.stdout.strip() or "?"
 
 
 def _load() -> str:
@@ -74,13 +60,15 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=120, help="per rank and pass (CPU s)")
     a = p.parse_args()
 
+    from revision import describe  # bench/revision.py: this script's folder is on sys.path
+
     from commlint.graph.check import check_trace
     from commlint.plans.dryrun.driver import DryRunOptions, dry_run
     from commlint.plans.dryrun.merge import locate_at_site
 
     world = a.pp * a.dp_shard * a.cp * a.tp
     bug_rank = a.bug_stage * a.dp_shard * a.cp * a.tp  # coordinates (S, 0, 0, 0)
-    print(f"commit {_commit()}, load average before {_load()}", flush=True)
+    print(f"commit {describe('HEAD')}, load average before {_load()}", flush=True)
     options = DryRunOptions(
         program=str(MODULES if a.modules else PROGRAM),
         args=[

@@ -111,17 +111,6 @@ class _Assumed:
         return _UNKNOWN
 
 
-def _shared(made: list[list], creations: list) -> list:
-    """`creations` as the equal list recorded before, if any: every rank of a mesh makes the
-    same groups, and the CL212 check reads a list shared by ranks once (`group_names.py`)."""
-    for known in made:
-        if known == creations:
-            return known
-    if creations:
-        made.append(creations)
-    return creations
-
-
 def validated_actions(
     runs: dict[int, Any], derived: dict[int, int], ranks: list[int]
 ) -> dict[int, list[Action]]:
@@ -183,7 +172,6 @@ def record_by_class(
 
     records: dict[int, ClassRecord] = {}  # recorded rank -> its record, when it proves one
     assumed = _Assumed(runs, records)
-    made: list[list] = []  # the distinct lists of group creations recorded
     dropped: set[int] = set()  # ranks recorded or derived once, then found to read otherwise
 
     def pull(key: Any, senders: list[int]) -> tuple[list[int], dict[int, Any]]:
@@ -203,6 +191,13 @@ def record_by_class(
         queued.update(start)
         return start, assume
 
+    def forget(r: int) -> None:
+        """`r`'s run, derivation and record dropped: it is recorded (again)."""
+        runs.pop(r, None)
+        derived.pop(r, None)
+        records.pop(r, None)
+        assumed.forget(r)
+
     rounds = 0
     while uncovered:
         rounds += 1
@@ -220,11 +215,8 @@ def record_by_class(
                 if why is not None:
                     return why
             for r, run in new.items():
-                run.creations = _shared(made, run.creations)
+                forget(r)
                 runs[r] = run
-                derived.pop(r, None)
-                records.pop(r, None)
-                assumed.forget(r)
                 table.replace_rank(r, run.sent)
             uncovered = [u for u in uncovered if u not in new]
             for r in sorted(new):
@@ -250,10 +242,7 @@ def record_by_class(
         again = stale | {d for d, src in derived.items() if src in stale}
         dropped.update(again)
         for r in again:
-            runs.pop(r, None)
-            derived.pop(r, None)
-            records.pop(r, None)
-            assumed.forget(r)
+            forget(r)
         uncovered = sorted(again)
     recorded = len(runs) - len(derived)
     notes = [
@@ -263,10 +252,9 @@ def record_by_class(
         "recorded rank, and its trace is that trace with every peer, root and group "
         "re-evaluated at its rank"
     ]
-    shown = sorted(r for r in alone if r in runs and r not in derived)[:_SHOWN]
-    for r in shown:
+    own = sorted(r for r in alone if r in runs and r not in derived)
+    for r in own[:_SHOWN]:
         notes.append(f"rank classes: rank {r} covers only itself: {alone[r]}")
-    rest = len([r for r in alone if r in runs and r not in derived]) - len(shown)
-    if rest > 0:
-        notes.append(f"rank classes: {rest} more ranks cover only themselves")
+    if len(own) > _SHOWN:
+        notes.append(f"rank classes: {len(own) - _SHOWN} more ranks cover only themselves")
     return runs, derived, passes, notes

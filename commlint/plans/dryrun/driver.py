@@ -249,7 +249,7 @@ def _pass(
     launcher: Launcher,
     symbolic: bool,
     flips: dict[int, tuple[str, ...]] | None,
-    pull: Pull | None = None,
+    pull: Pull | None,
 ) -> dict[int, RankRun]:
     """One pass over `ranks`; `pull` (rank classes) names, of the senders a rank waits for
     that are not in the pass, those to start in it too, and the values to assume the others
@@ -534,7 +534,7 @@ def dry_run(
 def _by_class(options: DryRunOptions, mode: str, start: float, *rest: Any) -> DryRunResult:
     from commlint.plans.dryrun.classes import record_by_class
 
-    def run_pass(batch: list[int], table: ValueTable, pull: Any) -> dict[int, RankRun]:
+    def run_pass(batch: list[int], table: ValueTable, pull: Pull) -> dict[int, RankRun]:
         return _run_pass(options, batch, table, mode, *rest[1:], pull=pull)
 
     got = record_by_class(options, run_pass, rest[0])

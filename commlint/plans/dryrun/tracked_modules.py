@@ -21,11 +21,13 @@ Each of these places used to pin (the torch file and line, torch 2.13):
   `pad_sizes[mesh_dim_local_rank]`): an index into the padding of every rank's chunk. When
   every chunk has the same padding the index selects the same number for every rank, so it
   only has to be a valid index.
-- Pipelining (`stage.py:198`, `:343`, `:1748`): the stage index formatted into the stage's
-  log prefix (used by torch only in log lines and error texts), and used as a key of
-  `stage_index_to_group_rank`, which maps stage `i` to `i % group_size`: that map now
-  answers a tracked key with the expression `(key % group_size)` (the key in range joins
-  the condition) instead of hashing it.
+- Pipelining (`stage.py:198`, `:343`, `:1748`, `:2268`, `:2312`): the stage index formatted
+  into the stage's log prefix and receive-buffer names (used by torch only in log lines and
+  error texts), and used as a key of `stage_index_to_group_rank`, which maps stage `i` to
+  `i % group_size`: that map now answers a tracked key with the expression
+  `(key % group_size)` (the key in range joins the condition) instead of hashing it. A
+  step's P2P ops grouped by peer in a dict (`schedules.py:669`) are grouped and sorted by
+  comparing the peers instead (`_sorted_batch`).
 
 A value these cannot express still pins, as before.
 """
@@ -229,11 +231,17 @@ def _uniform_index(seq: Any, index: Any) -> Any:
         return index
     if not items or any(x != items[0] for x in items):
         return index
-    n = len(items)
-    ok = 0 <= index._v < n
-    cond = f"0 <= ({index._e}) < {n}"
-    st.add(cond if ok else f"not ({cond})")
+    _in_range(st, index, len(items))
     return index._v
+
+
+def _in_range(st: tracked._State, index: RankValue, n: int) -> bool:
+    """Whether the tracked `index` is in `range(n)`, that or its negation joining the
+    condition."""
+    inside = 0 <= index._v < n
+    cond = f"0 <= ({index._e}) < {n}"
+    st.add(cond if inside else f"not ({cond})")
+    return inside
 
 
 def _install_dtensor() -> None:
@@ -272,11 +280,7 @@ class StageMap(dict):
         g = self._modulus()
         if g is None:
             return False, None
-        n = len(self)
-        inside = 0 <= key._v < n
-        cond = f"0 <= ({key._e}) < {n}"
-        st.add(cond if inside else f"not ({cond})")
-        if not inside:
+        if not _in_range(st, key, len(self)):
             return True, KeyError(key._v)
         return True, make(f"(({key._e})%{g})", key._v % g)
 
