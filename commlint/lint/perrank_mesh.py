@@ -207,10 +207,7 @@ class Meshes:
                 if old is None or new is None or (old[k] != new[k] and old[k] != "Replicate")
             ]
             for g in self.dtensor_groups(mesh, [dims[k] for k in moved]):
-                action: dict = {"op": "all_gather", "label": label}
-                if g.name != "WORLD":
-                    action["group"] = g.name
-                self.record(action, e.lineno)
+                self.record_on("all_gather", label, g, e.lineno)
             # a full tensor (a chained `.sum()` starts where the call does: not opaque)
             return DTensorVal(mesh, new) if m.attr == "redistribute" else Tensor(None, None)
         mesh = target

@@ -315,6 +315,13 @@ class TorchApi:
         if self.cur is self.ev:
             self.ev.recorded_lines.add(line)
 
+    def record_on(self, op: str, label: str, group: Group, line: int) -> None:
+        """Record `op` on `group` (named in the action unless it is the world)."""
+        action: dict = {"op": op, "label": label}
+        if group.name != "WORLD":
+            action["group"] = group.name
+        self.record(action, line)
+
     def communicate(self, fact, args: list, kwargs: dict, e: ast.Call) -> object:
         line = e.lineno
         op = OP_NAMES.get(fact.op, fact.op)
