@@ -245,13 +245,9 @@ class Fingerprints:
 
 def fp_of(ev, v: object, line: int = 0, depth: int = 0) -> int | None:
     """The fingerprint of a value on rank `ev` (None: its origin is not known)."""
-    Derived, Tensor, _is_known = _perrank("Derived", "Tensor", "_is_known")
+    Derived, Interval, Tensor, _is_known = _perrank("Derived", "Interval", "Tensor", "_is_known")
 
-    if isinstance(v, Derived):
-        return v.fp
-    if isinstance(v, Tensor):
-        return v.fp
-    if type(v).__name__ == "Interval":
+    if isinstance(v, Derived | Tensor | Interval):
         return v.fp
     fps = ev.ev.fps
     if isinstance(v, list | tuple) and depth < 3:
