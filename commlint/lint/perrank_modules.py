@@ -81,9 +81,8 @@ class Modules:
             target.shard = shard  # a torch.nn.Sequential of the project's modules
             return target
         wrapped = Wrapped(target, shard)
-        node = (
-            e.args[int(w.get("in_place", 0))] if w.get("in_place") is not None and e.args else None
-        )
+        in_place = w.get("in_place")
+        node = e.args[int(in_place)] if in_place is not None and e.args else None
         if isinstance(node, ast.Name) and self.env.get(node.id) is target:
             # `fully_shard(model)` shards the module in place: the name now holds it wrapped
             self.env[node.id] = wrapped
