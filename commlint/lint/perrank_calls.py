@@ -103,19 +103,13 @@ class Calls:
             # a wrapped module's forward (DDP, FSDP): one collective on its group, every call
             group = self.wrapped_group(comm.group, e.lineno)
             op = comm.op if comm.op in TRACE_OPS else "all_reduce"
-            action: dict = {"op": op, "label": comm.text}
-            if group.name != "WORLD":
-                action["group"] = group.name
-            self.record(action, e.lineno)
+            self.record_on(op, comm.text, group, e.lineno)
             return UNK
         grads = self.cur.backward_at.get(site)
         if grads is not None:
             # `loss.backward()` after a DDP forward: the gradients' all-reduce on its group
             group = self.wrapped_group(grads, e.lineno)
-            action = {"op": "all_reduce", "label": "backward (all-reduce)"}
-            if group.name != "WORLD":
-                action["group"] = group.name
-            self.record(action, e.lineno)
+            self.record_on("all_reduce", "backward (all-reduce)", group, e.lineno)
             return UNK
         raise Abort("a call that communicates in a way this rank cannot follow", e.lineno)
 

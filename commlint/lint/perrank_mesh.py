@@ -152,9 +152,9 @@ class Meshes:
 
     def submesh(self, mesh: MeshView, key: object, line: int) -> MeshView:
         keys = list(key) if isinstance(key, tuple | list) else [key]
-        flat = self.flat_dims.get((mesh.shape, mesh.names), {})
-        if len(keys) == 1 and keys[0] in flat and not (mesh.names and keys[0] in mesh.names):
-            return flat[keys[0]]
+        flat = self._flat_view(mesh, keys[0]) if len(keys) == 1 else None
+        if flat is not None:
+            return flat
         dims = []
         for k in keys:
             if not isinstance(k, str) or not mesh.names or k not in mesh.names:
@@ -207,10 +207,7 @@ class Meshes:
                 if old is None or new is None or (old[k] != new[k] and old[k] != "Replicate")
             ]
             for g in self.dtensor_groups(mesh, [dims[k] for k in moved]):
-                action: dict = {"op": "all_gather", "label": label}
-                if g.name != "WORLD":
-                    action["group"] = g.name
-                self.record(action, e.lineno)
+                self.record_on("all_gather", label, g, e.lineno)
             # a full tensor (a chained `.sum()` starts where the call does: not opaque)
             return DTensorVal(mesh, new) if m.attr == "redistribute" else Tensor(None, None)
         mesh = target
@@ -223,10 +220,10 @@ class Meshes:
             return self.flatten(mesh, _arg(args, kwargs, 0, "mesh_dim_name"), e.lineno)
         if attr in ("get_local_rank", "get_group", "size"):
             key = _arg(args, kwargs, 0, "mesh_dim")
-            flat = self.flat_dims.get((mesh.shape, mesh.names), {})
-            if isinstance(key, str) and key in flat and not (mesh.names and key in mesh.names):
+            flat = self._flat_view(mesh, key)
+            if flat is not None:
                 # `mesh.get_group("dp_cp")` on the root: the flattened dimension's own view
-                return self.mesh_call(MeshMethod(flat[key], attr), [], {}, e)
+                return self.mesh_call(MeshMethod(flat, attr), [], {}, e)
             if attr == "size" and key is None:
                 return math.prod(mesh.shape[d] for d in mesh.dims)
             d = mesh.dim_index(key)
@@ -247,6 +244,14 @@ class Meshes:
         if attr == "get_all_groups":
             return [self._mesh_group(mesh, d, self.rank) for d in mesh.dims]
         return UNK
+
+    def _flat_view(self, mesh: MeshView, key: object) -> MeshView | None:
+        """The view `_flatten(key)` registered on this root mesh, when `key` names none of
+        its own dimensions; None otherwise."""
+        flat = self.flat_dims.get((mesh.shape, mesh.names), {})
+        if isinstance(key, str) and key in flat and not (mesh.names and key in mesh.names):
+            return flat[key]
+        return None
 
     def flatten(self, mesh: MeshView, name: object, line: int) -> MeshView:
         """`mesh["dp", "cp"]._flatten("dp_cp")`: one dimension over the ranks those dimensions

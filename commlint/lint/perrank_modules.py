@@ -81,9 +81,8 @@ class Modules:
             target.shard = shard  # a torch.nn.Sequential of the project's modules
             return target
         wrapped = Wrapped(target, shard)
-        node = (
-            e.args[int(w.get("in_place", 0))] if w.get("in_place") is not None and e.args else None
-        )
+        in_place = w.get("in_place")
+        node = e.args[int(in_place)] if in_place is not None and e.args else None
         if isinstance(node, ast.Name) and self.env.get(node.id) is target:
             # `fully_shard(model)` shards the module in place: the name now holds it wrapped
             self.env[node.id] = wrapped
@@ -111,10 +110,7 @@ class Modules:
             return
         # tensor parallelism all-reduces (rowwise) where FSDP all-gathers its parameters
         op = "all_reduce" if "tensor parallel" in shard.label else "all_gather"
-        action: dict = {"op": op, "label": shard.label}
-        if shard.group.name != "WORLD":
-            action["group"] = shard.group.name
-        self.record(action, e.lineno)
+        self.record_on(op, shard.label, shard.group, e.lineno)
         pending = self.__dict__.setdefault("grad_shards", [])
         pending.append(shard)
 
@@ -130,10 +126,7 @@ class Modules:
         does next; `set_requires_gradient_sync(False)` makes the following backwards keep
         their gradients local (no reduce-scatter) until it is set again."""
         if m.attr == "unshard":
-            action: dict = {"op": "all_gather", "label": "unshard (FSDP2 all-gather)"}
-            if m.shard.group.name != "WORLD":
-                action["group"] = m.shard.group.name
-            self.record(action, e.lineno)
+            self.record_on("all_gather", "unshard (FSDP2 all-gather)", m.shard.group, e.lineno)
         elif m.attr == "set_requires_gradient_sync":
             flag = args[0] if args else kwargs.get("requires_gradient_sync", UNK)
             if not isinstance(flag, bool):
@@ -159,10 +152,7 @@ class Modules:
         if full is None:
             raise Abort("state-dict options this rank cannot know", e.lineno)
         if full:
-            action: dict = {"op": "all_gather", "label": f"{last} (full state dict)"}
-            if shard.group.name != "WORLD":
-                action["group"] = shard.group.name
-            self.record(action, e.lineno)
+            self.record_on("all_gather", f"{last} (full state dict)", shard.group, e.lineno)
         return UNK
 
     def sharded_backward(self, e: ast.Call) -> bool:
@@ -175,12 +165,11 @@ class Modules:
             pending.clear()  # gradients accumulate locally: no reduce-scatter this time
             return True
         for shard in reversed(pending):
-            action: dict = {"op": "reduce_scatter", "label": "backward (FSDP reduce-scatter)"}
             if "tensor parallel" in shard.label:
-                action = {"op": "all_reduce", "label": "backward (tensor parallel)"}
-            if shard.group.name != "WORLD":
-                action["group"] = shard.group.name
-            self.record(action, e.lineno)
+                self.record_on("all_reduce", "backward (tensor parallel)", shard.group, e.lineno)
+            else:
+                label = "backward (FSDP reduce-scatter)"
+                self.record_on("reduce_scatter", label, shard.group, e.lineno)
         pending.clear()
         return True
 

@@ -264,17 +264,17 @@ class TorchApi:
             raise Abort("a pipeline schedule of several stages per rank", e.lineno)
         return self.opaque(e)
 
-    def schedule_call(self, m: ScheduleMethod, e: ast.Call, kwargs: dict | None = None) -> object:
+    def schedule_call(self, m: ScheduleMethod, e: ast.Call, kwargs: dict) -> object:
         if m.attr not in ("step", "eval"):
             return UNK
-        losses = (kwargs or {}).get("losses")
+        losses = kwargs.get("losses")
         st = m.schedule.stage
         if isinstance(losses, list) and st.index == st.num_stages - 1:
             # the last stage appends each microbatch's loss: computed from its own data (the
             # targets and what the stages before it sent), known to this stage alone
             guard(losses)
             fps = self.ev.fps
-            target = values.fp_of(self, (kwargs or {}).get("target"), e.lineno)
+            target = values.fp_of(self, kwargs.get("target"), e.lineno)
             for k in range(m.schedule.n_microbatches):
                 fp = fps.node(e.lineno, ("pipeline loss", st.index, k), (target,))
                 fps.data.add(fp)
@@ -314,6 +314,13 @@ class TorchApi:
         self.actions.append(action)
         if self.cur is self.ev:
             self.ev.recorded_lines.add(line)
+
+    def record_on(self, op: str, label: str, group: Group, line: int) -> None:
+        """Record `op` on `group` (named in the action unless it is the world)."""
+        action: dict = {"op": op, "label": label}
+        if group.name != "WORLD":
+            action["group"] = group.name
+        self.record(action, line)
 
     def communicate(self, fact, args: list, kwargs: dict, e: ast.Call) -> object:
         line = e.lineno
@@ -385,11 +392,11 @@ class TorchApi:
             if out_s is not None and not _int_list(out_s):
                 origin = values.fp_of(self, out_s, self.line)
                 # where it is called from in the evaluated file: the innermost frame there
-                here = self.line if self.cur is self.ev else 0
-                for _fn, short, ln in reversed(self.stack):
-                    if here or short != self.ev.short:
-                        continue
-                    here = ln
+                # (as `local_site`, but 0 for a followed module's top level)
+                here = self.line
+                if self.cur is not self.ev:
+                    frames = reversed(self.stack)
+                    here = next((ln for _fn, s, ln in frames if s == self.ev.short), 0)
                 self.split_origins.append((here, origin))
             values.after_exchange(self, args, kwargs, self.line)
             if _int_list(out_s):

@@ -245,13 +245,9 @@ class Fingerprints:
 
 def fp_of(ev, v: object, line: int = 0, depth: int = 0) -> int | None:
     """The fingerprint of a value on rank `ev` (None: its origin is not known)."""
-    Derived, Tensor, _is_known = _perrank("Derived", "Tensor", "_is_known")
+    Derived, Interval, Tensor, _is_known = _perrank("Derived", "Interval", "Tensor", "_is_known")
 
-    if isinstance(v, Derived):
-        return v.fp
-    if isinstance(v, Tensor):
-        return v.fp
-    if type(v).__name__ == "Interval":
+    if isinstance(v, Derived | Tensor | Interval):
         return v.fp
     fps = ev.ev.fps
     if isinstance(v, list | tuple) and depth < 3:
@@ -473,10 +469,12 @@ def partial_steering(fe, world: int, stops: dict, decided: dict) -> Steering | N
     ranks can decide differently."""
     if not stops or len(stops) == world or len(stops) + len(decided) != world:
         return None
-    sites = {(ab.cond, ab.line, id(ab.unit)) for ab, _fp in stops.values()}
-    if len(sites) != 1 or any(ab.unit is not None for ab, _fp in stops.values()):
+    if any(ab.unit is not None for ab, _fp in stops.values()):
         return None  # (a followed file's lines are not told apart from the evaluated one's)
-    cond_line, exit_line, _unit = sites.pop()
+    sites = {(ab.cond, ab.line) for ab, _fp in stops.values()}
+    if len(sites) != 1:
+        return None
+    cond_line, exit_line = sites.pop()
     fps = fe.fps
     if any(not fps.reads_data(fp) or fps.uniform(fp) for _ab, fp in stops.values()):
         return None
@@ -529,8 +527,6 @@ def assumed_steering(fe, world: int, assumed: list[dict]) -> Steering | None:
 def _exit_under(fe, cond_line: int) -> int:
     """The line of the `break`/`continue`/`return` directly in the body of the `if` at
     `cond_line` (the `if` itself when there is none)."""
-    import ast
-
     for n in fe.of_type(ast.If):
         if n.test.lineno == cond_line:
             for s in n.body:
